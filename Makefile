@@ -1,0 +1,50 @@
+# Short commands over CMake. `make test` is the README's test command.
+JOBS ?= $(shell nproc)
+B := build
+CMAKE_COMMON := -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
+CTEST := ctest --output-on-failure --timeout 1200 -j$(JOBS)
+
+.PHONY: all deps build run test test-rel test-asan test-tsan bench fuzz check-valgrind clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+$(B)/rel/CMakeCache.txt:
+	cmake -S . -B $(B)/rel -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_COMMON)
+
+build: deps $(B)/rel/CMakeCache.txt
+	cmake --build $(B)/rel -j$(JOBS)
+
+# The demo: the agent-workload simulator, legacy vs wait policy.
+run: build
+	$(B)/rel/bench/kvadmit-sim $(SIM_ARGS)
+
+test: deps
+	$(MAKE) test-rel
+	$(MAKE) test-asan
+	$(MAKE) test-tsan
+	@echo "make test: all three builds passed"
+
+test-rel:
+	cmake -S . -B $(B)/rel -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_COMMON)
+	cmake --build $(B)/rel -j$(JOBS)
+	cd $(B)/rel && $(CTEST)
+
+# Sanitizer builds use the system allocator so the sanitizer sees every allocation.
+test-asan:
+	cmake -S . -B $(B)/asan -DCMAKE_BUILD_TYPE=Debug -DKVADMIT_SANITIZE=address,undefined \
+	  -DKVADMIT_WITH_JEMALLOC=OFF -DKVADMIT_WITH_CUDA=OFF -DKVADMIT_STRESS_SCALE=25 $(CMAKE_COMMON)
+	cmake --build $(B)/asan -j$(JOBS)
+	cd $(B)/asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(CTEST)
+
+test-tsan:
+	cmake -S . -B $(B)/tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVADMIT_SANITIZE=thread \
+	  -DKVADMIT_WITH_JEMALLOC=OFF -DKVADMIT_WITH_CUDA=OFF -DKVADMIT_STRESS_SCALE=10 $(CMAKE_COMMON)
+	cmake --build $(B)/tsan -j$(JOBS)
+	cd $(B)/tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" $(CTEST)
+
+clean:
+	rm -rf $(B)

@@ -1,0 +1,370 @@
+/*
+ * kvadmit: admission engine for LLM serving under KV-cache pressure.
+ *
+ * One scheduler thread calls kva_step(); every other entry point may be
+ * called from any thread. Time is always an argument (now_ns): the engine
+ * never reads a clock. Control calls return 0 or a negative errno
+ * (kva_strerror() explains); the library never exits, aborts or prints.
+ *
+ * Thread contract per call:
+ *   kva_engine_create / kva_engine_destroy  nothing else may run on the engine
+ *   kva_step                                 the scheduler thread only
+ *   kva_submit, kva_cancel, kva_lookup_answer, kva_copy_done,
+ *   kva_checkpoint_evicted, kva_reset_prefix_cache,
+ *   kva_stats_get, kva_query                 any thread, lock-free
+ *   kva_grow, kva_preempt, kva_finish        any thread; calls for the SAME
+ *                                            handle are serialised by the host
+ *                                            (as a serving engine does), and
+ *                                            arbitrated against a concurrent
+ *                                            kva_cancel by an atomic state CAS
+ */
+#ifndef KVADMIT_KVADMIT_H
+#define KVADMIT_KVADMIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVA_VERSION_MAJOR 0
+#define KVA_VERSION_MINOR 1
+#define KVA_VERSION_PATCH 0
+/* major << 16 | minor << 8 | patch */
+#define KVA_VERSION_NUMBER ((KVA_VERSION_MAJOR << 16) | (KVA_VERSION_MINOR << 8) | KVA_VERSION_PATCH)
+
+#define KVA_MAX_CHECKPOINTS 8 /* entries in one manifest */
+#define KVA_MAX_WORLD 64      /* ranks of one copy job */
+
+typedef struct kva_engine kva_engine;
+
+/* A request incarnation: the host's id plus a generation the engine assigns
+ * at submit, so that a reused id is never confused with its predecessor. */
+typedef struct kva_handle {
+	uint64_t id;
+	uint32_t gen;
+	uint32_t reserved_;
+} kva_handle;
+
+/* Names one directory lookup of one incarnation. */
+typedef struct kva_lookup_token {
+	uint64_t id;
+	uint32_t gen;
+	uint32_t seq;
+} kva_lookup_token;
+
+/* Names one copy attempt of one incarnation. */
+typedef struct kva_copy_token {
+	uint64_t id;
+	uint32_t gen;
+	uint32_t attempt;
+} kva_copy_token;
+
+/* ---- capabilities (rule 21) ---------------------------------------- */
+enum kva_feature {
+	KVA_FEATURE_RESTORE_RESERVATION = 1, /* paired reservation, wait policy */
+	KVA_FEATURE_BOUNDED_WAIT = 2,
+	KVA_FEATURE_COLLECTIVE_COPY = 3, /* world_size > 1 */
+	KVA_FEATURE_LOCAL_REVALIDATION = 4,
+	KVA_FEATURE_RESET_RELEASES_READY = 5,
+	KVA_FEATURE_CUDA_IMPORTER = 6, /* built with the CUDA toolkit */
+};
+/* KVA_VERSION_NUMBER of the library actually loaded. */
+uint32_t kva_version(void);
+const char *kva_version_string(void);
+bool kva_has_feature(int feature);
+
+/* ---- errors ---------------------------------------------------------- *
+ * Negative errno values used by the API:
+ *   -EINVAL   NULL or malformed argument (bad config, unsorted manifest ...)
+ *   -ENOENT   unknown or ended handle / token
+ *   -ESTALE   token of a lookup or copy attempt that is no longer current
+ *   -EALREADY the operation was already done (double finish, rank reported
+ *             twice, cancel already requested)
+ *   -EEXIST   a live request with this id exists
+ *   -EBUSY    the request is in a state that does not allow the call now
+ *   -ENOSPC   kva_grow: no free credits
+ *   -ERANGE   a number out of range (rank >= world_size, too many pages)
+ *   -ENOMEM   allocation failed; nothing changed, the engine stays usable
+ *   -ENODEV   (importers) no device
+ */
+const char *kva_strerror(int err);
+
+/* ---- configuration ---------------------------------------------------- */
+enum kva_policy {
+	KVA_POLICY_WAIT = 0,   /* a selected restore waits for capacity (rules 1-21) */
+	KVA_POLICY_LEGACY = 1, /* refused restore is admitted to recompute */
+};
+
+enum kva_log_level { KVA_LOG_DEBUG = 0, KVA_LOG_INFO = 1, KVA_LOG_WARN = 2, KVA_LOG_ERROR = 3 };
+
+enum kva_location { KVA_LOC_EXTERNAL = 0, KVA_LOC_LOCAL = 1 };
+
+struct kva_copy_job;
+
+/* Directory: asked once per request incarnation at ingest (and on refresh /
+ * revalidation). Runs on the scheduler thread inside kva_step and must not
+ * block; it may call kva_lookup_answer() re-entrantly or later from any
+ * thread. */
+typedef void (*kva_lookup_fn)(void *ctx, uint64_t prefix_key, uint32_t prompt_tokens,
+                              kva_lookup_token token);
+/* Importer: hands one rank's share of a copy job to an importer. Runs on the
+ * scheduler thread and must not block; the importer reports with
+ * kva_copy_done() (any thread). Returns 0, or a negative errno, in which case
+ * the engine treats that rank as failed. */
+typedef int (*kva_import_fn)(void *ctx, kva_engine *e, const struct kva_copy_job *job);
+typedef void (*kva_log_fn)(void *ctx, int level, const char *msg);
+
+typedef struct kva_importer_ref {
+	kva_import_fn submit; /* NULL: the host runs the plan's copy jobs itself */
+	void *ctx;
+} kva_importer_ref;
+
+typedef struct kva_config {
+	uint32_t total_pages;          /* > 0 */
+	uint32_t page_tokens;          /* tokens per page, > 0 */
+	uint32_t decode_reserve_pages; /* decode watermark: reservations keep this many free */
+	uint32_t decode_headroom_pages; /* added to every restore's continuation */
+	uint32_t prefill_chunk_tokens;  /* first credit grant of an ordinary admission; > 0 */
+	uint16_t copy_slots;            /* concurrent copy jobs, 1..65535 */
+	uint16_t max_running;           /* IMPORTING + READY + RUNNING, 1..65535 */
+	uint32_t world_size;            /* ranks per copy job, 1..KVA_MAX_WORLD */
+	uint32_t max_copy_retries;      /* retries of one checkpoint before a shorter one */
+	uint64_t lookup_timeout_ns;     /* per unanswered lookup; 0 = never */
+	uint64_t max_restore_wait_ns;   /* bounded wait; 0 = unbounded */
+	uint64_t wait_log_interval_ns;  /* at most one wait log per interval; 0 = never */
+	uint64_t lookup_refresh_ns;     /* refresh a long-waiting lookup; 0 = never */
+	int policy;                     /* enum kva_policy */
+	kva_lookup_fn lookup;           /* NULL: every request is a miss */
+	void *lookup_ctx;
+	kva_importer_ref importers[KVA_MAX_WORLD]; /* one per rank (index = rank) */
+	kva_log_fn log;
+	void *log_ctx;
+	uint64_t start_ns; /* the clock's value at creation */
+} kva_config;
+
+/* Fills *cfg with defaults: timeouts as DESIGN.md (wait 60 s, log 30 s,
+ * lookup 5 s, refresh 20 s), 1 rank, 2 retries, wait policy. The pool size,
+ * page_tokens, slots and max_running still have to be chosen. */
+void kva_config_default(kva_config *cfg);
+
+/* Returns NULL and *err < 0 on failure. */
+kva_engine *kva_engine_create(const kva_config *cfg, int *err);
+/* Frees everything, also with requests in any state. Importers must be
+ * quiesced first (no kva_copy_done after destroy begins). */
+void kva_engine_destroy(kva_engine *e);
+
+/* ---- requests --------------------------------------------------------- */
+typedef struct kva_request {
+	uint64_t id;            /* host's id; reusable once the incarnation ended */
+	uint64_t prefix_key;    /* what the directory is asked about; 0 = no lookup */
+	uint32_t prompt_tokens; /* > 0 */
+	uint32_t flags;         /* reserved, 0 */
+	void *user;             /* returned in kva_query and plans */
+} kva_request;
+
+enum kva_state {
+	KVA_STATE_WAITING = 1,
+	KVA_STATE_IMPORTING = 2,
+	KVA_STATE_READY = 3,
+	KVA_STATE_RUNNING = 4,
+	KVA_STATE_FINISHED = 5,
+	KVA_STATE_CANCELLED = 6,
+	KVA_STATE_REJECTED = 7, /* duplicate live id found at ingest */
+};
+
+/* Why a request takes the ordinary (recompute) path. */
+enum kva_reason {
+	KVA_REASON_NONE = 0,
+	KVA_REASON_NO_KEY,            /* no prefix key: nothing to look up */
+	KVA_REASON_MISS,              /* directory has nothing usable */
+	KVA_REASON_INCOMPATIBLE,      /* only incompatible checkpoints */
+	KVA_REASON_LOOKUP_TIMEOUT,    /* rule 3 */
+	KVA_REASON_RETRIES_EXHAUSTED, /* rule 11, no shorter checkpoint left */
+	KVA_REASON_WAIT_EXPIRED,      /* rule 8 */
+	KVA_REASON_TOO_LARGE,         /* rule 9 */
+	KVA_REASON_LEGACY,            /* legacy policy: refused restore recomputes */
+	KVA_REASON_COUNT
+};
+const char *kva_reason_name(int reason);
+
+/* Any thread, wait-free apart from one allocation: the request is ingested
+ * at the next step. *out receives its handle. 0, -EINVAL, -ENOMEM. */
+int kva_submit(kva_engine *e, const kva_request *r, kva_handle *out);
+
+/* Any thread, O(1). Takes effect at the next step: credits and the copy slot
+ * return at once, destination pages after their copy drains (rule 12).
+ * 0, -EINVAL, -ENOENT (unknown / ended), -EALREADY, -ENOMEM. */
+int kva_cancel(kva_engine *e, kva_handle h);
+
+/* ---- directory answers ------------------------------------------------ */
+typedef struct kva_checkpoint {
+	uint32_t position; /* prefix tokens covered, > 0 */
+	uint8_t location;  /* enum kva_location */
+	uint8_t compatible;
+	uint16_t reserved_;
+	uint64_t id;
+	uint64_t epoch;
+} kva_checkpoint;
+
+typedef struct kva_manifest {
+	uint32_t count; /* 0 = miss; <= KVA_MAX_CHECKPOINTS */
+	kva_checkpoint entries[KVA_MAX_CHECKPOINTS]; /* ascending position, unique ids */
+} kva_manifest;
+
+/* Any thread. 0, -EINVAL (bad manifest), -ENOENT (unknown incarnation),
+ * -ESTALE (this lookup is no longer awaited: late or superseded; counted),
+ * -ENOMEM. */
+int kva_lookup_answer(kva_engine *e, kva_lookup_token t, const kva_manifest *m);
+
+/* ---- copies ------------------------------------------------------------ */
+typedef struct kva_copy_job {
+	kva_copy_token token;
+	kva_handle handle;
+	uint32_t rank;          /* this rank's share */
+	uint32_t world_size;
+	uint64_t checkpoint_id;
+	uint64_t checkpoint_epoch;
+	uint32_t position;      /* checkpoint tokens */
+	uint32_t npages;        /* destination pages = ceil(position / page_tokens) */
+	const uint32_t *pages;  /* destination page ids; valid until every rank reported */
+} kva_copy_job;
+
+/* Any thread. status 0 = success, anything else = failure. 0, -EINVAL,
+ * -ERANGE (rank), -ENOENT (unknown incarnation), -ESTALE (not the current
+ * attempt), -EALREADY (this rank already reported). */
+int kva_copy_done(kva_engine *e, kva_copy_token t, uint32_t rank, int status);
+
+/* Any thread. A local checkpoint was evicted; waiting requests that selected
+ * it with an older epoch re-look-up externally (rule 15). 0, -EINVAL, -ENOMEM. */
+int kva_checkpoint_evicted(kva_engine *e, uint64_t checkpoint_id, uint64_t epoch);
+
+/* ---- the step ---------------------------------------------------------- */
+enum kva_how {
+	KVA_ADMIT_RESTORE = 1,   /* external checkpoint imported */
+	KVA_ADMIT_LOCAL = 2,     /* local checkpoint reused */
+	KVA_ADMIT_RECOMPUTE = 3, /* ordinary prefill */
+};
+
+typedef struct kva_admission {
+	kva_handle handle;
+	void *user;
+	uint8_t how;            /* enum kva_how */
+	uint8_t reason;         /* enum kva_reason when how == RECOMPUTE */
+	uint16_t reserved_;
+	uint32_t local_tokens;    /* prefix served from a local checkpoint */
+	uint32_t restored_tokens; /* prefix imported from an external checkpoint */
+	uint32_t recompute_tokens;
+	uint32_t pages_off;  /* first of this admission's pages in plan->pages */
+	uint32_t npages;     /* pages handed over now (imported + first chunk) */
+	uint32_t reserved_pages; /* credits still owned for kva_grow (continuation) */
+} kva_admission;
+
+typedef struct kva_fallback {
+	kva_handle handle;
+	uint8_t reason; /* enum kva_reason */
+} kva_fallback;
+
+typedef struct kva_ended {
+	kva_handle handle;
+	void *user;
+	uint8_t state; /* FINISHED, CANCELLED or REJECTED */
+} kva_ended;
+
+/* Caller-owned arrays; the step fills at most *_cap entries of each and
+ * leaves the rest for the next step (nothing is dropped). */
+typedef struct kva_plan {
+	kva_admission *admitted;
+	uint32_t admitted_cap, n_admitted;
+	uint32_t *pages;
+	uint32_t pages_cap, n_pages;
+	kva_copy_job *copies;
+	uint32_t copies_cap, n_copies;
+	kva_fallback *fallbacks;
+	uint32_t fallbacks_cap, n_fallbacks;
+	kva_ended *ended;
+	uint32_t ended_cap, n_ended;
+	/* outputs about the step itself */
+	uint32_t events;          /* inbox events drained */
+	uint32_t timers_fired;
+	uint32_t records_touched; /* request records read or written (rule 20) */
+	bool head_blocked;        /* the FCFS head could not be admitted */
+} kva_plan;
+
+/* Scheduler thread only. Drain events, expire timers, admit. Returns the
+ * number of admissions, or a negative errno (-EINVAL). Time going backwards
+ * is treated as no time passing. */
+int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan);
+
+/* ---- running requests -------------------------------------------------- */
+/* Adds `pages` pages to a RUNNING request: first from its own reservation,
+ * then from free credits (may go below the decode watermark). Writes the
+ * page ids to ids_out (may be NULL). 0, -ENOSPC (nothing changed), -ENOENT,
+ * -EBUSY (not running), -ERANGE, -ENOMEM. */
+int kva_grow(kva_engine *e, kva_handle h, uint32_t pages, uint32_t *ids_out);
+/* RUNNING -> front of the waiting queue with a fresh lookup; its pages and
+ * credits return at once. 0, -ENOENT, -EBUSY. */
+int kva_preempt(kva_engine *e, kva_handle h);
+/* RUNNING -> FINISHED; pages and credits return at once. 0, -ENOENT,
+ * -EALREADY (already finished), -EBUSY (not running). */
+int kva_finish(kva_engine *e, kva_handle h);
+/* Forced prefix-cache reset (rule 17): READY-but-unadmitted imports give
+ * their pages back and return to the front of the waiting queue with a fresh
+ * lookup; imports still copying do so once their copy drains. Takes effect
+ * at the next step. 0, -EINVAL, -ENOMEM. */
+int kva_reset_prefix_cache(kva_engine *e);
+
+/* ---- introspection ------------------------------------------------------ */
+typedef struct kva_stats {
+	/* credits (rule: free + reserved + in_use + draining == total at quiescence) */
+	uint64_t total_pages, free_pages, reserved_pages, in_use_pages, draining_pages;
+	uint64_t free_copy_slots, free_run_slots;
+	/* requests */
+	uint64_t submitted, ingested, rejected, finished, cancelled, preempted;
+	uint64_t waiting, importing, ready, running;
+	uint64_t admitted_restore, admitted_local, admitted_recompute;
+	/* rule 16: tokens of admitted requests, each counted once */
+	uint64_t prompt_tokens_admitted, tokens_local, tokens_restored, tokens_recomputed;
+	/* lookups */
+	uint64_t lookups_issued, lookups_answered, lookups_timed_out, late_answers, refreshes,
+		revalidations;
+	/* copies */
+	uint64_t copy_jobs, copy_attempts_failed, copy_retries, shorter_fallbacks, stale_copy_reports;
+	/* fallbacks by reason (index = enum kva_reason) */
+	uint64_t fallbacks[KVA_REASON_COUNT];
+	/* waiting for capacity */
+	uint64_t restore_blocked_steps, wait_logs, wait_expired;
+	uint64_t steps, events;
+} kva_stats;
+
+/* Any thread; atomics only, never blocks. */
+void kva_stats_get(const kva_engine *e, kva_stats *out);
+
+typedef struct kva_request_info {
+	kva_handle handle;
+	void *user;
+	uint8_t state;      /* enum kva_state */
+	uint8_t reason;     /* fallback reason if the request took the ordinary path */
+	uint8_t selected_location; /* of the selected checkpoint, if any */
+	uint8_t has_selection;
+	uint32_t prompt_tokens;
+	uint32_t selected_position;
+	uint32_t pages_held;     /* pages materialised (imported / grown) */
+	uint32_t pages_reserved; /* credits owned but not yet materialised */
+	uint32_t lookups;        /* directory lookups issued for it */
+	uint32_t copy_attempts;
+} kva_request_info;
+
+/* Any thread, under RCU. 0, -EINVAL, -ENOENT. */
+int kva_query(kva_engine *e, kva_handle h, kva_request_info *out);
+
+/* Renders the stats as Prometheus-style text into buf (NUL-terminated,
+ * truncated to len). Returns the length it needed. */
+size_t kva_stats_format(const kva_stats *s, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,75 @@
+/*
+ * timerwheel: hierarchical timing wheel for one owner thread.
+ *
+ * Intrusive timers; O(1) arm and cancel; advance costs O(levels + timers
+ * expired + timers cascaded), skipping empty slots with per-level occupancy
+ * bitmaps, so a large jump of time is as cheap as a small one.
+ *
+ * Semantics are exact, not tick-rounded: a timer fires in the first
+ * kva_timerwheel_advance() whose now_ns >= its expiry. Within one advance,
+ * timers fire in ascending expiry, ties in the order they were armed. The
+ * tick only sets the granularity of the buckets (efficiency, not results).
+ * Time never goes backwards: an advance to an earlier now is a no-op.
+ *
+ * The callback may arm or cancel any timer, including the one firing; a
+ * timer armed from a callback fires no earlier than the next advance.
+ *
+ * Synchronisation: none. Every call from the owner thread only.
+ */
+#ifndef KVA_LOCKFREE_TIMERWHEEL_H
+#define KVA_LOCKFREE_TIMERWHEEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVA_TIMERWHEEL_LEVELS 8
+#define KVA_TIMERWHEEL_SLOTS 64 /* per level: 6 bits of ticks each */
+
+struct kva_timer {
+	struct kva_timer *next, *prev; /* prev == NULL: not armed */
+	uint64_t expires;
+	uint64_t seq; /* arm order, breaks ties */
+};
+
+struct kva_timer_list {
+	struct kva_timer head; /* sentinel */
+};
+
+struct kva_timerwheel {
+	uint64_t tick_ns;
+	uint64_t now_ns;   /* last advance */
+	uint64_t now_tick; /* now_ns / tick_ns */
+	uint64_t seq;
+	size_t count; /* armed timers */
+	uint64_t occupied[KVA_TIMERWHEEL_LEVELS];
+	struct kva_timer_list slot[KVA_TIMERWHEEL_LEVELS][KVA_TIMERWHEEL_SLOTS];
+	struct kva_timer_list overflow; /* beyond the last level */
+	struct kva_timer_list pending;  /* armed from a callback, due already */
+	bool in_advance;
+};
+
+typedef void (*kva_timer_fn)(struct kva_timer *t, void *arg);
+
+/* tick_ns > 0. */
+void kva_timerwheel_init(struct kva_timerwheel *w, uint64_t tick_ns, uint64_t now_ns);
+static inline void kva_timer_init(struct kva_timer *t)
+{
+	t->next = t->prev = NULL;
+	t->expires = 0;
+	t->seq = 0;
+}
+static inline bool kva_timer_armed(const struct kva_timer *t) { return t->prev != NULL; }
+
+/* Arms (or re-arms) t to fire at expires_ns. An expiry <= the wheel's now
+ * fires at the next advance. */
+void kva_timerwheel_arm(struct kva_timerwheel *w, struct kva_timer *t, uint64_t expires_ns);
+/* No-op when t is not armed. */
+void kva_timerwheel_cancel(struct kva_timerwheel *w, struct kva_timer *t);
+/* Fires every timer due at now_ns (each is disarmed before its callback).
+ * Returns how many fired. */
+size_t kva_timerwheel_advance(struct kva_timerwheel *w, uint64_t now_ns, kva_timer_fn fn, void *arg);
+
+static inline size_t kva_timerwheel_count(const struct kva_timerwheel *w) { return w->count; }
+
+#endif

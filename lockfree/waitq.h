@@ -1,0 +1,63 @@
+/*
+ * waitq: FCFS waiting queue as an intrusive doubly linked list published
+ * with RCU (cds_list_*_rcu).
+ *
+ * One writer (the owner's scheduler thread) mutates; any number of readers
+ * traverse concurrently inside an RCU read-side critical section. A node
+ * unlinked by the writer may still be seen by readers that entered before
+ * the unlink: the owner frees it only after a grace period (call_rcu).
+ *
+ * Synchronisation table:
+ *   call                                  | may run concurrently with
+ *   --------------------------------------+-------------------------------
+ *   push_back/push_front/pop_head/unlink  | readers only (single writer)
+ *   kva_waitq_first/next (writer view)    | readers only (writer thread)
+ *   kva_waitq_for_each_rcu, kva_waitq_len | everything (under rcu read lock)
+ *
+ * All operations are O(1).
+ */
+#ifndef KVA_LOCKFREE_WAITQ_H
+#define KVA_LOCKFREE_WAITQ_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <urcu/rculist.h>
+
+struct kva_waitq_node {
+	struct cds_list_head link;
+};
+
+struct kva_waitq {
+	struct cds_list_head head;
+	_Atomic size_t len; /* readers read it relaxed: a statistic */
+};
+
+void kva_waitq_init(struct kva_waitq *q);
+
+/* Writer only. The node must not be queued. */
+void kva_waitq_push_back(struct kva_waitq *q, struct kva_waitq_node *n);
+void kva_waitq_push_front(struct kva_waitq *q, struct kva_waitq_node *n);
+/* Writer only. Returns the unlinked head, NULL when empty. */
+struct kva_waitq_node *kva_waitq_pop_head(struct kva_waitq *q);
+/* Writer only. The node must be queued in q. */
+void kva_waitq_unlink(struct kva_waitq *q, struct kva_waitq_node *n);
+
+/* Writer view (no RCU needed on the writer thread). */
+struct kva_waitq_node *kva_waitq_first(struct kva_waitq *q);
+struct kva_waitq_node *kva_waitq_next(struct kva_waitq *q, struct kva_waitq_node *n);
+
+static inline size_t kva_waitq_len(struct kva_waitq *q)
+{
+	return atomic_load_explicit(&q->len, memory_order_relaxed);
+}
+static inline bool kva_waitq_empty(struct kva_waitq *q) { return kva_waitq_first(q) == NULL; }
+
+/* Reader traversal: caller holds the RCU read lock. pos is a
+ * struct kva_waitq_node *. */
+#define kva_waitq_for_each_rcu(q, pos)                                                             \
+	for (struct cds_list_head *kva__l = rcu_dereference((q)->head.next);                        \
+	     kva__l != &(q)->head && ((pos) = caa_container_of(kva__l, struct kva_waitq_node, link), 1); \
+	     kva__l = rcu_dereference(kva__l->next))
+
+#endif

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kvadmit needs, only those that are missing.
+# Does nothing (and needs no root) when everything is present.
+set -euo pipefail
+pkgs=(cmake make pkg-config gcc g++ clang liburcu-dev libjemalloc-dev libcmocka-dev
+      libbenchmark-dev gnuplot-nox valgrind "$@")
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "install-deps: installing ${missing[*]}" >&2
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get install -y --no-install-recommends "${missing[@]}" ||
+  { $sudo apt-get update && $sudo apt-get install -y --no-install-recommends "${missing[@]}"; }
