@@ -36,7 +36,7 @@ extern "C" {
 #define KVA_VERSION_NUMBER ((KVA_VERSION_MAJOR << 16) | (KVA_VERSION_MINOR << 8) | KVA_VERSION_PATCH)
 
 #define KVA_MAX_CHECKPOINTS 8 /* entries in one manifest */
-#define KVA_MAX_WORLD 64      /* ranks of one copy job */
+#define KVA_MAX_WORLD 32      /* ranks of one copy job (one 32-bit report mask) */
 
 typedef struct kva_engine kva_engine;
 

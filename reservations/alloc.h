@@ -1,0 +1,32 @@
+/*
+ * Allocation for request records, answers and grants.
+ *
+ * With jemalloc: one dedicated arena for the whole library (created once) and
+ * an explicit per-thread tcache that only ever holds blocks of that arena, so
+ * records never mix with the host's heap and the fast path takes no lock.
+ * Without jemalloc (sanitizer builds): malloc/free, so sanitizers see all.
+ *
+ * Fault injection (KVA_FAULT_INJECTION builds): allocation number K fails,
+ * for the allocation-failure sweep in tests/.
+ */
+#ifndef KVA_RESERVATIONS_ALLOC_H
+#define KVA_RESERVATIONS_ALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+void *kva__alloc(size_t size);
+void *kva__calloc(size_t size);
+/* Returns NULL and leaves p untouched on failure. */
+void *kva__realloc(void *p, size_t old_size, size_t new_size);
+void kva__free(void *p, size_t size);
+
+/* Bytes currently allocated in kvadmit's arena (jemalloc builds; 0 else). */
+uint64_t kva__alloc_arena_bytes(void);
+
+/* Fault injection: the next allocation counted as number k (1-based) fails,
+ * and so does every one after it when sticky. k == 0 disables. Returns the
+ * number of allocations counted since the last call (no-op builds: 0). */
+uint64_t kva__fault_arm(uint64_t k, int sticky);
+
+#endif
