@@ -242,7 +242,8 @@ static void dispatch_event(kva_engine *e, struct kva__event *ev)
 {
 	kva_plan *p = e->plan;
 	p->events++;
-	p->records_touched++;
+	/* every event but these names exactly one record */
+	p->records_touched += ev->type != KVA__EV_EVICT && ev->type != KVA__EV_RESET;
 	switch (ev->type) {
 	case KVA__EV_SUBMIT:
 		kva__handle_submit(e, caa_container_of(ev, struct kva__req, ev_main));

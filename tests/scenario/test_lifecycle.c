@@ -1,0 +1,305 @@
+/* Lifecycle and whole-engine behaviour: rules 8, 14, 16, 20, 21, and eight
+ * agents whose checkpoints together exceed the pool. */
+#include "scenario.h"
+
+#define KEY 7
+
+static void rule08_bounded_wait_warns_once_then_recomputes_and_stops_holding(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.max_restore_wait_ns = 10 * SC_SEC;
+	c.wait_log_interval_ns = 0;
+	struct sc *s = sc_new(&c);
+	sc_dir_set(s, KEY, sc_ckpt(320, 900, 0));
+	sc_occupy(s, 1, 90); /* 10 free */
+	kva_handle h = sc_submit(s, 2, KEY, 480); /* restore needs 30 */
+	kva_handle behind = sc_submit(s, 3, 0, 16);
+	sc_step(s, 0);
+	for (int i = 0; i < 99; i++)
+		sc_step(s, 100 * SC_MS);
+	assert_int_equal(s->n_warn, 0);
+	assert_null(sc_admitted(s, behind));
+	sc_step(s, 100 * SC_MS); /* 10 s */
+	assert_int_equal(s->n_warn, 1);
+	assert_non_null(strstr(s->last_log, "recomputing"));
+	/* as a recompute it needs only its first chunk (16 pages > 10 free: still
+	 * the head, but no longer a restore); after room frees it goes first */
+	const kva_admission *a = sc_admitted(s, h);
+	if (!a) {
+		assert_true(s->plan.head_blocked);
+	}
+	for (int i = 0; i < 100; i++)
+		sc_step(s, SC_SEC);
+	assert_int_equal(s->n_warn, 1); /* exactly one warning */
+	kva_stats stt = sc_stats(s);
+	assert_int_equal(stt.wait_expired, 1);
+	assert_int_equal(stt.fallbacks[KVA_REASON_WAIT_EXPIRED], 1);
+	kva_request_info info;
+	assert_int_equal(kva_query(s->e, h, &info), 0);
+	assert_int_equal(info.reason, KVA_REASON_WAIT_EXPIRED);
+	assert_false(info.has_selection);
+	sc_free(s);
+}
+
+static void rule08_expired_waiter_no_longer_holds_others_as_a_restore(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.max_restore_wait_ns = 5 * SC_SEC;
+	struct sc *s = sc_new(&c);
+	sc_dir_set(s, KEY, sc_ckpt(1440, 900, 0));
+	sc_occupy(s, 1, 70); /* 30 free */
+	kva_handle h = sc_submit(s, 2, KEY, 1500); /* restore needs 94 pages: waits */
+	kva_handle behind = sc_submit(s, 3, 0, 16);
+	sc_step(s, 0);
+	sc_step(s, 5 * SC_SEC);
+	/* now an ordinary admission of 16 pages: fits, and the line moves */
+	const kva_admission *a = sc_admitted(s, h);
+	assert_non_null(a);
+	assert_int_equal(a->reason, KVA_REASON_WAIT_EXPIRED);
+	assert_non_null(sc_admitted(s, behind));
+	sc_free(s);
+}
+
+static void rule14_id_reuse_stale_events_never_touch_new_incarnation(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	sc_dir_set(s, KEY, sc_ckpt(320, 900, 0));
+	kva_handle old = sc_submit(s, 42, KEY, 480);
+	sc_step(s, 0);
+	kva_copy_token old_copy = s->copies[0].token;
+	kva_lookup_token old_lookup = s->lookups[s->n_lookups - 1].token;
+	/* a live id cannot be submitted twice: the duplicate is rejected */
+	kva_handle dup = sc_submit(s, 42, KEY, 480);
+	sc_step(s, 0);
+	const kva_ended *en = sc_ended(s, dup);
+	assert_non_null(en);
+	assert_int_equal(en->state, KVA_STATE_REJECTED);
+	assert_int_equal(sc_state(s, old), KVA_STATE_IMPORTING);
+	/* cancel; the copy of the old incarnation still drains */
+	assert_int_equal(kva_cancel(s->e, old), 0);
+	sc_step(s, 0);
+	kva_handle fresh = sc_submit(s, 42, KEY, 480);
+	assert_int_not_equal(fresh.gen, old.gen);
+	sc_step(s, 0);
+	assert_int_equal(s->plan.n_copies, 1);
+	kva_copy_job fresh_job = s->copies[0];
+	/* stale events: the old copy result and a late old answer */
+	assert_int_equal(kva_copy_done(s->e, old_copy, 0, 0), 0); /* drains the old one */
+	kva_manifest m = {.count = 0};
+	assert_int_equal(kva_lookup_answer(s->e, old_lookup, &m), -ESTALE);
+	assert_int_equal(kva_copy_done(s->e, old_copy, 0, 0), -EALREADY);
+	sc_step(s, 0);
+	assert_int_equal(kva_copy_done(s->e, old_copy, 0, 0), -ENOENT); /* retired */
+	assert_null(sc_admitted(s, fresh));
+	assert_int_equal(sc_state(s, fresh), KVA_STATE_IMPORTING);
+	assert_int_equal(sc_state(s, old), 0); /* retired */
+	assert_int_equal(kva_copy_done(s->e, fresh_job.token, 0, 0), 0);
+	sc_step(s, 0);
+	assert_non_null(sc_admitted(s, fresh));
+	sc_assert_conserved(s);
+	sc_free(s);
+}
+
+static void rule16_every_prompt_token_counted_once(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	sc_dir_set(s, 1, sc_ckpt(320, 900, 0)); /* external */
+	sc_dir_set(s, 2, sc_ckpt(160, 901, 1)); /* local */
+	kva_handle a = sc_submit(s, 1, 1, 480);
+	kva_handle b = sc_submit(s, 2, 2, 200);
+	kva_handle c = sc_submit(s, 3, 0, 100);
+	sc_step(s, 0);
+	sc_copies_done(s, 0);
+	sc_step(s, 0);
+	kva_stats stt = sc_stats(s);
+	assert_int_equal(stt.prompt_tokens_admitted, 480 + 200 + 100);
+	assert_int_equal(stt.tokens_restored, 320); /* imported tokens only */
+	assert_int_equal(stt.tokens_local, 160);
+	assert_int_equal(stt.tokens_recomputed, 160 + 40 + 100);
+	assert_int_equal(stt.tokens_local + stt.tokens_restored + stt.tokens_recomputed,
+	                 stt.prompt_tokens_admitted);
+	/* a preempted request is a new admission when it comes back */
+	assert_int_equal(kva_preempt(s->e, c), 0);
+	sc_step(s, 0);
+	stt = sc_stats(s);
+	assert_int_equal(stt.prompt_tokens_admitted, 480 + 200 + 100 + 100);
+	assert_int_equal(stt.tokens_local + stt.tokens_restored + stt.tokens_recomputed,
+	                 stt.prompt_tokens_admitted);
+	(void)a;
+	(void)b;
+	sc_free(s);
+}
+
+static void rule20_step_cost_does_not_grow_with_waiting_count(void **st)
+{
+	(void)st;
+	uint32_t touched[2], events[2];
+	const uint32_t counts[2] = {100, 3000};
+	for (int k = 0; k < 2; k++) {
+		kva_config c;
+		sc_config(&c);
+		c.total_pages = 1000;
+		struct sc *s = sc_new(&c);
+		sc_dir_set(s, KEY, sc_ckpt(320, 900, 0));
+		sc_occupy(s, 1, 990);
+		for (uint32_t i = 0; i < counts[k]; i++)
+			sc_submit(s, 100 + i, KEY, 480);
+		sc_step(s, 0); /* ingest: O(events) */
+		assert_int_equal(s->plan.events, counts[k] + counts[k]);
+		sc_step(s, SC_MS);
+		touched[k] = s->plan.records_touched;
+		events[k] = s->plan.events;
+		assert_true(s->plan.head_blocked);
+		sc_free(s);
+	}
+	assert_int_equal(events[0], 0);
+	assert_int_equal(events[1], 0);
+	assert_int_equal(touched[0], 1); /* the head, and nothing else */
+	assert_int_equal(touched[1], 1);
+}
+
+static void rule20_blocked_head_polls_no_lookups(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	sc_dir_set(s, KEY, sc_ckpt(320, 900, 0));
+	sc_occupy(s, 1, 95);
+	for (int i = 0; i < 500; i++)
+		sc_submit(s, 10 + i, KEY, 480);
+	sc_step(s, 0);
+	uint32_t lookups = s->n_lookups;
+	for (int i = 0; i < 100; i++) {
+		sc_step(s, SC_MS);
+		assert_true(s->plan.records_touched <= 1);
+	}
+	assert_int_equal(s->n_lookups, lookups);
+	sc_free(s);
+}
+
+static void rule21_capabilities_are_probeable(void **st)
+{
+	(void)st;
+	assert_int_equal(kva_version(), KVA_VERSION_NUMBER);
+	assert_true(kva_has_feature(KVA_FEATURE_RESTORE_RESERVATION));
+	assert_true(kva_has_feature(KVA_FEATURE_BOUNDED_WAIT));
+	assert_true(kva_has_feature(KVA_FEATURE_COLLECTIVE_COPY));
+	assert_false(kva_has_feature(9999));
+	assert_non_null(kva_version_string());
+	assert_string_not_equal(kva_strerror(-ENOSPC), kva_strerror(-EINVAL));
+}
+
+static void finish_reports_once_and_frees_everything(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_handle h = sc_occupy(s, 1, 10);
+	assert_int_equal(kva_finish(s->e, h), 0);
+	assert_int_equal(kva_finish(s->e, h), -EALREADY);
+	assert_int_equal(sc_free_pages(s), 100);
+	sc_step(s, 0);
+	assert_non_null(sc_ended(s, h));
+	assert_int_equal(sc_ended(s, h)->state, KVA_STATE_FINISHED);
+	sc_step(s, 0);
+	assert_null(sc_ended(s, h));
+	assert_int_equal(kva_finish(s->e, h), -ENOENT);
+	assert_int_equal(kva_preempt(s->e, h), -ENOENT);
+	sc_free(s);
+}
+
+/* Eight agents, each with a growing context, whose checkpoints together are
+ * 2.4x the pool: every later turn restores, nobody cold-prefills, no page is
+ * leaked. Turn t of agent a has a (96 + 64 t)-token context: 6 + 4t pages. */
+static void eight_agents_exceeding_the_pool_all_restore_in_turn(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.total_pages = 100;
+	c.copy_slots = 2;
+	c.max_restore_wait_ns = 0;
+	c.prefill_chunk_tokens = 4096;
+	c.decode_headroom_pages = 4; /* the 64 decoded tokens */
+	struct sc *s = sc_new(&c);
+	enum { AGENTS = 8, TURNS = 6 };
+	uint32_t ctx[AGENTS];
+	kva_handle h[AGENTS];
+	int turn[AGENTS], running[AGENTS];
+	uint64_t ck_id = 1000;
+	for (int a = 0; a < AGENTS; a++) {
+		ctx[a] = 96;
+		turn[a] = 0;
+		h[a] = sc_submit(s, (uint64_t)a * 100, 0, ctx[a]); /* first turn: cold */
+		running[a] = 0;
+	}
+	uint32_t later_turns = 0, restored_turns = 0, done = 0;
+	for (int step = 0; step < 5000 && done < AGENTS; step++) {
+		sc_step(s, 10 * SC_MS);
+		for (uint32_t i = 0; i < s->plan.n_admitted; i++) {
+			const kva_admission *ad = &s->admitted[i];
+			int a = (int)(ad->handle.id / 100);
+			running[a] = 1;
+			if (turn[a] > 0) {
+				later_turns++;
+				restored_turns += ad->how == KVA_ADMIT_RESTORE;
+				assert_int_not_equal(ad->how, KVA_ADMIT_RECOMPUTE);
+			}
+			/* finish the prompt and decode 64 tokens: grow into the reservation */
+			uint32_t need = (ctx[a] + 64 + 15) / 16;
+			uint32_t have = ad->npages;
+			if (need > have)
+				assert_int_equal(kva_grow(s->e, ad->handle, need - have, NULL), 0);
+		}
+		sc_copies_done(s, 0);
+		/* the running agents finish their turn: checkpoint, then next turn */
+		for (int a = 0; a < AGENTS; a++) {
+			if (!running[a])
+				continue;
+			running[a] = 0;
+			assert_int_equal(kva_finish(s->e, h[a]), 0);
+			ctx[a] += 64;
+			if (++turn[a] == TURNS) {
+				done++;
+				continue;
+			}
+			uint64_t key = (uint64_t)a * 100 + (uint64_t)turn[a];
+			sc_dir_set(s, key, sc_ckpt(ctx[a], ck_id++, 0)); /* always-write */
+			ctx[a] += 32; /* tool output appended */
+			h[a] = sc_submit(s, key, key, ctx[a]);
+		}
+	}
+	assert_int_equal(done, AGENTS);
+	assert_int_equal(later_turns, AGENTS * (TURNS - 1));
+	assert_int_equal(restored_turns, later_turns);
+	sc_step(s, 0);
+	sc_step(s, 0);
+	kva_stats stt = sc_stats(s);
+	assert_int_equal(stt.free_pages, stt.total_pages); /* nothing leaked */
+	assert_int_equal(stt.draining_pages + stt.reserved_pages + stt.in_use_pages, 0);
+	assert_int_equal(stt.finished, AGENTS * TURNS);
+	assert_int_equal(stt.fallbacks[KVA_REASON_LEGACY] + stt.fallbacks[KVA_REASON_TOO_LARGE] +
+	                         stt.fallbacks[KVA_REASON_WAIT_EXPIRED],
+	                 0);
+	sc_free(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(rule08_bounded_wait_warns_once_then_recomputes_and_stops_holding),
+		cmocka_unit_test(rule08_expired_waiter_no_longer_holds_others_as_a_restore),
+		cmocka_unit_test(rule14_id_reuse_stale_events_never_touch_new_incarnation),
+		cmocka_unit_test(rule16_every_prompt_token_counted_once),
+		cmocka_unit_test(rule20_step_cost_does_not_grow_with_waiting_count),
+		cmocka_unit_test(rule20_blocked_head_polls_no_lookups),
+		cmocka_unit_test(rule21_capabilities_are_probeable),
+		cmocka_unit_test(finish_reports_once_and_frees_everything),
+		cmocka_unit_test(eight_agents_exceeding_the_pool_all_restore_in_turn),
+	};
+	return cmocka_run_group_tests_name("lifecycle", tests, NULL, NULL);
+}

@@ -1,0 +1,297 @@
+/* Lookups and manifests: rules 2, 3, 10, 15 and 18. */
+#include "scenario.h"
+
+#define KEY 7
+
+static void rule02_one_lookup_per_request_however_long_it_waits(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	sc_dir_set(s, KEY, sc_ckpt(320, 900, 0));
+	kva_handle hog = sc_occupy(s, 1, 90);
+	uint32_t before = s->n_lookups;
+	kva_handle h = sc_submit(s, 2, KEY, 480);
+	kva_handle behind = sc_submit(s, 3, KEY, 480);
+	sc_step(s, 0);
+	/* issued at ingest, for the head and for the request behind it */
+	assert_int_equal(s->n_lookups - before, 2);
+	for (int i = 0; i < 500; i++)
+		sc_step(s, 10 * SC_MS); /* 5 s of waiting, far past the 1 s lookup deadline */
+	assert_int_equal(s->n_lookups - before, 2);
+	kva_request_info info;
+	assert_int_equal(kva_query(s->e, h, &info), 0);
+	assert_int_equal(info.lookups, 1);
+	assert_true(info.has_selection); /* the answer is retained */
+	assert_int_equal(sc_stats(s).lookups_timed_out, 0);
+	assert_int_equal(kva_finish(s->e, hog), 0);
+	sc_step(s, 0);
+	assert_int_equal(s->plan.n_copies, 2);
+	(void)behind;
+	sc_free(s);
+}
+
+static void rule03_lookup_timeout_falls_back_with_its_reason(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default(); /* directory never answers key 5 */
+	kva_handle h = sc_submit(s, 1, 5, 100);
+	kva_handle behind = sc_submit(s, 2, 0, 100);
+	sc_step(s, 0);
+	assert_true(s->plan.head_blocked); /* undecided head holds the line */
+	assert_null(sc_admitted(s, behind));
+	sc_step(s, 999 * SC_MS);
+	assert_int_equal(s->plan.n_admitted, 0);
+	sc_step(s, 1 * SC_MS);
+	const kva_admission *a = sc_admitted(s, h);
+	assert_non_null(a);
+	assert_int_equal(a->how, KVA_ADMIT_RECOMPUTE);
+	assert_int_equal(a->reason, KVA_REASON_LOOKUP_TIMEOUT);
+	assert_non_null(sc_admitted(s, behind));
+	assert_int_equal(sc_stats(s).fallbacks[KVA_REASON_LOOKUP_TIMEOUT], 1);
+	sc_free(s);
+}
+
+static void rule03_late_answer_is_ignored_and_counted(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_handle h = sc_submit(s, 1, 5, 100);
+	sc_step(s, 0);
+	kva_lookup_token t = s->lookups[0].token;
+	sc_step(s, 2 * SC_SEC);
+	assert_non_null(sc_admitted(s, h));
+	kva_manifest m = {.count = 1, .entries = {sc_ckpt(64, 900, 0)}};
+	assert_int_equal(kva_lookup_answer(s->e, t, &m), -ESTALE);
+	sc_step(s, 0);
+	assert_int_equal(sc_stats(s).late_answers, 1);
+	assert_int_equal(sc_stats(s).admitted_restore, 0);
+	assert_int_equal(s->plan.n_copies, 0);
+	sc_free(s);
+}
+
+static void rule03_each_lookup_has_its_own_deadline(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_handle a = sc_submit(s, 1, 5, 100);
+	sc_step(s, 0);
+	sc_step(s, 600 * SC_MS);
+	kva_handle b = sc_submit(s, 2, 6, 100);
+	sc_step(s, 0);
+	sc_step(s, 400 * SC_MS); /* a's deadline, not b's */
+	assert_non_null(sc_admitted(s, a));
+	assert_null(sc_admitted(s, b));
+	sc_step(s, 599 * SC_MS);
+	assert_int_equal(sc_state(s, b), KVA_STATE_WAITING);
+	sc_step(s, 1 * SC_MS);
+	assert_non_null(sc_admitted(s, b));
+	sc_free(s);
+}
+
+static void rule10_miss_falls_back_with_its_reason(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_handle h = sc_submit(s, 1, 5, 100);
+	sc_step(s, 0);
+	kva_manifest m = {.count = 0};
+	assert_int_equal(kva_lookup_answer(s->e, s->lookups[0].token, &m), 0);
+	sc_step(s, 0);
+	const kva_admission *a = sc_admitted(s, h);
+	assert_non_null(a);
+	assert_int_equal(a->reason, KVA_REASON_MISS);
+	assert_int_equal(a->recompute_tokens, 100);
+	assert_int_equal(sc_stats(s).fallbacks[KVA_REASON_MISS], 1);
+	sc_free(s);
+}
+
+static void rule10_incompatible_checkpoint_falls_back_with_its_reason(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_checkpoint c = sc_ckpt(64, 900, 0);
+	c.compatible = 0;
+	sc_dir_set(s, KEY, c);
+	kva_handle h = sc_submit(s, 1, KEY, 100);
+	sc_step(s, 0);
+	const kva_admission *a = sc_admitted(s, h);
+	assert_non_null(a);
+	assert_int_equal(a->reason, KVA_REASON_INCOMPATIBLE);
+	kva_stats stt = sc_stats(s);
+	assert_int_equal(stt.fallbacks[KVA_REASON_INCOMPATIBLE], 1);
+	assert_int_equal(stt.fallbacks[KVA_REASON_MISS], 0);
+	sc_free(s);
+}
+
+static void rule10_longest_compatible_checkpoint_is_selected(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_checkpoint longest = sc_ckpt(480, 903, 0);
+	longest.compatible = 0;
+	sc_dir_add(s, KEY, sc_ckpt(160, 901, 0));
+	sc_dir_add(s, KEY, sc_ckpt(320, 902, 0));
+	sc_dir_add(s, KEY, longest);
+	sc_dir_add(s, KEY, sc_ckpt(640, 904, 0)); /* longer than the prompt */
+	sc_submit(s, 1, KEY, 500);
+	sc_step(s, 0);
+	assert_int_equal(s->plan.n_copies, 1);
+	assert_int_equal(s->copies[0].checkpoint_id, 902);
+	assert_int_equal(s->copies[0].npages, 20);
+	sc_free(s);
+}
+
+static void rule15_evicted_full_local_selection_relooks_up_and_restores(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	sc_dir_set(s, KEY, sc_ckpt(480, 500, 1)); /* full prefix, local */
+	kva_handle hog = sc_occupy(s, 1, 90);
+	kva_handle h = sc_submit(s, 2, KEY, 480);
+	sc_step(s, 0);
+	kva_request_info info;
+	assert_int_equal(kva_query(s->e, h, &info), 0);
+	assert_int_equal(info.selected_location, KVA_LOC_LOCAL);
+	/* the local copy goes away while h waits; the store has it externally */
+	sc_dir_clear(s);
+	sc_dir_set(s, KEY, sc_ckpt(480, 600, 0));
+	assert_int_equal(kva_checkpoint_evicted(s->e, 500, 2), 0);
+	sc_step(s, 0);
+	assert_int_equal(sc_stats(s).revalidations, 1);
+	assert_int_equal(kva_query(s->e, h, &info), 0);
+	assert_int_equal(info.lookups, 2);
+	assert_int_equal(info.selected_location, KVA_LOC_EXTERNAL);
+	assert_int_equal(kva_finish(s->e, hog), 0);
+	sc_step(s, 0);
+	assert_int_equal(s->plan.n_copies, 1);
+	assert_int_equal(s->copies[0].checkpoint_id, 600);
+	sc_copies_done(s, 0);
+	sc_step(s, 0);
+	const kva_admission *a = sc_admitted(s, h);
+	assert_non_null(a);
+	assert_int_equal(a->how, KVA_ADMIT_RESTORE);
+	assert_int_equal(sc_stats(s).admitted_recompute, 1); /* the hog only */
+	sc_free(s);
+}
+
+static void rule15_evicted_partial_local_selection_relooks_up_and_restores(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	sc_dir_set(s, KEY, sc_ckpt(320, 500, 1)); /* partial prefix, local */
+	kva_handle hog = sc_occupy(s, 1, 90);
+	kva_handle h = sc_submit(s, 2, KEY, 480);
+	sc_step(s, 0);
+	sc_dir_clear(s);
+	sc_dir_set(s, KEY, sc_ckpt(320, 600, 0));
+	assert_int_equal(kva_checkpoint_evicted(s->e, 500, 5), 0);
+	sc_step(s, 0);
+	assert_int_equal(kva_finish(s->e, hog), 0);
+	sc_step(s, 0);
+	assert_int_equal(s->plan.n_copies, 1);
+	sc_copies_done(s, 0);
+	sc_step(s, 0);
+	const kva_admission *a = sc_admitted(s, h);
+	assert_non_null(a);
+	assert_int_equal(a->how, KVA_ADMIT_RESTORE);
+	assert_int_equal(a->restored_tokens, 320);
+	assert_int_equal(a->recompute_tokens, 160);
+	sc_free(s);
+}
+
+static void rule15_unrelated_or_older_eviction_touches_nobody(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_checkpoint c = sc_ckpt(320, 500, 1);
+	c.epoch = 7;
+	sc_dir_set(s, KEY, c);
+	sc_occupy(s, 1, 90);
+	kva_handle h = sc_submit(s, 2, KEY, 480);
+	sc_step(s, 0);
+	uint32_t lookups = s->n_lookups;
+	assert_int_equal(kva_checkpoint_evicted(s->e, 501, 99), 0); /* another checkpoint */
+	assert_int_equal(kva_checkpoint_evicted(s->e, 500, 7), 0);  /* not newer than ours */
+	sc_step(s, 0);
+	assert_int_equal(s->n_lookups, lookups);
+	assert_int_equal(sc_stats(s).revalidations, 0);
+	assert_int_equal(s->plan.records_touched, 2); /* the candidate + the head */
+	kva_request_info info;
+	assert_int_equal(kva_query(s->e, h, &info), 0);
+	assert_int_equal(info.selected_location, KVA_LOC_LOCAL);
+	sc_free(s);
+}
+
+static void rule15_local_selection_is_admitted_without_a_copy(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	sc_dir_set(s, KEY, sc_ckpt(320, 500, 1));
+	kva_handle h = sc_submit(s, 1, KEY, 480);
+	sc_step(s, 0);
+	const kva_admission *a = sc_admitted(s, h);
+	assert_non_null(a);
+	assert_int_equal(a->how, KVA_ADMIT_LOCAL);
+	assert_int_equal(a->local_tokens, 320);
+	assert_int_equal(s->plan.n_copies, 0);
+	sc_free(s);
+}
+
+struct logs {
+	int n;
+};
+
+static void rule18_wait_logs_at_most_once_per_interval_and_refreshes(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.max_restore_wait_ns = 0; /* unbounded: only logs and refreshes */
+	c.wait_log_interval_ns = 30 * SC_SEC;
+	c.lookup_refresh_ns = 20 * SC_SEC;
+	struct sc *s = sc_new(&c);
+	sc_dir_set(s, KEY, sc_ckpt(320, 900, 0));
+	kva_handle hog = sc_occupy(s, 1, 90);
+	kva_handle h = sc_submit(s, 2, KEY, 480);
+	sc_step(s, 0);
+	for (int i = 0; i < 1000; i++)
+		sc_step(s, 100 * SC_MS); /* 100 s */
+	assert_int_equal(s->n_logs, 3); /* at 30, 60, 90 s */
+	assert_int_equal(s->n_warn, 0);
+	kva_stats stt = sc_stats(s);
+	assert_int_equal(stt.wait_logs, 3);
+	assert_int_equal(stt.refreshes, 5); /* at 20, 40, 60, 80, 100 s */
+	kva_request_info info;
+	assert_int_equal(kva_query(s->e, h, &info), 0);
+	assert_true(info.has_selection); /* refreshing never dropped the manifest */
+	assert_int_equal(info.state, KVA_STATE_WAITING);
+	/* an empty refresh answer keeps the retained manifest */
+	sc_dir_clear(s);
+	for (int i = 0; i < 200; i++)
+		sc_step(s, 100 * SC_MS);
+	assert_int_equal(kva_query(s->e, h, &info), 0);
+	assert_true(info.has_selection);
+	assert_int_equal(kva_finish(s->e, hog), 0);
+	sc_step(s, 0);
+	assert_int_equal(s->plan.n_copies, 1);
+	sc_free(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(rule02_one_lookup_per_request_however_long_it_waits),
+		cmocka_unit_test(rule03_lookup_timeout_falls_back_with_its_reason),
+		cmocka_unit_test(rule03_late_answer_is_ignored_and_counted),
+		cmocka_unit_test(rule03_each_lookup_has_its_own_deadline),
+		cmocka_unit_test(rule10_miss_falls_back_with_its_reason),
+		cmocka_unit_test(rule10_incompatible_checkpoint_falls_back_with_its_reason),
+		cmocka_unit_test(rule10_longest_compatible_checkpoint_is_selected),
+		cmocka_unit_test(rule15_evicted_full_local_selection_relooks_up_and_restores),
+		cmocka_unit_test(rule15_evicted_partial_local_selection_relooks_up_and_restores),
+		cmocka_unit_test(rule15_unrelated_or_older_eviction_touches_nobody),
+		cmocka_unit_test(rule15_local_selection_is_admitted_without_a_copy),
+		cmocka_unit_test(rule18_wait_logs_at_most_once_per_interval_and_refreshes),
+	};
+	return cmocka_run_group_tests_name("lookups", tests, NULL, NULL);
+}
