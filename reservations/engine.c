@@ -126,10 +126,10 @@ void kva_engine_destroy(kva_engine *e)
 	struct cds_lfht_iter it;
 	struct kva_idtable_node *n;
 	cds_lfht_for_each_entry(e->ckpt.ht, &it, n, lfht)
-		cds_lfht_del(e->ckpt.ht, &n->lfht);
+		kva_idtable_del(&e->ckpt, n);
 	cds_lfht_for_each_entry(e->ids.ht, &it, n, lfht) {
 		struct kva__req *r = caa_container_of(n, struct kva__req, idn);
-		cds_lfht_del(e->ids.ht, &n->lfht);
+		kva_idtable_del(&e->ids, n);
 		kva_rcu_call(&r->rcu, kva__req_free_rcu);
 	}
 	kva_rcu_read_unlock();
