@@ -10,7 +10,9 @@
  * Releases are one fetch_add and never fail.
  *
  * The pages lane may be protected by a floor: try_reserve refuses to leave
- * fewer than `floor` free pages (callers pass 0 to go below it).
+ * fewer than `floor` free pages (callers pass 0 to go below it). A
+ * reservation that takes no pages (only slots and/or runs) is not held back
+ * by the floor: the floor protects pages, nothing else.
  *
  * Synchronisation table:
  *   call                     | may run concurrently with
@@ -42,6 +44,9 @@ struct kva_credits {
 struct kva_capacity {
 	alignas(64) _Atomic uint64_t word; /* free credits, packed */
 	struct kva_credits total;
+	/* Debug builds: releases that pushed a lane above its total (caller
+	 * bugs; the word is then wrong). Always 0 in release builds. */
+	_Atomic uint32_t overreleases;
 };
 
 static inline uint64_t kva_credits_pack(struct kva_credits c)

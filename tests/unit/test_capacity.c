@@ -1,0 +1,146 @@
+/* Unit tests for lockfree/capacity: all-or-nothing, floor, lane packing. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "capacity.h"
+
+#ifndef KVA_DEBUG
+#define KVA_DEBUG 0
+#endif
+
+static struct kva_credits cr(uint32_t p, uint16_t s, uint16_t r)
+{
+	struct kva_credits c = {p, s, r};
+	return c;
+}
+
+static void assert_free(const struct kva_capacity *c, uint32_t p, uint16_t s, uint16_t r)
+{
+	struct kva_credits f = kva_capacity_free(c);
+	assert_int_equal(f.pages, p);
+	assert_int_equal(f.slots, s);
+	assert_int_equal(f.runs, r);
+}
+
+static void test_init_makes_all_credits_free(void **state)
+{
+	(void)state;
+	struct kva_capacity c;
+	kva_capacity_init(&c, cr(1000, 8, 64));
+	assert_free(&c, 1000, 8, 64);
+	assert_int_equal(c.total.pages, 1000);
+	assert_int_equal(atomic_load(&c.overreleases), 0);
+}
+
+static void test_pack_unpack_roundtrip_at_lane_limits(void **state)
+{
+	(void)state;
+	struct kva_credits in = cr(UINT32_MAX, UINT16_MAX, UINT16_MAX);
+	struct kva_credits out = kva_credits_unpack(kva_credits_pack(in));
+	assert_int_equal(out.pages, UINT32_MAX);
+	assert_int_equal(out.slots, UINT16_MAX);
+	assert_int_equal(out.runs, UINT16_MAX);
+	out = kva_credits_unpack(kva_credits_pack(cr(0, 1, 0)));
+	assert_int_equal(out.pages, 0);
+	assert_int_equal(out.slots, 1);
+	assert_int_equal(out.runs, 0);
+}
+
+static void test_reserve_takes_all_lanes_or_none(void **state)
+{
+	(void)state;
+	struct kva_capacity c;
+	kva_capacity_init(&c, cr(100, 2, 3));
+
+	assert_true(kva_capacity_try_reserve(&c, cr(40, 1, 1), 0));
+	assert_free(&c, 60, 1, 2);
+	/* Pages suffice, slots do not: nothing is taken. */
+	assert_false(kva_capacity_try_reserve(&c, cr(10, 2, 0), 0));
+	assert_free(&c, 60, 1, 2);
+	/* Slots suffice, pages do not. */
+	assert_false(kva_capacity_try_reserve(&c, cr(61, 1, 0), 0));
+	assert_free(&c, 60, 1, 2);
+	/* Runs short. */
+	assert_false(kva_capacity_try_reserve(&c, cr(0, 0, 3), 0));
+	assert_free(&c, 60, 1, 2);
+	/* Exactly everything. */
+	assert_true(kva_capacity_try_reserve(&c, cr(60, 1, 2), 0));
+	assert_free(&c, 0, 0, 0);
+	assert_false(kva_capacity_try_reserve(&c, cr(1, 0, 0), 0));
+}
+
+static void test_reserve_never_leaves_fewer_pages_than_floor(void **state)
+{
+	(void)state;
+	struct kva_capacity c;
+	kva_capacity_init(&c, cr(100, 4, 4));
+
+	assert_false(kva_capacity_try_reserve(&c, cr(91, 0, 0), 10));
+	assert_true(kva_capacity_try_reserve(&c, cr(90, 0, 0), 10));
+	assert_free(&c, 10, 4, 4);
+	assert_false(kva_capacity_try_reserve(&c, cr(1, 0, 0), 10));
+	/* Floor 0 may take the protected pages (kva_grow's path). */
+	assert_true(kva_capacity_try_reserve(&c, cr(5, 0, 0), 0));
+	assert_free(&c, 5, 4, 4);
+	/* Below the floor already: a page-less reservation is not held back. */
+	assert_true(kva_capacity_try_reserve(&c, cr(0, 1, 1), 10));
+	assert_free(&c, 5, 3, 3);
+	/* A floor larger than the pool refuses every page. */
+	assert_false(kva_capacity_try_reserve(&c, cr(1, 0, 0), UINT32_MAX));
+}
+
+static void test_release_restores_exactly(void **state)
+{
+	(void)state;
+	struct kva_capacity c;
+	kva_capacity_init(&c, cr(UINT32_MAX, UINT16_MAX, UINT16_MAX));
+
+	assert_true(kva_capacity_try_reserve(&c, cr(UINT32_MAX, UINT16_MAX, UINT16_MAX), 0));
+	assert_free(&c, 0, 0, 0);
+	/* Lanes are independent: a full release of one lane does not carry. */
+	kva_capacity_release(&c, cr(UINT32_MAX, 0, 0));
+	assert_free(&c, UINT32_MAX, 0, 0);
+	kva_capacity_release(&c, cr(0, UINT16_MAX, 0));
+	assert_free(&c, UINT32_MAX, UINT16_MAX, 0);
+	kva_capacity_release(&c, cr(0, 0, UINT16_MAX));
+	assert_free(&c, UINT32_MAX, UINT16_MAX, UINT16_MAX);
+	assert_int_equal(atomic_load(&c.overreleases), 0);
+}
+
+static void test_zero_reservation_always_succeeds(void **state)
+{
+	(void)state;
+	struct kva_capacity c;
+	kva_capacity_init(&c, cr(0, 0, 0));
+	assert_true(kva_capacity_try_reserve(&c, cr(0, 0, 0), 5));
+	kva_capacity_release(&c, cr(0, 0, 0));
+	assert_free(&c, 0, 0, 0);
+}
+
+static void test_overrelease_is_counted_in_debug_builds(void **state)
+{
+	(void)state;
+	struct kva_capacity c;
+	kva_capacity_init(&c, cr(10, 2, 2));
+	assert_true(kva_capacity_try_reserve(&c, cr(5, 1, 0), 0));
+	kva_capacity_release(&c, cr(5, 1, 0));
+	assert_int_equal(atomic_load(&c.overreleases), 0);
+	kva_capacity_release(&c, cr(0, 1, 0)); /* caller bug: slot not held */
+	assert_int_equal(atomic_load(&c.overreleases), KVA_DEBUG ? 1 : 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_init_makes_all_credits_free),
+	    cmocka_unit_test(test_pack_unpack_roundtrip_at_lane_limits),
+	    cmocka_unit_test(test_reserve_takes_all_lanes_or_none),
+	    cmocka_unit_test(test_reserve_never_leaves_fewer_pages_than_floor),
+	    cmocka_unit_test(test_release_restores_exactly),
+	    cmocka_unit_test(test_zero_reservation_always_succeeds),
+	    cmocka_unit_test(test_overrelease_is_counted_in_debug_builds),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
