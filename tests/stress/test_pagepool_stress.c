@@ -1,0 +1,250 @@
+/*
+ * Threaded stress tests for lockfree/pagepool. Every take stamps the id in a
+ * shared ownership array with an atomic exchange, every put clears it, so a
+ * second hand-out of a held id is caught the moment it happens. Workers
+ * count what they saw; the main thread asserts.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "capacity.h"
+#include "pagepool.h"
+#include "kva_test.h"
+
+#define WORKERS 4
+#define MAX_BATCH 16
+
+struct shared {
+	struct kva_pagepool pool;
+	struct kva_capacity cap; /* only in the credits test */
+	_Atomic uint32_t *owner; /* 0 = in the pool, else worker index + 1 */
+	uint32_t n;
+	uint64_t iters;
+	pthread_barrier_t start;
+};
+
+struct worker {
+	struct shared *sh;
+	uint32_t me;
+	uint32_t *held;
+	size_t nheld;
+	uint64_t taken, refused;
+	uint64_t double_handouts; /* took an id someone else held */
+	uint64_t bad_ids;	  /* id out of range */
+	uint64_t stolen;	  /* put an id that was no longer ours */
+	uint64_t missing;	  /* credits held but no ids found */
+};
+
+static void own(struct worker *w, uint32_t id)
+{
+	if (id >= w->sh->n) {
+		w->bad_ids++;
+		return;
+	}
+	/* seq_cst: a plain witness, independent of the pool's own ordering. */
+	if (atomic_exchange(&w->sh->owner[id], w->me) != 0)
+		w->double_handouts++;
+	w->held[w->nheld++] = id;
+}
+
+static void disown(struct worker *w, uint32_t id)
+{
+	if (atomic_exchange(&w->sh->owner[id], 0) != w->me)
+		w->stolen++;
+}
+
+static void put_some(struct worker *w, size_t k)
+{
+	uint32_t *ids = w->held + w->nheld - k;
+	for (size_t i = 0; i < k; i++)
+		disown(w, ids[i]);
+	if (k == 1)
+		kva_pagepool_put(&w->sh->pool, ids[0]);
+	else
+		kva_pagepool_put_n(&w->sh->pool, ids, k);
+	w->nheld -= k;
+}
+
+static void *mixed_worker(void *arg)
+{
+	struct worker *w = arg;
+	struct shared *sh = w->sh;
+	uint64_t rng = 0x9e3779b97f4a7c15ULL * w->me;
+	uint32_t batch[MAX_BATCH];
+
+	pthread_barrier_wait(&sh->start);
+	for (uint64_t i = 0; i < sh->iters; i++) {
+		uint64_t r = kva_test_rand(&rng);
+		size_t k = 1 + (size_t)((r >> 8) % MAX_BATCH);
+		/* Bias towards taking so that the pool runs dry and take_n fails. */
+		if ((r & 3) != 0 && w->nheld + k <= sh->n) {
+			bool ok;
+			if ((r >> 4) & 1) {
+				k = 1;
+				ok = kva_pagepool_take(&sh->pool, batch);
+			} else {
+				ok = kva_pagepool_take_n(&sh->pool, batch, k);
+			}
+			if (!ok) {
+				w->refused++;
+				continue;
+			}
+			w->taken += k;
+			for (size_t j = 0; j < k; j++)
+				own(w, batch[j]);
+		} else if (w->nheld > 0) {
+			put_some(w, k < w->nheld ? k : w->nheld);
+		}
+		/* Shuffle what we hold so puts return ids in a new order. */
+		if (w->nheld > 1) {
+			size_t a = (size_t)(r >> 24) % w->nheld, b = (size_t)(r >> 40) % w->nheld;
+			uint32_t t = w->held[a];
+			w->held[a] = w->held[b];
+			w->held[b] = t;
+		}
+	}
+	while (w->nheld > 0)
+		put_some(w, w->nheld < MAX_BATCH ? w->nheld : MAX_BATCH);
+	return NULL;
+}
+
+/* A holder of credits always finds ids: reserve k credits, take_n(k) must
+ * succeed; put the ids back before releasing the credits. */
+static void *credit_worker(void *arg)
+{
+	struct worker *w = arg;
+	struct shared *sh = w->sh;
+	uint64_t rng = 0xda3e39cb94b95bdbULL * w->me;
+	uint32_t batch[MAX_BATCH];
+
+	pthread_barrier_wait(&sh->start);
+	for (uint64_t i = 0; i < sh->iters; i++) {
+		uint64_t r = kva_test_rand(&rng);
+		uint32_t k = 1 + (uint32_t)((r >> 8) % MAX_BATCH);
+		struct kva_credits c = {k, 0, 0};
+		if (!kva_capacity_try_reserve(&sh->cap, c, 0)) {
+			w->refused++;
+			continue;
+		}
+		if (!kva_pagepool_take_n(&sh->pool, batch, k)) {
+			w->missing++;
+			kva_capacity_release(&sh->cap, c);
+			continue;
+		}
+		w->taken += k;
+		for (uint32_t j = 0; j < k; j++)
+			own(w, batch[j]);
+		put_some(w, k);
+		kva_capacity_release(&sh->cap, c);
+	}
+	return NULL;
+}
+
+static void run(struct shared *sh, uint32_t n, uint64_t iters, void *(*fn)(void *),
+		struct worker *w)
+{
+	pthread_t t[WORKERS];
+
+	sh->n = n;
+	sh->iters = iters;
+	sh->owner = calloc(n, sizeof(*sh->owner));
+	assert_non_null(sh->owner);
+	assert_int_equal(kva_pagepool_init(&sh->pool, n), 0);
+	pthread_barrier_init(&sh->start, NULL, WORKERS);
+	for (uint32_t i = 0; i < WORKERS; i++) {
+		w[i] = (struct worker){.sh = sh, .me = i + 1};
+		w[i].held = malloc(n * sizeof(uint32_t));
+		assert_non_null(w[i].held);
+		assert_int_equal(pthread_create(&t[i], NULL, fn, &w[i]), 0);
+	}
+	for (int i = 0; i < WORKERS; i++)
+		pthread_join(t[i], NULL);
+	pthread_barrier_destroy(&sh->start);
+}
+
+/* Every worker put everything back: the pool holds each id exactly once. */
+static void check_and_free(struct shared *sh, struct worker *w)
+{
+	for (int i = 0; i < WORKERS; i++) {
+		assert_int_equal(w[i].double_handouts, 0);
+		assert_int_equal(w[i].bad_ids, 0);
+		assert_int_equal(w[i].stolen, 0);
+		assert_int_equal(w[i].missing, 0);
+		assert_int_equal(w[i].nheld, 0);
+		assert_true(w[i].taken > 0);
+		free(w[i].held);
+	}
+	assert_int_equal(kva_pagepool_count(&sh->pool), sh->n);
+	uint32_t *all = malloc(sh->n * sizeof(uint32_t));
+	unsigned char *seen = calloc(sh->n, 1);
+	assert_non_null(all);
+	assert_non_null(seen);
+	assert_true(kva_pagepool_take_n(&sh->pool, all, sh->n));
+	for (uint32_t i = 0; i < sh->n; i++) {
+		assert_true(all[i] < sh->n);
+		assert_int_equal(seen[all[i]]++, 0);
+		assert_int_equal(atomic_load(&sh->owner[all[i]]), 0);
+	}
+	uint32_t extra;
+	assert_false(kva_pagepool_take(&sh->pool, &extra));
+	free(all);
+	free(seen);
+	free(sh->owner);
+	kva_pagepool_fini(&sh->pool);
+}
+
+static void test_concurrent_take_put_never_hands_an_id_out_twice(void **state)
+{
+	(void)state;
+	static struct shared sh;
+	struct worker w[WORKERS];
+
+	run(&sh, 4096, kva_test_scaled(2000000), mixed_worker, w);
+	check_and_free(&sh, w);
+}
+
+static void test_tiny_pool_under_contention_keeps_every_id(void **state)
+{
+	(void)state;
+	static struct shared sh;
+	struct worker w[WORKERS];
+
+	/* Fewer ids than the workers want: take_n fails often, the stack is
+	 * emptied and refilled constantly (the ABA-prone regime). */
+	run(&sh, 24, kva_test_scaled(2000000), mixed_worker, w);
+	uint64_t refused = 0;
+	for (int i = 0; i < WORKERS; i++)
+		refused += w[i].refused;
+	assert_true(refused > 0);
+	check_and_free(&sh, w);
+}
+
+static void test_credit_holders_always_find_ids(void **state)
+{
+	(void)state;
+	static struct shared sh;
+	struct worker w[WORKERS];
+	const uint32_t n = 40;
+	struct kva_credits total = {n, 0, 0};
+
+	kva_capacity_init(&sh.cap, total);
+	run(&sh, n, kva_test_scaled(2000000), credit_worker, w);
+	assert_int_equal(kva_capacity_free(&sh.cap).pages, n);
+	check_and_free(&sh, w);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_concurrent_take_put_never_hands_an_id_out_twice),
+	    cmocka_unit_test(test_tiny_pool_under_contention_keeps_every_id),
+	    cmocka_unit_test(test_credit_holders_always_find_ids),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
