@@ -3,7 +3,12 @@
  *
  * Intrusive timers; O(1) arm and cancel; advance costs O(levels + timers
  * expired + timers cascaded), skipping empty slots with per-level occupancy
- * bitmaps, so a large jump of time is as cheap as a small one.
+ * bitmaps, so a large jump of time is as cheap as a small one. Two costs
+ * come on top: the timers of one bucket that fire together are merge-sorted
+ * by (expiry, arm order) — linear when they were armed in that order — and
+ * an advance within the current tick re-examines that tick's not-yet-due
+ * timers. Timers more than 2^48 ticks ahead wait on an overflow list that is
+ * rescanned only when time crosses a 2^48-tick boundary.
  *
  * Semantics are exact, not tick-rounded: a timer fires in the first
  * kva_timerwheel_advance() whose now_ns >= its expiry. Within one advance,
@@ -12,7 +17,8 @@
  * Time never goes backwards: an advance to an earlier now is a no-op.
  *
  * The callback may arm or cancel any timer, including the one firing; a
- * timer armed from a callback fires no earlier than the next advance.
+ * timer armed from a callback fires no earlier than the next advance. A
+ * callback must not call kva_timerwheel_advance (it would return 0).
  *
  * Synchronisation: none. Every call from the owner thread only.
  */
@@ -42,11 +48,11 @@ struct kva_timerwheel {
 	uint64_t now_tick; /* now_ns / tick_ns */
 	uint64_t seq;
 	size_t count; /* armed timers */
-	uint64_t occupied[KVA_TIMERWHEEL_LEVELS];
+	uint64_t occupied[KVA_TIMERWHEEL_LEVELS]; /* bit s: slot s may be non-empty (lazy) */
 	struct kva_timer_list slot[KVA_TIMERWHEEL_LEVELS][KVA_TIMERWHEEL_SLOTS];
 	struct kva_timer_list overflow; /* beyond the last level */
-	struct kva_timer_list pending;  /* armed from a callback, due already */
-	bool in_advance;
+	struct kva_timer_list pending;  /* armed when due already: next advance */
+	bool in_advance;                /* callbacks running: advance refuses */
 };
 
 typedef void (*kva_timer_fn)(struct kva_timer *t, void *arg);
