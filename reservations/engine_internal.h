@@ -60,9 +60,14 @@ struct kva__answer {
 	struct kva__event ev;
 	kva_lookup_token token;
 	uint32_t count;
-	struct kva__ckpt_ref *local_ref; /* index entry space, when any entry is local */
+	uint32_t has_ref; /* a kva__ckpt_ref follows the entries (some entry is local) */
 	kva_checkpoint entries[];
 };
+
+static inline size_t kva__answer_ref_offset(uint32_t count)
+{
+	return (sizeof(struct kva__answer) + count * sizeof(kva_checkpoint) + 7) / 8 * 8;
+}
 
 /* Index entry: checkpoint id -> request that selected it (local only). */
 struct kva__ckpt_ref {
@@ -72,6 +77,13 @@ struct kva__ckpt_ref {
 	bool indexed;
 	struct rcu_head rcu; /* the index is an lfht: free its answer after a grace period */
 };
+
+/* The index entry space of an answer, NULL when none of its entries is local. */
+static inline struct kva__ckpt_ref *kva__answer_ref(struct kva__answer *a)
+{
+	return a && a->has_ref ? (struct kva__ckpt_ref *)((char *)a + kva__answer_ref_offset(a->count))
+	                       : NULL;
+}
 
 struct kva__evict {
 	struct kva__event ev;

@@ -27,10 +27,10 @@ static void answer_free_rcu(struct rcu_head *h)
 /* Scheduler thread. Removes r's selection from the checkpoint index. */
 void kva__ckpt_unindex(kva_engine *e, struct kva__req *r)
 {
-	struct kva__answer *a = r->manifest;
-	if (a && a->local_ref && a->local_ref->indexed) {
-		kva_idtable_del(&e->ckpt, &a->local_ref->node);
-		a->local_ref->indexed = false;
+	struct kva__ckpt_ref *ref = kva__answer_ref(r->manifest);
+	if (ref && ref->indexed) {
+		kva_idtable_del(&e->ckpt, &ref->node);
+		ref->indexed = false;
 	}
 }
 
@@ -43,8 +43,9 @@ void kva__manifest_drop(kva_engine *e, struct kva__req *r)
 	r->sel = -1;
 	r->flags &= (uint16_t)~KVA__F_RESTORE;
 	atomic_store_explicit(&r->pub_sel, 0, memory_order_relaxed);
-	if (a && a->local_ref) /* the index may still be read until a grace period */
-		kva_rcu_call(&a->local_ref->rcu, answer_free_rcu);
+	struct kva__ckpt_ref *ref = kva__answer_ref(a);
+	if (ref) /* the index may still be read until a grace period */
+		kva_rcu_call(&ref->rcu, answer_free_rcu);
 	else
 		kva__answer_free(a);
 }
@@ -137,12 +138,11 @@ int kva_lookup_answer(kva_engine *e, kva_lookup_token t, const kva_manifest *m)
 			a->token = t;
 			a->count = m->count;
 			memcpy(a->entries, m->entries, m->count * sizeof(kva_checkpoint));
-			a->local_ref = NULL;
-			if (any_local) {
-				size_t off = (sizeof(*a) + m->count * sizeof(kva_checkpoint) + 7) / 8 * 8;
-				a->local_ref = (struct kva__ckpt_ref *)((char *)a + off);
-				memset(a->local_ref, 0, sizeof(*a->local_ref));
-				a->local_ref->owner = a;
+			a->has_ref = any_local;
+			struct kva__ckpt_ref *ref = kva__answer_ref(a);
+			if (ref) {
+				memset(ref, 0, sizeof(*ref));
+				ref->owner = a;
 			}
 			kva_inbox_push(&e->inbox, &a->ev.node);
 		}
@@ -192,7 +192,7 @@ void kva__select(kva_engine *e, struct kva__req *r, int sel)
 	                      memory_order_relaxed);
 	if (c->location == KVA_LOC_LOCAL &&
 	    atomic_load_explicit(&r->state, memory_order_relaxed) == KVA_STATE_WAITING) {
-		struct kva__ckpt_ref *ref = a->local_ref;
+		struct kva__ckpt_ref *ref = kva__answer_ref(a);
 		ref->node.id = c->id;
 		ref->node.gen = r->idn.gen;
 		ref->req = r;

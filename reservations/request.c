@@ -24,14 +24,14 @@ struct kva__req *kva__req_find(kva_engine *e, kva_handle h)
 
 static size_t answer_size(const struct kva__answer *a)
 {
-	return kva__answer_bytes(a->count, a->local_ref != NULL);
+	return kva__answer_bytes(a->count, a->has_ref);
 }
 
 size_t kva__answer_bytes(uint32_t count, bool with_ref)
 {
 	size_t n = sizeof(struct kva__answer) + count * sizeof(kva_checkpoint);
 	if (with_ref) /* the index entry sits after the entries, aligned */
-		n = (n + 7) / 8 * 8 + sizeof(struct kva__ckpt_ref);
+		n = kva__answer_ref_offset(count) + sizeof(struct kva__ckpt_ref);
 	return n;
 }
 
