@@ -168,6 +168,8 @@ int kva__admit_head(kva_engine *e, struct kva__req *r)
 	uint32_t first = kva__pages_for(e, r->prompt_tokens < e->cfg.prefill_chunk_tokens
 	                                           ? r->prompt_tokens
 	                                           : e->cfg.prefill_chunk_tokens);
+	if (first > e->usable_pages)
+		first = e->usable_pages; /* a first chunk larger than the pool could never start */
 	if (!plan_room(p, first))
 		return -1;
 	if (kva__grant_ensure(e, r, first) != 0)
