@@ -267,6 +267,22 @@ static void rule09_too_large_restore_is_classified_at_once(void **st)
 	sc_free(s);
 }
 
+static void rule09_first_chunk_larger_than_pool_still_starts(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.decode_reserve_pages = 10;
+	c.prefill_chunk_tokens = 4096;
+	struct sc *s = sc_new(&c);
+	kva_handle h = sc_submit(s, 1, 0, 3000); /* first chunk 188 pages > 90 usable */
+	sc_step(s, 0);
+	const kva_admission *a = sc_admitted(s, h);
+	assert_non_null(a);
+	assert_int_equal(a->npages, 90);
+	sc_free(s);
+}
+
 static void legacy_policy_admits_refused_restore_to_recompute(void **st)
 {
 	(void)st;
@@ -319,6 +335,7 @@ int main(void)
 		cmocka_unit_test(rule06_decode_on_full_pool_may_preempt_while_restores_wait),
 		cmocka_unit_test(rule07_blocked_head_admits_only_ready_restores),
 		cmocka_unit_test(rule09_too_large_restore_is_classified_at_once),
+		cmocka_unit_test(rule09_first_chunk_larger_than_pool_still_starts),
 		cmocka_unit_test(legacy_policy_admits_refused_restore_to_recompute),
 		cmocka_unit_test(legacy_policy_copy_slot_shortage_recomputes),
 	};
