@@ -15,15 +15,22 @@
 #ifndef KVA_LOCKFREE_RCU_THREAD_H
 #define KVA_LOCKFREE_RCU_THREAD_H
 
-#ifndef _LGPL_SOURCE
-#define _LGPL_SOURCE 1 /* inline read-side fast paths from urcu/static */
+/* Inline read-side fast paths from urcu/static. Not under ThreadSanitizer:
+ * their volatile accesses to the grace-period state look like races to it,
+ * while the library's out-of-line copies of the same code are not
+ * instrumented (see also tsan_hb.h). */
+#if !defined(_LGPL_SOURCE) && !defined(KVA_TSAN)
+#define _LGPL_SOURCE 1
 #endif
 #include <stdbool.h>
 #include <urcu/urcu-memb.h>
+#include "tsan_hb.h"
 
 /* Registers the calling thread with urcu-memb if it is not yet registered.
- * Returns 0, or -EAGAIN if the pthread key could not be created (the thread
- * is still registered; it is then unregistered only at process exit). */
+ * Returns 0, or -EAGAIN if the pthread key could not be created or -ENOMEM if
+ * it could not be set (the thread is still registered; it is then
+ * unregistered only at process exit). A thread that liburcu or the host
+ * already registered is left alone (and never unregistered by kvadmit). */
 int kva_rcu_enter(void);
 
 /* true when the calling thread is registered through kva_rcu_enter(). */
@@ -36,6 +43,48 @@ static inline void kva_rcu_read_lock(void)
 	urcu_memb_read_lock();
 }
 
-static inline void kva_rcu_read_unlock(void) { urcu_memb_read_unlock(); }
+/*
+ * Grace periods under ThreadSanitizer: liburcu's are invisible to it, so
+ * kva__rcu_tsan_gp stands for "a grace period elapsed". Every read-side
+ * unlock and every kva_rcu_call() releases it; kva_rcu_reclaim_begin() and
+ * kva_rcu_synchronize() acquire it. This orders every finished read-side
+ * section before a reclaim (a superset of what RCU promises), but an access
+ * made after its unlock, or by a section that began after the unlink, is
+ * still reported. No-ops in other builds.
+ */
+#ifdef KVA_TSAN
+extern char kva__rcu_tsan_gp;
+#endif
+
+static inline void kva_rcu_read_unlock(void)
+{
+	KVA__TSAN_RELEASE(&kva__rcu_tsan_gp);
+	urcu_memb_read_unlock();
+}
+
+/* Any registered thread, inside a read-side section or not.
+ * urcu_memb_call_rcu() that TSan can follow: func runs after a grace period
+ * and must start with kva_rcu_reclaim_begin(). */
+static inline void kva_rcu_call(struct rcu_head *head, void (*func)(struct rcu_head *head))
+{
+	KVA__TSAN_RELEASE(&kva__rcu_tsan_gp);
+	urcu_memb_call_rcu(head, func);
+}
+
+/* First statement of every call_rcu callback that frees or reuses memory
+ * readers may have seen. */
+static inline void kva_rcu_reclaim_begin(void)
+{
+	KVA__TSAN_ACQUIRE(&kva__rcu_tsan_gp);
+}
+
+/* Registered thread, not inside a read-side section: waits for a grace
+ * period (urcu_memb_synchronize_rcu) in a way TSan can follow. */
+static inline void kva_rcu_synchronize(void)
+{
+	KVA__TSAN_RELEASE(&kva__rcu_tsan_gp);
+	urcu_memb_synchronize_rcu();
+	KVA__TSAN_ACQUIRE(&kva__rcu_tsan_gp);
+}
 
 #endif
