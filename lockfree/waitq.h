@@ -6,6 +6,10 @@
  * traverse concurrently inside an RCU read-side critical section. A node
  * unlinked by the writer may still be seen by readers that entered before
  * the unlink: the owner frees it only after a grace period (call_rcu).
+ * Re-queue: a node pushed again within a grace period of its unlink is safe
+ * for memory, but a reader still standing on it follows its new links and
+ * may see some nodes twice or miss some; never repeating that keeps each
+ * traversal duplicate-free (nodes only move forward in list order).
  *
  * Synchronisation table:
  *   call                                  | may run concurrently with
@@ -51,13 +55,23 @@ static inline size_t kva_waitq_len(struct kva_waitq *q)
 {
 	return atomic_load_explicit(&q->len, memory_order_relaxed);
 }
-static inline bool kva_waitq_empty(struct kva_waitq *q) { return kva_waitq_first(q) == NULL; }
+static inline bool kva_waitq_empty(struct kva_waitq *q)
+{
+	return kva_waitq_first(q) == NULL;
+}
+
+/* A1: pairs with R1 in waitq.c (the writer's release store of a link) —
+ * the reader sees the node it reaches and the record around it. Spelled out
+ * rather than rcu_dereference(), which without _LGPL_SOURCE compiles to a
+ * plain load; GCC turns rcu_dereference's consume into acquire anyway. */
+#define kva__waitq_load_next(l) __atomic_load_n(&(l)->next, __ATOMIC_ACQUIRE)
 
 /* Reader traversal: caller holds the RCU read lock. pos is a
  * struct kva_waitq_node *. */
 #define kva_waitq_for_each_rcu(q, pos)                                                             \
-	for (struct cds_list_head *kva__l = rcu_dereference((q)->head.next);                        \
-	     kva__l != &(q)->head && ((pos) = caa_container_of(kva__l, struct kva_waitq_node, link), 1); \
-	     kva__l = rcu_dereference(kva__l->next))
+	for (struct cds_list_head *kva__l = kva__waitq_load_next(&(q)->head);                      \
+	     kva__l != &(q)->head &&                                                               \
+	     ((pos) = caa_container_of(kva__l, struct kva_waitq_node, link), 1);                   \
+	     kva__l = kva__waitq_load_next(kva__l))
 
 #endif

@@ -1,0 +1,98 @@
+/*
+ * waitq: the FCFS waiting queue (see waitq.h for the contract).
+ *
+ * Owns the list links of queued nodes and the length statistic; the nodes
+ * themselves belong to the caller, who frees them after a grace period.
+ *
+ * The operations are liburcu's cds_list_add_rcu / cds_list_add_tail_rcu /
+ * cds_list_del_rcu, spelled out with GCC __atomic builtins on the same
+ * struct cds_list_head. liburcu publishes with a fence plus a volatile store:
+ * the same machine code on x86, but a plain store to ThreadSanitizer, which
+ * reported every reader's atomic load as racing with it. Readers only follow
+ * `next`, so every store to a `next` is a release store (a plain mov on x86),
+ * including the new node's own, which a reader still standing on that node
+ * from an earlier incarnation may follow (see "Re-queue" in waitq.h); `prev`
+ * is writer-private. The fields are plain pointers in liburcu's type, hence
+ * builtins rather than <stdatomic.h>.
+ */
+#include "waitq.h"
+
+static inline void set_next(struct cds_list_head *at, struct cds_list_head *n)
+{
+	/* R1: pairs with A1 in kva_waitq_for_each_rcu — a reader that reaches
+	 * n through `at` sees n's links and the record it is embedded in. */
+	__atomic_store_n(&at->next, n, __ATOMIC_RELEASE);
+}
+
+static inline void len_add(struct kva_waitq *q, size_t d)
+{
+	/* Single writer: load + store, no RMW. Relaxed: a statistic that
+	 * orders nothing. */
+	atomic_store_explicit(&q->len, atomic_load_explicit(&q->len, memory_order_relaxed) + d,
+			      memory_order_relaxed);
+}
+
+void kva_waitq_init(struct kva_waitq *q)
+{
+	q->head.next = &q->head;
+	q->head.prev = &q->head;
+	atomic_init(&q->len, 0);
+}
+
+void kva_waitq_push_back(struct kva_waitq *q, struct kva_waitq_node *n)
+{
+	struct cds_list_head *last = q->head.prev;
+
+	set_next(&n->link, &q->head);
+	n->link.prev = last;
+	set_next(last, &n->link);
+	q->head.prev = &n->link;
+	len_add(q, 1);
+}
+
+void kva_waitq_push_front(struct kva_waitq *q, struct kva_waitq_node *n)
+{
+	struct cds_list_head *first = q->head.next;
+
+	set_next(&n->link, first);
+	n->link.prev = &q->head;
+	first->prev = &n->link;
+	set_next(&q->head, &n->link);
+	len_add(q, 1);
+}
+
+void kva_waitq_unlink(struct kva_waitq *q, struct kva_waitq_node *n)
+{
+	struct cds_list_head *l = &n->link;
+
+	l->next->prev = l->prev;
+	/* Release although l->next was published before: a reader that loads
+	 * it from here must synchronise with this store, not the older one. */
+	set_next(l->prev, l->next);
+	/* l->next stays intact: readers standing on n still walk on. */
+	len_add(q, (size_t)-1);
+}
+
+struct kva_waitq_node *kva_waitq_pop_head(struct kva_waitq *q)
+{
+	struct kva_waitq_node *n = kva_waitq_first(q);
+
+	if (n)
+		kva_waitq_unlink(q, n);
+	return n;
+}
+
+/* The writer reads its own links plainly: only it ever stores them. */
+struct kva_waitq_node *kva_waitq_first(struct kva_waitq *q)
+{
+	struct cds_list_head *l = q->head.next;
+
+	return l == &q->head ? NULL : caa_container_of(l, struct kva_waitq_node, link);
+}
+
+struct kva_waitq_node *kva_waitq_next(struct kva_waitq *q, struct kva_waitq_node *n)
+{
+	struct cds_list_head *l = n->link.next;
+
+	return l == &q->head ? NULL : caa_container_of(l, struct kva_waitq_node, link);
+}
