@@ -8,7 +8,8 @@
  *
  * Records are owned by the caller. After kva_idtable_del() a record may still
  * be read by lookups that started before; free it only after a grace period
- * (urcu_memb_call_rcu / kva_rcu via rcu_thread.h).
+ * (kva_rcu_call() from rcu_thread.h, whose callback starts with
+ * kva_rcu_reclaim_begin(); or kva_rcu_synchronize()).
  *
  * Synchronisation table (every call with the RCU read lock held, except
  * init/fini):
@@ -21,6 +22,7 @@
 #ifndef KVA_LOCKFREE_IDTABLE_H
 #define KVA_LOCKFREE_IDTABLE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,6 +37,10 @@ struct kva_idtable_node {
 
 struct kva_idtable {
 	struct cds_lfht *ht;
+	/* Records present; O(1) for kva_idtable_count and the emptiness check
+	 * in fini (cds_lfht's own counters are per-CPU approximations, exact
+	 * only by walking the table). */
+	_Atomic unsigned long count;
 };
 
 struct kva_idtable_iter {
@@ -55,10 +61,12 @@ int kva_idtable_del(struct kva_idtable *t, struct kva_idtable_node *node);
 /* RCU read lock held. The record with this id and generation, or NULL. */
 struct kva_idtable_node *kva_idtable_lookup(struct kva_idtable *t, uint64_t id, uint32_t gen);
 /* RCU read lock held. Iterate every record with this id (any generation). */
-struct kva_idtable_node *kva_idtable_first(struct kva_idtable *t, uint64_t id, struct kva_idtable_iter *it);
+struct kva_idtable_node *kva_idtable_first(struct kva_idtable *t, uint64_t id,
+					   struct kva_idtable_iter *it);
 struct kva_idtable_node *kva_idtable_next(struct kva_idtable *t, struct kva_idtable_iter *it);
 
-/* Approximate number of records (any thread, RCU read lock held). */
+/* Number of records, possibly stale on return (any thread; O(1), no RCU
+ * read lock needed). */
 unsigned long kva_idtable_count(struct kva_idtable *t);
 
 #endif
