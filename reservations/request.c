@@ -142,6 +142,19 @@ void kva__release_grant(kva_engine *e, struct kva__req *r, bool pages_too)
 	kva_capacity_release(&e->cap, give);
 }
 
+/* A request just moved out of RUNNING by its CAS owner: every page, credit
+ * and its run slot go back at once. */
+static void give_back_running(kva_engine *e, struct kva__req *r)
+{
+	struct kva__grant *g = kva__grant(r);
+	kva__st_add(e, ST_RESERVED_PAGES,
+	            -(int64_t)atomic_load_explicit(&g->reserved, memory_order_relaxed));
+	kva__st_add(e, ST_IN_USE_PAGES, -(int64_t)atomic_load_explicit(&g->npages, memory_order_relaxed));
+	kva__st_add(e, ST_RUNNING, -1);
+	kva__release_grant(e, r, true);
+	kva_capacity_release(&e->cap, (struct kva_credits){0, 0, 1});
+}
+
 /* ---- terminal outcomes --------------------------------------------------- */
 
 static void req_unlink_waiting(kva_engine *e, struct kva__req *r)
@@ -275,13 +288,7 @@ void kva__handle_cancel(kva_engine *e, struct kva__req *r)
 		/* A5: pairs with R5 in kva_grow: we own the page list afterwards. */
 		if (atomic_compare_exchange_strong_explicit(&r->state, &want, KVA__STATE_ENDING,
 		                                            memory_order_acquire, memory_order_relaxed)) {
-			uint32_t rsv = atomic_load_explicit(&g->reserved, memory_order_relaxed);
-			uint32_t n = atomic_load_explicit(&g->npages, memory_order_relaxed);
-			kva__st_add(e, ST_RESERVED_PAGES, -(int64_t)rsv);
-			kva__st_add(e, ST_IN_USE_PAGES, -(int64_t)n);
-			kva__release_grant(e, r, true);
-			kva_capacity_release(&e->cap, (struct kva_credits){0, 0, 1});
-			kva__st_add(e, ST_RUNNING, -1);
+			give_back_running(e, r);
 			kva__req_end(e, r, KVA_STATE_CANCELLED);
 			return;
 		}
@@ -321,9 +328,54 @@ void kva__handle_life_event(kva_engine *e, struct kva__req *r, uint8_t type)
 
 /* ---- running requests (any thread) ---------------------------------------- */
 
-static int busy_or_gone(uint32_t s)
+/* RCU read lock held. Moves h's request out of RUNNING into `to` with one
+ * CAS; the winner owns its page list until it stores a new state.
+ * 0, -ENOENT (unknown or ended), -EALREADY (finishing twice), -EBUSY. */
+static int take_running(kva_engine *e, kva_handle h, uint32_t to, struct kva__req **out)
 {
+	struct kva__req *r = kva__req_find(e, h);
+	if (!r)
+		return -ENOENT;
+	uint32_t s = KVA_STATE_RUNNING;
+	/* A5: pairs with R5 in kva_grow (and R4): we own the page list. */
+	if (atomic_compare_exchange_strong_explicit(&r->state, &s, to, memory_order_acquire,
+	                                            memory_order_relaxed)) {
+		*out = r;
+		return 0;
+	}
+	if (to == KVA__STATE_ENDING && (s == KVA__STATE_ENDING || s == KVA_STATE_FINISHED))
+		return -EALREADY;
 	return kva__state_is_terminal(s) ? -ENOENT : -EBUSY;
+}
+
+/* Adds pages to a RUNNING request inside the GROWING ownership window. */
+static int grow_owned(kva_engine *e, struct kva__req *r, uint32_t pages, uint32_t *ids_out)
+{
+	struct kva__grant *g = kva__grant(r);
+	uint32_t n = atomic_load_explicit(&g->npages, memory_order_relaxed);
+	uint32_t rsv = atomic_load_explicit(&g->reserved, memory_order_relaxed);
+	uint32_t own = rsv < pages ? rsv : pages;
+	uint32_t extra = pages - own;
+	if (n + pages < n)
+		return -ERANGE;
+	int rc = kva__grant_ensure(e, r, n + pages);
+	if (rc)
+		return rc;
+	/* Growth may dip below the decode watermark: that is what it is for. */
+	if (extra && !kva_capacity_try_reserve(&e->cap, (struct kva_credits){extra, 0, 0}, 0))
+		return -ENOSPC;
+	if (!kva_pagepool_take_n(&e->pool, g->pages + n, pages)) {
+		/* cannot happen while ids >= credits (R1/A1); never hand out garbage */
+		kva_capacity_release(&e->cap, (struct kva_credits){extra, 0, 0});
+		return -ENOSPC;
+	}
+	atomic_store_explicit(&g->reserved, rsv - own, memory_order_relaxed);
+	atomic_store_explicit(&g->npages, n + pages, memory_order_relaxed);
+	kva__st_add(e, ST_RESERVED_PAGES, -(int64_t)own);
+	kva__st_add(e, ST_IN_USE_PAGES, pages);
+	if (ids_out)
+		memcpy(ids_out, g->pages + n, pages * sizeof(uint32_t));
+	return 0;
 }
 
 int kva_grow(kva_engine *e, kva_handle h, uint32_t pages, uint32_t *ids_out)
@@ -332,50 +384,14 @@ int kva_grow(kva_engine *e, kva_handle h, uint32_t pages, uint32_t *ids_out)
 		return -EINVAL;
 	if (pages > e->cfg.total_pages)
 		return -ERANGE;
-	int rc = 0;
+	struct kva__req *r;
 	kva_rcu_read_lock();
-	struct kva__req *r = kva__req_find(e, h);
-	uint32_t s = KVA_STATE_RUNNING;
-	if (!r) {
-		rc = -ENOENT;
-		goto out;
+	int rc = take_running(e, h, KVA__STATE_GROWING, &r);
+	if (!rc) {
+		rc = grow_owned(e, r, pages, ids_out);
+		/* R5: hand the page list back; pairs with A5 of the next owner. */
+		atomic_store_explicit(&r->state, KVA_STATE_RUNNING, memory_order_release);
 	}
-	/* A5: take ownership of the page list; pairs with R5 below / R4. */
-	if (!atomic_compare_exchange_strong_explicit(&r->state, &s, KVA__STATE_GROWING,
-	                                             memory_order_acquire, memory_order_relaxed)) {
-		rc = busy_or_gone(s);
-		goto out;
-	}
-	struct kva__grant *g = kva__grant(r);
-	uint32_t n = atomic_load_explicit(&g->npages, memory_order_relaxed);
-	uint32_t rsv = atomic_load_explicit(&g->reserved, memory_order_relaxed);
-	uint32_t own = rsv < pages ? rsv : pages;
-	uint32_t extra = pages - own;
-	if (n + pages < n) {
-		rc = -ERANGE;
-	} else if ((rc = kva__grant_ensure(e, r, n + pages)) == 0) {
-		/* Growth may dip below the decode watermark: that is what it is for. */
-		if (extra && !kva_capacity_try_reserve(&e->cap, (struct kva_credits){extra, 0, 0}, 0)) {
-			rc = -ENOSPC;
-		} else {
-			bool ok = kva_pagepool_take_n(&e->pool, g->pages + n, pages);
-			if (KVA_DEBUG && !ok) {
-				/* credits held but no ids: accounting bug; undo, report */
-				kva_capacity_release(&e->cap, (struct kva_credits){extra, 0, 0});
-				rc = -ENOSPC;
-			} else {
-				atomic_store_explicit(&g->reserved, rsv - own, memory_order_relaxed);
-				atomic_store_explicit(&g->npages, n + pages, memory_order_relaxed);
-				kva__st_add(e, ST_RESERVED_PAGES, -(int64_t)own);
-				kva__st_add(e, ST_IN_USE_PAGES, pages);
-				if (ids_out)
-					memcpy(ids_out, g->pages + n, pages * sizeof(uint32_t));
-			}
-		}
-	}
-	/* R5: hand the page list back; pairs with A5 of the next owner. */
-	atomic_store_explicit(&r->state, KVA_STATE_RUNNING, memory_order_release);
-out:
 	kva_rcu_read_unlock();
 	return rc;
 }
@@ -385,27 +401,11 @@ static int release_running(kva_engine *e, kva_handle h, uint32_t to, uint8_t ev_
 {
 	if (!e)
 		return -EINVAL;
-	int rc = 0;
+	struct kva__req *r;
 	kva_rcu_read_lock();
-	struct kva__req *r = kva__req_find(e, h);
-	uint32_t s = KVA_STATE_RUNNING;
-	if (!r) {
-		rc = -ENOENT;
-	} else if (!atomic_compare_exchange_strong_explicit(&r->state, &s, to, memory_order_acquire,
-	                                                    memory_order_relaxed)) {
-		/* A5 on success: pairs with R5 in kva_grow. */
-		rc = (s == KVA__STATE_ENDING || s == KVA_STATE_FINISHED) && ev_type == KVA__EV_FINISHED
-		             ? -EALREADY
-		             : busy_or_gone(s);
-	} else {
-		struct kva__grant *g = kva__grant(r);
-		uint32_t rsv = atomic_load_explicit(&g->reserved, memory_order_relaxed);
-		uint32_t n = atomic_load_explicit(&g->npages, memory_order_relaxed);
-		kva__st_add(e, ST_RESERVED_PAGES, -(int64_t)rsv);
-		kva__st_add(e, ST_IN_USE_PAGES, -(int64_t)n);
-		kva__st_add(e, ST_RUNNING, -1);
-		kva__release_grant(e, r, true);
-		kva_capacity_release(&e->cap, (struct kva_credits){0, 0, 1});
+	int rc = take_running(e, h, to, &r);
+	if (!rc) {
+		give_back_running(e, r);
 		if (ev_type == KVA__EV_PREEMPTED)
 			kva__st_add(e, ST_PREEMPTED, 1);
 		r->ev_main.type = ev_type;
