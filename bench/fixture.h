@@ -1,0 +1,99 @@
+/*
+ * fixture: kvadmit engines in the states the benchmarks measure, built once
+ * and reused by every benchmark (and every run of one) that needs the same
+ * state, because building 1,000,000 waiting requests takes about a second.
+ *
+ * The standard engine: pages of 16 tokens; every waiting request is a
+ * 256-token prompt (16 pages) whose directory answer names one external
+ * checkpoint of 192 tokens (12 pages imported + 4 continuation), so each
+ * restore reserves exactly BX_NEED pages, one copy slot and one run slot.
+ * Bounded wait, wait logs and lookup refresh are off, so a blocked engine
+ * fires no timers: a step with no events has nothing to do but look at the
+ * head. The simulated clock advances BX_STEP_NS per step.
+ *
+ * The blocked state (bx_blocked): running recompute requests of exactly
+ * BX_NEED credits each hold all but BX_NEED - 1 pages, and N restores wait
+ * behind a head that cannot reserve. Benchmarks that change the engine
+ * (admit, cancel, answers) bring it back to that state before they return.
+ */
+#ifndef KVA_BENCH_FIXTURE_H
+#define KVA_BENCH_FIXTURE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvadmit/kvadmit.h"
+
+#define BX_PAGE_TOKENS 16u
+#define BX_PROMPT 256u  /* tokens per request */
+#define BX_CKPT 192u    /* checkpoint tokens */
+#define BX_NEED 16u     /* pages one restore (or one first prefill chunk) takes */
+#define BX_RUNNERS 8192u /* running requests in the blocked state */
+#define BX_TOTAL_PAGES (BX_RUNNERS * BX_NEED + BX_NEED - 1)
+#define BX_MAX_BATCH 16384u /* admissions / copies / reports one step may list */
+#define BX_STEP_NS 1000000ull
+
+struct bx {
+	kva_engine *e;
+	uint64_t now;
+	uint64_t next_id;
+	kva_plan plan;
+	/* directory: answers at once from its callback, or records the token */
+	bool answer_now;
+	kva_lookup_token *pending;
+	size_t n_pending;
+	/* The waiting requests the benchmarks track, by id: win[id & win_mask]
+	 * is the generation of waiting request `id`, 0 for any other id. Ids
+	 * are given out in submission order and the queue is FCFS, so no
+	 * tracked request has an id below win_lo. */
+	uint32_t *win;
+	size_t win_mask;
+	uint64_t win_lo;
+	size_t n_waiting;
+	/* handles of running requests, each holding BX_NEED credits */
+	kva_handle *running;
+	size_t n_running;
+	/* measured while building the waiting requests */
+	double arena_bytes_per_request; /* 0 without jemalloc */
+	double rss_bytes_per_request;
+	double build_seconds;
+};
+
+/* KVA_BENCH_SMALL=1 in the environment: caps every waiting count and batch,
+ * so the smoke run stays short under sanitizers. */
+bool bx_small(void);
+size_t bx_cap(size_t n);
+
+uint64_t bx_clock_ns(void); /* CLOCK_MONOTONIC */
+uint64_t bx_rss_bytes(void);
+
+/* A standard engine with all capacity free and nothing in it. Not cached. */
+struct bx *bx_new(void);
+void bx_free(struct bx *b);
+
+/* The cached blocked engine with n waiting restores (n is taken through
+ * bx_cap). Cached engines are freed by bx_cache_clear. */
+struct bx *bx_blocked(size_t n);
+void bx_cache_clear(void);
+
+/* One scheduler step BX_STEP_NS later; aborts the process on an error (a
+ * benchmark that cannot reproduce its state must not report numbers). */
+int bx_step(struct bx *b);
+/* Submits a restore (the directory knows its key) or, with restore false,
+ * a request without a prefix key (recompute, BX_NEED pages first chunk). */
+kva_handle bx_submit(struct bx *b, bool restore);
+/* The one-checkpoint manifest every restore gets. */
+const kva_manifest *bx_manifest(void);
+/* Tracks h (a restore just submitted) as waiting. */
+void bx_waiting_add(struct bx *b, kva_handle h);
+/* Stops tracking id (admitted or cancelled). */
+void bx_waiting_del(struct bx *b, uint64_t id);
+/* A uniformly chosen tracked waiting request, no longer tracked. */
+kva_handle bx_waiting_take_random(struct bx *b, uint64_t *rng);
+/* Reports every copy job of the last step as done. */
+void bx_copies_done(struct bx *b);
+/* Aborts with msg when rc != 0. */
+void bx_check(int rc, const char *msg);
+
+#endif
