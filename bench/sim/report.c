@@ -1,0 +1,311 @@
+/*
+ * Results: sample sets (turn times, time to first token), the side-by-side
+ * table and the single JSON object. Both are pure functions of the results,
+ * so equal runs print equal bytes (wall time is left out under --no-wall).
+ *
+ * Definitions (also in bench/sim/README.md):
+ *   decode tok/s       tokens sampled in the window / window length
+ *   from cache         (local + restored) / prompt tokens of all admissions,
+ *                      as the engine counts them (rule 16)
+ *   later turn         a turn whose history was already stored when it began
+ *                      (not the first turn of a compacted session); it counts
+ *                      as restored when none of its admissions recomputed
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim.h"
+
+int sim_samples_add(struct sim_samples *s, double x)
+{
+	if (s->n == s->cap) {
+		uint32_t cap = s->cap ? 2 * s->cap : 256;
+		double *v = realloc(s->v, cap * sizeof(*v));
+		if (!v)
+			return -1;
+		s->v = v;
+		s->cap = cap;
+	}
+	s->v[s->n++] = x;
+	return 0;
+}
+
+double sim_samples_mean(const struct sim_samples *s)
+{
+	double sum = 0;
+	for (uint32_t i = 0; i < s->n; i++)
+		sum += s->v[i];
+	return s->n ? sum / s->n : 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Nearest rank. */
+double sim_samples_pct(struct sim_samples *s, double p)
+{
+	if (!s->n)
+		return 0;
+	qsort(s->v, s->n, sizeof(*s->v), cmp_double);
+	double r = ceil(p * s->n);
+	uint32_t i = r < 1 ? 0 : (uint32_t)r - 1;
+	return s->v[i < s->n ? i : s->n - 1];
+}
+
+void sim_samples_free(struct sim_samples *s)
+{
+	free(s->v);
+	memset(s, 0, sizeof(*s));
+}
+
+double sim_ctx_to_pool_start(const struct sim_scenario *sc)
+{
+	uint64_t sum = 0;
+	for (uint32_t i = 0; i < sc->w.agents; i++)
+		sum += sim_draw_init_ctx(&sc->w, i);
+	return (double)sum / ((double)sc->pool_pages * sc->page_tokens);
+}
+
+/* ---- derived metrics ------------------------------------------------------- */
+
+struct metrics {
+	double decode_tok_s, cache, local, external, mean_turn, ttft50, ttft99;
+	bool ok;
+};
+
+static struct metrics derive(const struct sim_scenario *sc, struct sim_result *r)
+{
+	struct metrics m;
+	const kva_stats *st = &r->st;
+	double admitted = (double)st->prompt_tokens_admitted;
+	m.decode_tok_s = (double)r->decode_tokens / sc->duration_s;
+	m.local = admitted ? (double)st->tokens_local / admitted : 0;
+	m.external = admitted ? (double)st->tokens_restored / admitted : 0;
+	m.cache = m.local + m.external;
+	m.mean_turn = sim_samples_mean(&r->turn_s);
+	m.ttft50 = sim_samples_pct(&r->ttft_s, 0.50);
+	m.ttft99 = sim_samples_pct(&r->ttft_s, 0.99);
+	m.ok = r->credits_conserved && r->no_leaked_pages && r->all_terminal && r->reported_once &&
+	       r->page_accounting;
+	return m;
+}
+
+static uint64_t fallback_total(const kva_stats *st)
+{
+	uint64_t n = 0;
+	for (int k = 1; k < KVA_REASON_COUNT; k++)
+		n += st->fallbacks[k];
+	return n;
+}
+
+static const char *policy_name(int p)
+{
+	return p == SIM_POLICY_WAIT ? "wait" : "legacy";
+}
+
+/* ---- table --------------------------------------------------------------------- */
+
+#define LABEL_W 36
+#define COL_W 20
+
+static void row(FILE *f, struct sim_result *r[2], const char *label, const char *vals[2])
+{
+	fprintf(f, "%-*s", LABEL_W, label);
+	for (int i = 0; i < 2; i++)
+		if (r[i])
+			fprintf(f, "%*s", COL_W, vals[i]);
+	fputc('\n', f);
+}
+
+#define ROWF(label, ...)                                                                           \
+	do {                                                                                       \
+		char b_[2][64];                                                                    \
+		const char *v_[2] = {b_[0], b_[1]};                                                \
+		for (int i = 0; i < 2; i++)                                                        \
+			if (r[i]) {                                                                \
+				struct sim_result *x = r[i];                                       \
+				struct metrics *mx = &m[i];                                        \
+				(void)x;                                                           \
+				(void)mx;                                                          \
+				snprintf(b_[i], sizeof(b_[i]), __VA_ARGS__);                       \
+			}                                                                          \
+		row(f, r, label, v_);                                                              \
+	} while (0)
+
+void sim_print_table(FILE *f, const struct sim_scenario *sc, struct sim_result *r[2])
+{
+	struct metrics m[2];
+	for (int i = 0; i < 2; i++)
+		if (r[i])
+			m[i] = derive(sc, r[i]);
+	fprintf(f, "kvadmit-sim: %u agents, %.0f s simulated, seed %llu\n", sc->w.agents,
+		sc->duration_s, (unsigned long long)sc->w.seed);
+	fprintf(
+	    f,
+	    "pool %u pages x %u tokens (%llu tokens); agents' contexts %.1fx the pool at start\n",
+	    sc->pool_pages, sc->page_tokens, (unsigned long long)sc->pool_pages * sc->page_tokens,
+	    sim_ctx_to_pool_start(sc));
+	fprintf(f,
+		"model: 70B-class dense, TP%u on H200; restores at %.0f GB/s per rank "
+		"(bench/sim/README.md)\n\n",
+		sc->world_size, sc->m.import_bytes_s / 1e9);
+	const char *hdr[2] = {r[0] ? policy_name(r[0]->policy) : "",
+			      r[1] ? policy_name(r[1]->policy) : ""};
+	row(f, r, "", hdr);
+	ROWF("decode tokens/s", "%.1f", mx->decode_tok_s);
+	ROWF("prompt tokens from cache", "%.1f%%", 100 * mx->cache);
+	ROWF("  local reuse", "%.1f%%", 100 * mx->local);
+	ROWF("  external restore", "%.1f%%", 100 * mx->external);
+	ROWF("later turns with a restore", "%llu/%llu", (unsigned long long)x->later_turns_restored,
+	     (unsigned long long)x->later_turns);
+	ROWF("turns completed", "%llu", (unsigned long long)x->turns_completed);
+	ROWF("mean turn time (s)", "%.1f", mx->mean_turn);
+	ROWF("TTFT p50 / p99 (s)", "%.1f / %.1f", mx->ttft50, mx->ttft99);
+	ROWF("preemptions", "%llu", (unsigned long long)x->st.preempted);
+	ROWF("recompute fallbacks", "%llu", (unsigned long long)fallback_total(&x->st));
+	for (int k = 1; k < KVA_REASON_COUNT; k++) {
+		char label[64];
+		snprintf(label, sizeof(label), "  %s", kva_reason_name(k));
+		ROWF(label, "%llu", (unsigned long long)x->st.fallbacks[k]);
+	}
+	ROWF("admitted restore / local", "%llu / %llu", (unsigned long long)x->st.admitted_restore,
+	     (unsigned long long)x->st.admitted_local);
+	ROWF("engine steps", "%llu", (unsigned long long)x->st.steps);
+	ROWF("GPU busy", "%.0f%%", 100 * x->gpu_busy_s / sc->duration_s);
+	ROWF("contexts / pool: mean, end", "%.1fx, %.1fx", x->ctx_to_pool_mean, x->ctx_to_pool_end);
+	ROWF("compactions (new sessions)", "%llu", (unsigned long long)x->compactions);
+	ROWF("invariants (credits, leaks, ends)", "%s", mx->ok ? "ok" : "FAILED");
+	ROWF("wall seconds", "%.2f", x->wall_s);
+	if (r[0] && r[1]) {
+		struct metrics *l = r[0]->policy == SIM_POLICY_LEGACY ? &m[0] : &m[1];
+		struct metrics *w = r[0]->policy == SIM_POLICY_LEGACY ? &m[1] : &m[0];
+		fprintf(f, "\nwait vs legacy: decode tokens/s x%.1f, mean turn time x%.2f\n",
+			l->decode_tok_s > 0 ? w->decode_tok_s / l->decode_tok_s : INFINITY,
+			l->mean_turn > 0 ? w->mean_turn / l->mean_turn : 0);
+	}
+	for (int i = 0; i < 2; i++)
+		if (r[i] && !m[i].ok)
+			fprintf(f, "%s: invariant check failed: %s\n", policy_name(r[i]->policy),
+				r[i]->check_msg);
+}
+
+/* ---- JSON ----------------------------------------------------------------------- */
+
+static void json_policy(FILE *f, const struct sim_scenario *sc, struct sim_result *r)
+{
+	struct metrics m = derive(sc, r);
+	const kva_stats *st = &r->st;
+	fprintf(f, "\"%s\":{", policy_name(r->policy));
+	fprintf(f, "\"decode_tok_s\":%.6g,", m.decode_tok_s);
+	fprintf(f, "\"cache_token_share\":%.6g,", m.cache);
+	fprintf(f, "\"local_token_share\":%.6g,", m.local);
+	fprintf(f, "\"external_token_share\":%.6g,", m.external);
+	fprintf(f, "\"later_turns_restored\":%llu,", (unsigned long long)r->later_turns_restored);
+	fprintf(f, "\"later_turns\":%llu,", (unsigned long long)r->later_turns);
+	fprintf(f, "\"turns_completed\":%llu,", (unsigned long long)r->turns_completed);
+	fprintf(f, "\"mean_turn_s\":%.6g,", m.mean_turn);
+	fprintf(f, "\"ttft_p50_s\":%.6g,", m.ttft50);
+	fprintf(f, "\"ttft_p99_s\":%.6g,", m.ttft99);
+	fprintf(f, "\"preemptions\":%llu,", (unsigned long long)st->preempted);
+	fprintf(f, "\"fallbacks\":{");
+	for (int k = 1; k < KVA_REASON_COUNT; k++)
+		fprintf(f, "%s\"%s\":%llu", k > 1 ? "," : "", kva_reason_name(k),
+			(unsigned long long)st->fallbacks[k]);
+	fprintf(f, "},");
+	fprintf(f, "\"steps\":%llu,", (unsigned long long)st->steps);
+	if (sc->no_wall)
+		fprintf(f, "\"wall_s\":null,");
+	else
+		fprintf(f, "\"wall_s\":%.3f,", r->wall_s);
+	fprintf(f, "\"decode_tokens\":%llu,", (unsigned long long)r->decode_tokens);
+	fprintf(f,
+		"\"prompt_tokens\":{\"admitted\":%llu,\"local\":%llu,\"restored\":%llu,"
+		"\"recomputed\":%llu},",
+		(unsigned long long)st->prompt_tokens_admitted,
+		(unsigned long long)st->tokens_local, (unsigned long long)st->tokens_restored,
+		(unsigned long long)st->tokens_recomputed);
+	fprintf(f, "\"admitted\":{\"restore\":%llu,\"local\":%llu,\"recompute\":%llu},",
+		(unsigned long long)st->admitted_restore, (unsigned long long)st->admitted_local,
+		(unsigned long long)st->admitted_recompute);
+	fprintf(f,
+		"\"lookups\":{\"issued\":%llu,\"timed_out\":%llu,\"late\":%llu,\"refreshes\":%llu,"
+		"\"revalidations\":%llu},",
+		(unsigned long long)st->lookups_issued, (unsigned long long)st->lookups_timed_out,
+		(unsigned long long)st->late_answers, (unsigned long long)st->refreshes,
+		(unsigned long long)st->revalidations);
+	fprintf(f, "\"copies\":{\"jobs\":%llu,\"failed\":%llu,\"retries\":%llu,\"shorter\":%llu},",
+		(unsigned long long)st->copy_jobs, (unsigned long long)st->copy_attempts_failed,
+		(unsigned long long)st->copy_retries, (unsigned long long)st->shorter_fallbacks);
+	fprintf(f, "\"restore_blocked_steps\":%llu,\"wait_expired\":%llu,",
+		(unsigned long long)st->restore_blocked_steps,
+		(unsigned long long)st->wait_expired);
+	fprintf(f,
+		"\"local_cache\":{\"evicted_pages\":%llu,\"evictions_reported\":%llu,"
+		"\"stale_local_admissions\":%llu},",
+		(unsigned long long)r->evicted_pages, (unsigned long long)r->evictions_reported,
+		(unsigned long long)r->stale_local);
+	fprintf(f, "\"gpu_steps\":%llu,\"gpu_busy_s\":%.6g,\"idle_polls\":%llu,",
+		(unsigned long long)r->gpu_steps, r->gpu_busy_s, (unsigned long long)r->idle_polls);
+	fprintf(f, "\"ctx_to_pool_mean\":%.6g,\"ctx_to_pool_end\":%.6g,\"compactions\":%llu,",
+		r->ctx_to_pool_mean, r->ctx_to_pool_end, (unsigned long long)r->compactions);
+	fprintf(f,
+		"\"checks\":{\"ok\":%s,\"credits_conserved\":%s,\"no_leaked_pages\":%s,"
+		"\"all_terminal\":%s,\"reported_once\":%s,\"page_accounting\":%s}",
+		m.ok ? "true" : "false", r->credits_conserved ? "true" : "false",
+		r->no_leaked_pages ? "true" : "false", r->all_terminal ? "true" : "false",
+		r->reported_once ? "true" : "false", r->page_accounting ? "true" : "false");
+	fprintf(f, "}");
+}
+
+void sim_print_json(FILE *f, const struct sim_scenario *sc, struct sim_result *r[2])
+{
+	const struct sim_model *md = &sc->m;
+	const struct sim_workload *w = &sc->w;
+	fprintf(f, "{\"scenario\":{");
+	fprintf(f, "\"agents\":%u,\"duration_s\":%.6g,\"seed\":%llu,", w->agents, sc->duration_s,
+		(unsigned long long)w->seed);
+	fprintf(f, "\"pool_pages\":%u,\"page_tokens\":%u,\"pool_tokens\":%llu,", sc->pool_pages,
+		sc->page_tokens, (unsigned long long)sc->pool_pages * sc->page_tokens);
+	fprintf(f, "\"ctx_to_pool_start\":%.6g,", sim_ctx_to_pool_start(sc));
+	fprintf(f, "\"world_size\":%u,\"copy_slots\":%u,\"copy_fail_rate\":%.6g,", sc->world_size,
+		sc->copy_slots, sc->copy_fail_rate);
+	fprintf(f, "\"max_restore_wait_s\":%.6g,\"lookup_timeout_s\":%.6g,", sc->max_restore_wait_s,
+		sc->lookup_timeout_s);
+	fprintf(f, "\"decode_reserve_pages\":%u,\"decode_headroom_pages\":%u,",
+		sim_decode_reserve_pages(sc), sim_headroom_pages(sc));
+	fprintf(f,
+		"\"model\":{\"class\":\"70B-class dense (Llama-3.1-70B shape), TP%u on H200\","
+		"\"kv_bytes_per_token\":%.6g,\"prefill_tok_s\":%.6g,\"attn_s_per_tok2\":%.6g,"
+		"\"decode_step_s\":%.6g,\"kv_read_s_per_tok\":%.6g,\"import_bytes_s\":%.6g,"
+		"\"write_bytes_s\":%.6g,\"copy_setup_s\":%.6g,\"lookup_latency_s\":%.6g,"
+		"\"step_token_budget\":%u,\"max_context\":%u,\"max_running\":%u},",
+		sc->world_size, md->kv_bytes_per_token, md->prefill_tok_s, md->attn_s_per_tok2,
+		md->decode_step_s, md->kv_read_s_per_tok, md->import_bytes_s, md->write_bytes_s,
+		md->copy_setup_s, md->lookup_latency_s, md->step_token_budget, md->max_context,
+		md->max_running);
+	fprintf(
+	    f,
+	    "\"workload\":{\"init_ctx\":[%u,%u],\"tool_tokens\":{\"median\":%.6g,\"sigma\":%.6g,"
+	    "\"min\":%u,\"max\":%u},\"decode_tokens\":{\"median\":%.6g,\"sigma\":%.6g,\"min\":%u,"
+	    "\"max\":%u},\"think_s\":{\"median\":%.6g,\"sigma\":%.6g,\"min\":%.6g,\"max\":%.6g},"
+	    "\"compact_to\":[%u,%u]}",
+	    w->init_ctx_min, w->init_ctx_max, w->tool_median, w->tool_sigma, w->tool_min,
+	    w->tool_max, w->decode_median, w->decode_sigma, w->decode_min, w->decode_max,
+	    w->think_median_s, w->think_sigma, w->think_min_s, w->think_max_s, w->compact_min,
+	    w->compact_max);
+	fprintf(f, "},\"policies\":{");
+	bool first = true;
+	for (int i = 0; i < 2; i++) {
+		if (!r[i])
+			continue;
+		if (!first)
+			fputc(',', f);
+		first = false;
+		json_policy(f, sc, r[i]);
+	}
+	fprintf(f, "}}\n");
+}

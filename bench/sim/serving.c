@@ -1,0 +1,632 @@
+/*
+ * The serving loop of one policy: a discrete-event simulation in which the
+ * engine decides every admission and the simulator plays the GPU.
+ *
+ * Each iteration: deliver the events that are due (turn submissions,
+ * directory answers, copy completions, stored checkpoints), call kva_step,
+ * take over its admissions, fit the local cache into the free pool, then run
+ * one GPU step: every decoding request gets one token, the rest of the step's
+ * token budget goes to prefill chunks in admission order (decode-first
+ * chunked prefill). Pages for new KV come from kva_grow; when it fails the
+ * newest running request is preempted (kva_preempt) until it succeeds or the
+ * request preempted itself — the rule vLLM's scheduler follows. The clock
+ * advances by the step's modelled time; with nothing to run it jumps to the
+ * next event (polling every idle_poll_s while requests wait, so the engine's
+ * timers fire on time).
+ *
+ * At the end of the measured window every live request is cancelled and the
+ * loop runs on until each is reported ended and every copy has drained; the
+ * invariants are then checked on the engine's own statistics.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sim.h"
+
+#define PLAN_CAP 4096
+
+void sim_fatal(struct sim *s, const char *what, int rc)
+{
+	if (s->fatal)
+		return;
+	s->fatal = rc ? rc : -1;
+	snprintf(s->fatal_msg, sizeof(s->fatal_msg), "%s: %s (%d) at t=%.6f s", what,
+		 kva_strerror(rc), rc, (double)s->now_ns / SIM_NS_PER_S);
+}
+
+static uint64_t ns_of(double sec)
+{
+	double ns = ceil(sec * SIM_NS_PER_S);
+	return ns < 1 ? 1 : (uint64_t)ns;
+}
+
+/* Moves the clock; the window's context-to-pool average integrates here. */
+static void advance_to(struct sim *s, uint64_t t_ns)
+{
+	if (t_ns <= s->now_ns)
+		t_ns = s->now_ns + 1;
+	if (!s->draining)
+		s->ctx_integral += (double)s->sum_ctx * (double)(t_ns - s->now_ns) / SIM_NS_PER_S;
+	s->now_ns = t_ns;
+}
+
+static uint32_t pages_for(const struct sim *s, uint64_t tokens)
+{
+	return (uint32_t)((tokens + s->sc->page_tokens - 1) / s->sc->page_tokens);
+}
+
+static void check_fail(struct sim *s, bool *flag, const char *msg)
+{
+	if (*flag && !s->res->check_msg[0])
+		snprintf(s->res->check_msg, sizeof(s->res->check_msg), "%s at t=%.6f s", msg,
+			 (double)s->now_ns / SIM_NS_PER_S);
+	*flag = false;
+}
+
+/* ---- running list ------------------------------------------------------------ */
+
+static void run_link(struct sim *s, struct sim_agent *a)
+{
+	sim_list_push_back(&s->run, a);
+	a->running = true;
+	s->n_running++;
+}
+
+static void run_unlink(struct sim *s, struct sim_agent *a)
+{
+	sim_list_unlink(&s->run, a);
+	a->running = false;
+	a->step_tokens = 0;
+	s->n_running--;
+}
+
+/* ---- turns ------------------------------------------------------------------- */
+
+static void schedule_submit(struct sim *s, struct sim_agent *a, uint64_t at_ns)
+{
+	struct sim_event ev = {.t_ns = at_ns, .kind = SIM_EV_SUBMIT, .agent = a->index};
+	if (sim_clock_push(&s->clock, ev) != 0)
+		sim_fatal(s, "event queue", -ENOMEM);
+}
+
+static void on_submit(struct sim *s, struct sim_agent *a)
+{
+	const struct sim_workload *w = &s->sc->w;
+	if (s->draining)
+		return;
+	uint32_t t = a->turn++;
+	uint32_t tool = sim_draw_tool(w, a->index, t);
+	a->decode_total = sim_draw_decode(w, a->index, t);
+	if ((uint64_t)a->ctx + tool + a->decode_total > s->sc->m.max_context) {
+		/* the window is full: the agent compacts its history into a new
+		 * session, which nothing stored covers yet */
+		a->session++;
+		a->session_turn = 0;
+		a->n_ext = 0;
+		sim_cache_drop(s, a, true);
+		s->sum_ctx -= a->ctx;
+		a->ctx = sim_draw_compact(w, a->index, t);
+		s->sum_ctx += a->ctx;
+		a->prompt = a->ctx;
+		s->res->compactions++;
+	} else {
+		a->prompt = a->ctx + tool;
+	}
+	kva_request r = {
+	    .id = a->index + 1, .prefix_key = sim_key(a), .prompt_tokens = a->prompt, .user = a};
+	int rc = kva_submit(s->e, &r, &a->h);
+	if (rc != 0) {
+		sim_fatal(s, "kva_submit", rc);
+		return;
+	}
+	a->live = true;
+	a->submits++;
+	a->decoded = 0;
+	a->has_first_token = false;
+	a->recomputed_prefix = false;
+	a->admitted_once = false;
+	a->turn_start_ns = s->now_ns;
+}
+
+static void finish_turn(struct sim *s, struct sim_agent *a)
+{
+	struct sim_result *res = s->res;
+	int rc = kva_finish(s->e, a->h);
+	if (rc != 0) {
+		sim_fatal(s, "kva_finish", rc);
+		return;
+	}
+	run_unlink(s, a);
+	uint32_t pt = s->sc->page_tokens;
+	sim_cache_put(s, a, a->kv / pt);
+	sim_store_write(s, a, a->kv / pt * pt);
+	s->sum_ctx += a->prompt + a->decode_total - a->ctx;
+	a->ctx = a->prompt + a->decode_total;
+	res->turns_completed++;
+	if (sim_samples_add(&res->turn_s, (double)(s->now_ns - a->turn_start_ns) / SIM_NS_PER_S))
+		sim_fatal(s, "samples", -ENOMEM);
+	if (a->session_turn > 0) {
+		res->later_turns++;
+		if (!a->recomputed_prefix)
+			res->later_turns_restored++;
+	}
+	a->session_turn++;
+	schedule_submit(s, a,
+			s->now_ns + ns_of(sim_draw_think_s(&s->sc->w, a->index, a->turn - 1)));
+}
+
+/* ---- the engine's plan --------------------------------------------------------- */
+
+static void take_admission(struct sim *s, const kva_admission *ad)
+{
+	struct sim_agent *a = ad->user;
+	uint32_t pt = s->sc->page_tokens;
+	if (!a || ad->handle.id != a->h.id || ad->handle.gen != a->h.gen || !a->live) {
+		sim_fatal(s, "admission of an unknown or ended request", -EINVAL);
+		return;
+	}
+	if (s->draining) {
+		bool f = true;
+		check_fail(s, &f, "admission after cancel");
+		s->res->all_terminal = false;
+		return;
+	}
+	uint32_t cached = ad->local_tokens + ad->restored_tokens;
+	if (ad->how == KVA_ADMIT_LOCAL) {
+		uint64_t have = a->in_lru ? (uint64_t)a->local_pages * pt : 0;
+		if (have < ad->local_tokens) {
+			/* the engine reused a local checkpoint the cache no longer
+			 * holds: only what is still there counts for the GPU */
+			s->res->stale_local++;
+			cached = (uint32_t)have;
+		}
+		sim_cache_drop(s, a, false); /* its pages are this request's now */
+	} else {
+		sim_cache_drop(s, a, true); /* a stale duplicate of what it rebuilds */
+	}
+	if (ad->how == KVA_ADMIT_RECOMPUTE && a->session_turn > 0)
+		a->recomputed_prefix = true;
+	a->admitted_once = true;
+	a->kv = cached;
+	a->held_pages = ad->npages;
+	/* after a preemption the tokens decoded so far are prefilled again */
+	a->prefill_left = a->prompt + a->decoded - cached;
+	run_link(s, a);
+}
+
+static void take_ended(struct sim *s, const kva_ended *en)
+{
+	struct sim_agent *a = en->user;
+	struct sim_result *res = s->res;
+	if (!a) {
+		sim_fatal(s, "ended report without its request", -EINVAL);
+		return;
+	}
+	if (en->handle.gen <= a->last_ended_gen)
+		check_fail(s, &res->reported_once, "a request reported ended twice");
+	a->last_ended_gen = en->handle.gen;
+	a->ended_reports++;
+	if (en->state == KVA_STATE_REJECTED)
+		check_fail(s, &res->reported_once, "a request was rejected as a duplicate");
+	if (en->handle.gen == a->h.gen)
+		a->live = false;
+}
+
+static void take_plan(struct sim *s)
+{
+	for (uint32_t i = 0; i < s->plan.n_ended; i++)
+		take_ended(s, &s->plan.ended[i]);
+	for (uint32_t i = 0; i < s->plan.n_admitted; i++)
+		take_admission(s, &s->plan.admitted[i]);
+}
+
+/* ---- the GPU step ------------------------------------------------------------ */
+
+static void preempt(struct sim *s, struct sim_agent *v)
+{
+	int rc = kva_preempt(s->e, v->h);
+	if (rc != 0) {
+		sim_fatal(s, "kva_preempt", rc);
+		return;
+	}
+	run_unlink(s, v);
+	/* its pages return to the pool still holding its KV */
+	sim_cache_put(s, v, v->kv / s->sc->page_tokens);
+}
+
+/* Pages for `tokens` more tokens of a; preempts from the newest running
+ * request on while the pool is full. false when a preempted itself. */
+static bool grow_for(struct sim *s, struct sim_agent *a, uint32_t tokens)
+{
+	uint32_t want = pages_for(s, (uint64_t)a->kv + tokens);
+	if (want <= a->held_pages)
+		return true;
+	uint32_t need = want - a->held_pages;
+	for (;;) {
+		int rc = kva_grow(s->e, a->h, need, NULL);
+		if (rc == 0) {
+			a->held_pages += need;
+			return true;
+		}
+		if (rc != -ENOSPC) {
+			sim_fatal(s, "kva_grow", rc);
+			return false;
+		}
+		struct sim_agent *victim = s->run.tail;
+		preempt(s, victim);
+		if (s->fatal || victim == a)
+			return false;
+	}
+}
+
+/* Schedules one step; returns its duration in ns, 0 if there is no work. */
+static uint64_t gpu_schedule(struct sim *s, struct sim_batch *b)
+{
+	memset(b, 0, sizeof(*b));
+	uint32_t decoding = 0;
+	for (struct sim_agent *a = s->run.head; a; a = sim_list_next(&s->run, a))
+		decoding += a->prefill_left == 0;
+	uint32_t budget = s->sc->m.step_token_budget;
+	uint32_t prefill_budget = budget > decoding ? budget - decoding : 0;
+	for (struct sim_agent *a = s->run.head; a && !s->fatal;) {
+		uint32_t tok = a->prefill_left ? (a->prefill_left < prefill_budget ? a->prefill_left
+										   : prefill_budget)
+					       : 1;
+		a->step_tokens = 0;
+		if (!tok) {
+			a = sim_list_next(&s->run, a);
+			continue;
+		}
+		if (!grow_for(s, a, tok))
+			break; /* a was the newest: nothing after it */
+		a->step_tokens = tok;
+		if (a->prefill_left) {
+			prefill_budget -= tok;
+			b->prefill_tokens += tok;
+			double p0 = a->kv, p1 = (double)a->kv + tok;
+			b->attn_tok2 += p1 * p1 - p0 * p0;
+		} else {
+			b->n_decode++;
+			b->decode_ctx += a->kv;
+		}
+		a = sim_list_next(&s->run, a);
+	}
+	if (!b->n_decode && !b->prefill_tokens)
+		return 0;
+	double dt = sim_gpu_step_s(&s->sc->m, b);
+	double left = (double)(s->end_ns - s->now_ns) / SIM_NS_PER_S; /* busy within the window */
+	s->res->gpu_busy_s += dt < left ? dt : left;
+	s->res->gpu_steps++;
+	return ns_of(dt);
+}
+
+/* The step's work is done at s->now_ns: KV written, tokens sampled. */
+static void gpu_complete(struct sim *s)
+{
+	struct sim_result *res = s->res;
+	for (struct sim_agent *a = s->run.head, *next; a && !s->fatal; a = next) {
+		next = sim_list_next(&s->run, a);
+		uint32_t tok = a->step_tokens;
+		if (!tok)
+			continue;
+		a->step_tokens = 0;
+		a->kv += tok;
+		if (a->prefill_left) {
+			a->prefill_left -= tok;
+			if (a->prefill_left)
+				continue;
+		}
+		/* a decode step, or the step that completed the prefill: one token */
+		a->decoded++;
+		res->decode_tokens++;
+		if (!a->has_first_token) {
+			a->has_first_token = true;
+			if (sim_samples_add(&res->ttft_s,
+					    (double)(s->now_ns - a->turn_start_ns) / SIM_NS_PER_S))
+				sim_fatal(s, "samples", -ENOMEM);
+		}
+		if (a->decoded >= a->decode_total)
+			finish_turn(s, a);
+	}
+}
+
+/* ---- events ------------------------------------------------------------------- */
+
+static void deliver_due(struct sim *s)
+{
+	struct sim_event ev;
+	while (!s->fatal && sim_clock_pop_due(&s->clock, s->now_ns, &ev)) {
+		switch (ev.kind) {
+		case SIM_EV_SUBMIT:
+			on_submit(s, &s->agents[ev.agent]);
+			break;
+		case SIM_EV_ANSWER:
+			sim_dir_answer(s, &ev);
+			break;
+		case SIM_EV_COPY: {
+			int rc =
+			    kva_copy_done(s->e, ev.u.copy.token, ev.u.copy.rank, ev.u.copy.status);
+			if (rc != 0)
+				sim_fatal(s, "kva_copy_done", rc);
+			break;
+		}
+		case SIM_EV_WRITE:
+			sim_store_written(s, &ev);
+			break;
+		}
+	}
+}
+
+/* ---- checks -------------------------------------------------------------------- */
+
+static void check_running(struct sim *s)
+{
+	kva_stats st;
+	kva_stats_get(s->e, &st);
+	if (st.free_pages + st.reserved_pages + st.in_use_pages + st.draining_pages !=
+	    st.total_pages)
+		check_fail(s, &s->res->credits_conserved, "free+reserved+in_use+draining != total");
+	uint64_t held = 0;
+	for (struct sim_agent *a = s->run.head; a; a = sim_list_next(&s->run, a))
+		held += a->held_pages;
+	if (!s->draining && held != st.in_use_pages)
+		check_fail(s, &s->res->page_accounting, "pages held by running requests != in_use");
+}
+
+static void check_end(struct sim *s)
+{
+	struct sim_result *res = s->res;
+	kva_stats st;
+	kva_stats_get(s->e, &st);
+	if (st.free_pages + st.reserved_pages + st.in_use_pages + st.draining_pages !=
+	    st.total_pages)
+		check_fail(s, &res->credits_conserved, "credits not conserved at the end");
+	if (st.free_pages != st.total_pages || st.draining_pages || st.reserved_pages ||
+	    st.in_use_pages || st.free_copy_slots != s->sc->copy_slots ||
+	    st.free_run_slots != s->sc->m.max_running)
+		check_fail(s, &res->no_leaked_pages, "pages, copy slots or run slots not all free");
+	uint64_t submits = 0, reports = 0;
+	bool live = false;
+	for (uint32_t i = 0; i < s->sc->w.agents; i++) {
+		submits += s->agents[i].submits;
+		reports += s->agents[i].ended_reports;
+		live |= s->agents[i].live;
+	}
+	if (live || st.waiting || st.importing || st.ready || st.running ||
+	    st.finished + st.cancelled + st.rejected != st.submitted || st.submitted != submits)
+		check_fail(s, &res->all_terminal, "a request is not terminal");
+	if (reports != submits)
+		check_fail(s, &res->reported_once, "ended reports != submissions");
+}
+
+/* ---- the run --------------------------------------------------------------------- */
+
+static void start_drain(struct sim *s)
+{
+	struct sim_result *res = s->res;
+	kva_stats_get(s->e, &res->st);
+	double pool = (double)s->sc->pool_pages * s->sc->page_tokens;
+	res->ctx_to_pool_end = (double)s->sum_ctx / pool;
+	res->ctx_to_pool_mean = s->ctx_integral / s->sc->duration_s / pool;
+	s->draining = true;
+	for (uint32_t i = 0; i < s->sc->w.agents && !s->fatal; i++) {
+		struct sim_agent *a = &s->agents[i];
+		if (a->running)
+			run_unlink(s, a);
+		if (!a->live)
+			continue;
+		int rc = kva_cancel(s->e, a->h);
+		/* -ENOENT: finished a moment ago, its report is on the way */
+		if (rc != 0 && rc != -ENOENT)
+			sim_fatal(s, "kva_cancel", rc);
+	}
+}
+
+static bool drained(struct sim *s)
+{
+	if (s->clock.n_copies)
+		return false;
+	for (uint32_t i = 0; i < s->sc->w.agents; i++)
+		if (s->agents[i].live)
+			return false;
+	return true;
+}
+
+static void progress(struct sim *s, int *shown)
+{
+	int pct = (int)(100.0 * (double)s->now_ns / (double)s->end_ns);
+	if (pct > 100)
+		pct = 100;
+	if (pct == *shown)
+		return;
+	*shown = pct;
+	char bar[41];
+	int fill = pct * 40 / 100;
+	for (int i = 0; i < 40; i++)
+		bar[i] = i < fill ? '#' : '.';
+	bar[40] = '\0';
+	fprintf(stderr, "\rkvadmit-sim %-6s [%s] %3d%%  t=%.0f/%.0f s",
+		s->policy == SIM_POLICY_WAIT ? "wait" : "legacy", bar, pct,
+		(double)s->now_ns / SIM_NS_PER_S, s->sc->duration_s);
+	fflush(stderr);
+}
+
+static int engine_create(struct sim *s)
+{
+	const struct sim_scenario *sc = s->sc;
+	kva_config c;
+	kva_config_default(&c);
+	c.total_pages = sc->pool_pages;
+	c.page_tokens = sc->page_tokens;
+	c.decode_reserve_pages = sim_decode_reserve_pages(sc);
+	c.decode_headroom_pages = sim_headroom_pages(sc);
+	c.prefill_chunk_tokens = sc->m.step_token_budget;
+	c.copy_slots = (uint16_t)sc->copy_slots;
+	c.max_running = sc->m.max_running;
+	c.world_size = sc->world_size;
+	c.max_copy_retries = sc->m.max_copy_retries;
+	c.lookup_timeout_ns = (uint64_t)llround(sc->lookup_timeout_s * SIM_NS_PER_S);
+	c.max_restore_wait_ns = (uint64_t)llround(sc->max_restore_wait_s * SIM_NS_PER_S);
+	c.policy = s->policy == SIM_POLICY_WAIT ? KVA_POLICY_WAIT : KVA_POLICY_LEGACY;
+	c.lookup = sim_dir_lookup_cb;
+	c.lookup_ctx = s;
+	for (uint32_t r = 0; r < sc->world_size; r++)
+		c.importers[r] = (kva_importer_ref){sim_import_cb, s};
+	c.start_ns = 0;
+	int err = 0;
+	s->e = kva_engine_create(&c, &err);
+	if (!s->e)
+		sim_fatal(s, "kva_engine_create", err);
+	return s->e ? 0 : err;
+}
+
+static int plan_alloc(struct sim *s)
+{
+	kva_plan *p = &s->plan;
+	memset(p, 0, sizeof(*p));
+	p->admitted = calloc(PLAN_CAP, sizeof(*p->admitted));
+	p->pages = calloc(s->sc->pool_pages, sizeof(*p->pages));
+	p->copies = calloc(PLAN_CAP, sizeof(*p->copies));
+	p->fallbacks = calloc(PLAN_CAP, sizeof(*p->fallbacks));
+	p->ended = calloc(PLAN_CAP, sizeof(*p->ended));
+	p->admitted_cap = p->copies_cap = p->fallbacks_cap = p->ended_cap = PLAN_CAP;
+	p->pages_cap = s->sc->pool_pages;
+	return p->admitted && p->pages && p->copies && p->fallbacks && p->ended ? 0 : -ENOMEM;
+}
+
+static void plan_free(kva_plan *p)
+{
+	free(p->admitted);
+	free(p->pages);
+	free(p->copies);
+	free(p->fallbacks);
+	free(p->ended);
+}
+
+static void agents_init(struct sim *s)
+{
+	const struct sim_scenario *sc = s->sc;
+	uint32_t pt = sc->page_tokens;
+	for (uint32_t i = 0; i < sc->w.agents; i++) {
+		struct sim_agent *a = &s->agents[i];
+		a->index = i;
+		a->session = 1;
+		/* a warm session: its history was checkpointed before t = 0 */
+		a->ctx = sim_draw_init_ctx(&sc->w, i);
+		a->session_turn = 1;
+		a->ext_pos[0] = a->ctx / pt * pt;
+		a->ext_id[0] = (uint64_t)(i + 1) << 32 | ++a->ext_seq;
+		a->n_ext = a->ext_pos[0] ? 1 : 0;
+		s->sum_ctx += a->ctx;
+		schedule_submit(s, a, ns_of(sim_draw_start_s(&sc->w, i)));
+	}
+}
+
+static double wall_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void loop(struct sim *s)
+{
+	const struct sim_scenario *sc = s->sc;
+	uint64_t poll_ns = ns_of(sc->m.idle_poll_s);
+	int shown = -1;
+	while (!s->fatal) {
+		if (!s->draining && s->now_ns >= s->end_ns)
+			start_drain(s);
+		deliver_due(s);
+		int rc = kva_step(s->e, s->now_ns, &s->plan);
+		if (rc < 0) {
+			sim_fatal(s, "kva_step", rc);
+			break;
+		}
+		take_plan(s);
+		sim_cache_fit(s);
+		check_running(s);
+		if (sc->progress && !s->draining)
+			progress(s, &shown);
+		if (s->draining) {
+			if (drained(s))
+				break;
+			/* copies still draining: their reports are events; cancels
+			 * take effect at the next step */
+			uint64_t next = sim_clock_next(&s->clock);
+			advance_to(s, next < s->now_ns + poll_ns ? next : s->now_ns + poll_ns);
+			continue;
+		}
+		struct sim_batch b;
+		uint64_t dt = gpu_schedule(s, &b);
+		if (dt) {
+			advance_to(s, s->now_ns + dt);
+			gpu_complete(s);
+			sim_cache_fit(s);
+			continue;
+		}
+		/* idle: sleep until the next event, polling while requests wait */
+		kva_stats st;
+		kva_stats_get(s->e, &st);
+		uint64_t next = sim_clock_next(&s->clock);
+		if (st.waiting + st.importing + st.ready > 0 && next > s->now_ns + poll_ns) {
+			next = s->now_ns + poll_ns;
+			s->res->idle_polls++;
+		}
+		advance_to(s, next < s->end_ns ? next : s->end_ns);
+	}
+	if (sc->progress)
+		fprintf(stderr, "\r\033[K");
+}
+
+int sim_run_policy(const struct sim_scenario *sc, int policy, struct sim_result *res)
+{
+	memset(res, 0, sizeof(*res));
+	res->policy = policy;
+	res->credits_conserved = res->no_leaked_pages = res->all_terminal = res->reported_once =
+	    res->page_accounting = true;
+	struct sim s;
+	memset(&s, 0, sizeof(s));
+	s.sc = sc;
+	s.policy = policy;
+	s.res = res;
+	s.run.which = SIM_LIST_RUN;
+	s.lru.which = SIM_LIST_LRU;
+	s.end_ns = (uint64_t)llround(sc->duration_s * SIM_NS_PER_S);
+	double t0 = wall_now();
+	int rc = -ENOMEM;
+	s.agents = calloc(sc->w.agents, sizeof(*s.agents));
+	if (!s.agents || sim_clock_init(&s.clock) != 0 || plan_alloc(&s) != 0) {
+		sim_fatal(&s, "allocation", -ENOMEM);
+		goto out;
+	}
+	if ((rc = engine_create(&s)) != 0)
+		goto out;
+	agents_init(&s);
+	loop(&s);
+	if (!s.fatal)
+		check_end(&s);
+	kva_engine_destroy(s.e);
+out:
+	res->wall_s = wall_now() - t0;
+	plan_free(&s.plan);
+	sim_clock_fini(&s.clock);
+	free(s.agents);
+	if (s.fatal) {
+		fprintf(stderr, "kvadmit-sim: %s policy: %s\n",
+			policy == SIM_POLICY_WAIT ? "wait" : "legacy", s.fatal_msg);
+		return s.fatal;
+	}
+	return 0;
+}
+
+void sim_result_free(struct sim_result *r)
+{
+	sim_samples_free(&r->turn_s);
+	sim_samples_free(&r->ttft_s);
+}

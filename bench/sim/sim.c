@@ -1,0 +1,234 @@
+/*
+ * kvadmit-sim: command line. Parses the flags, refuses impossible scenarios
+ * with a message, runs the requested policies one after the other (each on
+ * its own engine, same workload) and prints the side-by-side table or one
+ * JSON object.
+ *
+ * Exit status: 0 ok; 1 an invariant check failed; 2 bad flags or an
+ * impossible scenario; 3 the run stopped on an unexpected engine error.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sim.h"
+
+static void usage(FILE *f)
+{
+	fprintf(
+	    f,
+	    "usage: kvadmit-sim [flags]\n"
+	    "\n"
+	    "Simulates tool-using agents whose contexts outgrow the KV pool and runs the real\n"
+	    "kvadmit engine under the legacy policy (a refused restore recomputes) and the\n"
+	    "wait policy (a restore waits for capacity), side by side. Model and constants:\n"
+	    "bench/sim/README.md.\n"
+	    "\n"
+	    "  --agents N            tool-using agents (default 8)\n"
+	    "  --duration S          simulated seconds measured (default 1800)\n"
+	    "  --pool-pages N        KV pool pages (default: 360448 tokens / page tokens)\n"
+	    "  --page-tokens N       tokens per page (default 16)\n"
+	    "  --seed N              workload seed (default 1)\n"
+	    "  --policy P            both | wait | legacy (default both)\n"
+	    "  --max-restore-wait S  bounded wait of a blocked restore, 0 = unbounded (default "
+	    "60)\n"
+	    "  --lookup-timeout S    per-lookup deadline, 0 = never (default 5)\n"
+	    "  --copy-slots N        concurrent copy jobs (default 32)\n"
+	    "  --world-size N        ranks per copy job, tensor parallel size (default 2)\n"
+	    "  --copy-fail-rate P    probability that one rank's copy fails (default 0)\n"
+	    "  --json                print one JSON object instead of the table\n"
+	    "  --progress            progress bar on stderr (default: when stderr is a terminal)\n"
+	    "  --no-progress         no progress bar\n"
+	    "  --no-wall             report wall_s as null (byte-identical JSON for one seed)\n"
+	    "  --help                this text\n");
+}
+
+static int bad(const char *flag, const char *val, const char *why)
+{
+	if (val)
+		fprintf(stderr, "kvadmit-sim: %s %s: %s (see --help)\n", flag, val, why);
+	else
+		fprintf(stderr, "kvadmit-sim: %s: %s (see --help)\n", flag, why);
+	return 2;
+}
+
+static const char *const valued[] = {
+    "--agents",	    "--duration",   "--pool-pages",	  "--page-tokens",
+    "--seed",	    "--policy",	    "--max-restore-wait", "--lookup-timeout",
+    "--copy-slots", "--world-size", "--copy-fail-rate",
+};
+
+static bool is_valued(const char *name)
+{
+	for (size_t i = 0; i < sizeof(valued) / sizeof(valued[0]); i++)
+		if (!strcmp(name, valued[i]))
+			return true;
+	return false;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+	if (!s || !*s || *s == '-')
+		return -1;
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || *end)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int parse_u32(const char *s, uint32_t *out)
+{
+	uint64_t v;
+	if (parse_u64(s, &v) || v > UINT32_MAX)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int parse_double(const char *s, double *out)
+{
+	if (!s || !*s)
+		return -1;
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || *end || v != v)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct sim_scenario sc;
+	sim_defaults(&sc);
+	int progress = -1; /* -1: when stderr is a terminal */
+	bool pool_given = false;
+	for (int i = 1; i < argc; i++) {
+		const char *flag = argv[i];
+		char name[64];
+		const char *val = NULL;
+		const char *eq = strchr(flag, '=');
+		if (strncmp(flag, "--", 2) != 0)
+			return bad(flag, NULL, "not a flag");
+		if (eq) {
+			size_t n = (size_t)(eq - flag);
+			if (n >= sizeof(name))
+				return bad(flag, NULL, "unknown flag");
+			memcpy(name, flag, n);
+			name[n] = '\0';
+			val = eq + 1;
+		} else {
+			snprintf(name, sizeof(name), "%s", flag);
+		}
+		/* flags without a value */
+		if (!strcmp(name, "--help") || !strcmp(name, "-h")) {
+			usage(stdout);
+			return 0;
+		}
+		bool boolean = true;
+		if (!strcmp(name, "--json"))
+			sc.json = true;
+		else if (!strcmp(name, "--progress"))
+			progress = 1;
+		else if (!strcmp(name, "--no-progress"))
+			progress = 0;
+		else if (!strcmp(name, "--no-wall"))
+			sc.no_wall = true;
+		else
+			boolean = false;
+		if (boolean) {
+			if (val)
+				return bad(name, val, "takes no value");
+			continue;
+		}
+		if (!is_valued(name))
+			return bad(name, NULL, "unknown flag");
+		if (!val) {
+			if (i + 1 >= argc)
+				return bad(name, NULL, "needs a value");
+			val = argv[++i];
+		}
+		int rc = 0;
+		if (!strcmp(name, "--agents"))
+			rc = parse_u32(val, &sc.w.agents);
+		else if (!strcmp(name, "--duration"))
+			rc = parse_double(val, &sc.duration_s);
+		else if (!strcmp(name, "--pool-pages"))
+			rc = parse_u32(val, &sc.pool_pages), pool_given = true;
+		else if (!strcmp(name, "--page-tokens"))
+			rc = parse_u32(val, &sc.page_tokens);
+		else if (!strcmp(name, "--seed"))
+			rc = parse_u64(val, &sc.w.seed);
+		else if (!strcmp(name, "--max-restore-wait"))
+			rc = parse_double(val, &sc.max_restore_wait_s);
+		else if (!strcmp(name, "--lookup-timeout"))
+			rc = parse_double(val, &sc.lookup_timeout_s);
+		else if (!strcmp(name, "--copy-slots"))
+			rc = parse_u32(val, &sc.copy_slots);
+		else if (!strcmp(name, "--world-size"))
+			rc = parse_u32(val, &sc.world_size);
+		else if (!strcmp(name, "--copy-fail-rate"))
+			rc = parse_double(val, &sc.copy_fail_rate);
+		else if (!strcmp(name, "--policy")) {
+			if (!strcmp(val, "both"))
+				sc.policies = SIM_POLICY_LEGACY | SIM_POLICY_WAIT;
+			else if (!strcmp(val, "wait"))
+				sc.policies = SIM_POLICY_WAIT;
+			else if (!strcmp(val, "legacy"))
+				sc.policies = SIM_POLICY_LEGACY;
+			else
+				return bad(name, val, "must be both, wait or legacy");
+		}
+		if (rc)
+			return bad(name, val, "not a valid number");
+	}
+	if (!pool_given)
+		sc.pool_pages = sim_default_pool_pages(sc.page_tokens);
+	sc.progress = progress < 0 ? isatty(STDERR_FILENO) : progress;
+
+	char why[512];
+	const char *err = sim_check(&sc, why, sizeof(why));
+	if (err) {
+		fprintf(stderr, "kvadmit-sim: %s\n", err);
+		return 2;
+	}
+
+	struct sim_result res[2];
+	struct sim_result *r[2] = {NULL, NULL};
+	const int order[2] = {SIM_POLICY_LEGACY, SIM_POLICY_WAIT};
+	int status = 0;
+	for (int i = 0; i < 2; i++) {
+		if (!(sc.policies & order[i]))
+			continue;
+		if (sim_run_policy(&sc, order[i], &res[i]) != 0) {
+			status = 3;
+			sim_result_free(&res[i]);
+			break;
+		}
+		r[i] = &res[i];
+	}
+	if (status == 0) {
+		if (sc.json)
+			sim_print_json(stdout, &sc, r);
+		else
+			sim_print_table(stdout, &sc, r);
+		for (int i = 0; i < 2; i++)
+			if (r[i] &&
+			    !(r[i]->credits_conserved && r[i]->no_leaked_pages &&
+			      r[i]->all_terminal && r[i]->reported_once && r[i]->page_accounting)) {
+				fprintf(stderr, "kvadmit-sim: invariant check failed: %s\n",
+					r[i]->check_msg);
+				status = 1;
+			}
+	}
+	for (int i = 0; i < 2; i++)
+		if (r[i])
+			sim_result_free(r[i]);
+	return status;
+}

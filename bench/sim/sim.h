@@ -1,0 +1,302 @@
+/*
+ * kvadmit-sim: shared types of the agent-workload simulator.
+ *
+ * The simulator plays the GPU, the directory and the checkpoint store on a
+ * simulated clock; the real engine (kvadmit.h, nothing private) makes every
+ * admission decision. Files: sim.c (flags, main), scenario.c (defaults and
+ * checks), workload.c (seeded agent turns), clock.c (event queue), store.c
+ * (directory, checkpoint store, local cache, importer), gpu.c (step-time
+ * model), serving.c (the serving loop), report.c (metrics, table, JSON). Everything is
+ * single-threaded and deterministic: same flags and seed, same output (wall time aside).
+ */
+#ifndef KVA_SIM_H
+#define KVA_SIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kvadmit/kvadmit.h"
+
+#define SIM_NS_PER_S 1000000000.0
+#define SIM_MAX_AGENTS 1000000u
+
+/* ---- constants: every one is explained in bench/sim/README.md ---------- */
+
+/* The model and the GPU (a 70B-class dense model, TP2 on H200). */
+struct sim_model {
+	double kv_bytes_per_token;  /* all ranks together */
+	double prefill_tok_s;	    /* linear layers, short context */
+	double attn_s_per_tok2;	    /* causal attention: seconds per (p1^2 - p0^2) */
+	double decode_step_s;	    /* one decode step, weights read once */
+	double kv_read_s_per_tok;   /* decode: reading one context token's KV, one sequence */
+	double import_bytes_s;	    /* checkpoint store -> GPU, per rank */
+	double write_bytes_s;	    /* GPU -> checkpoint store, per rank */
+	double copy_setup_s;	    /* fixed cost of one copy job, per rank */
+	double lookup_latency_s;    /* directory round trip */
+	double idle_poll_s;	    /* scheduler loop period while only waiting */
+	uint32_t step_token_budget; /* chunked prefill: tokens per step */
+	uint32_t max_context;	    /* model window: longer histories are compacted */
+	uint32_t decode_headroom_tokens;
+	double decode_reserve_frac; /* decode watermark, share of the pool */
+	uint16_t max_running;
+	uint32_t max_copy_retries;
+};
+
+/* The agents' turns. */
+struct sim_workload {
+	uint32_t agents;
+	uint64_t seed;
+	uint32_t init_ctx_min, init_ctx_max; /* warm sessions: history at t = 0 */
+	double tool_median, tool_sigma;	     /* tool output tokens, lognormal */
+	uint32_t tool_min, tool_max;
+	double decode_median, decode_sigma; /* decode tokens, lognormal */
+	uint32_t decode_min, decode_max;
+	double think_median_s, think_sigma; /* tool execution time, lognormal */
+	double think_min_s, think_max_s;
+	uint32_t compact_min, compact_max; /* a compacted session restarts at this size */
+};
+
+enum { SIM_POLICY_LEGACY = 1, SIM_POLICY_WAIT = 2 };
+
+struct sim_scenario {
+	struct sim_workload w;
+	struct sim_model m;
+	double duration_s;
+	uint32_t pool_pages, page_tokens;
+	double max_restore_wait_s, lookup_timeout_s, copy_fail_rate;
+	uint32_t copy_slots, world_size;
+	int policies; /* SIM_POLICY_* bits */
+	bool json, progress, no_wall;
+};
+
+void sim_defaults(struct sim_scenario *sc);
+uint32_t sim_default_pool_pages(uint32_t page_tokens);
+/* NULL when the scenario can run, else why not (a static message in buf). */
+const char *sim_check(const struct sim_scenario *sc, char *buf, size_t len);
+uint32_t sim_decode_reserve_pages(const struct sim_scenario *sc);
+uint32_t sim_headroom_pages(const struct sim_scenario *sc);
+
+/* ---- workload.c: counter-based draws, identical for both policies -------- */
+uint32_t sim_draw_init_ctx(const struct sim_workload *w, uint32_t agent);
+double sim_draw_start_s(const struct sim_workload *w, uint32_t agent);
+uint32_t sim_draw_tool(const struct sim_workload *w, uint32_t agent, uint32_t turn);
+uint32_t sim_draw_decode(const struct sim_workload *w, uint32_t agent, uint32_t turn);
+double sim_draw_think_s(const struct sim_workload *w, uint32_t agent, uint32_t turn);
+uint32_t sim_draw_compact(const struct sim_workload *w, uint32_t agent, uint32_t turn);
+/* Uniform in [0, 1) from (seed, a, b, c): copy failures use it too. */
+double sim_uniform(uint64_t seed, uint64_t a, uint64_t b, uint64_t c);
+
+/* ---- clock.c: the discrete-event queue ------------------------------------ */
+enum sim_ev_kind {
+	SIM_EV_SUBMIT = 1, /* an agent's think time ended: next turn */
+	SIM_EV_ANSWER,	   /* a directory answer arrives */
+	SIM_EV_COPY,	   /* one rank of a copy job completes */
+	SIM_EV_WRITE,	   /* a turn's checkpoint is stored */
+};
+
+struct sim_event {
+	uint64_t t_ns;
+	uint64_t seq; /* ties broken by insertion order: deterministic */
+	uint32_t kind;
+	uint32_t agent;
+	union {
+		struct {
+			kva_lookup_token token;
+			uint64_t key;
+			uint32_t prompt;
+		} lookup;
+		struct {
+			kva_copy_token token;
+			uint32_t rank;
+			int status;
+		} copy;
+		struct {
+			uint32_t session;
+			uint32_t position;
+		} write;
+	} u;
+};
+
+struct sim_clock {
+	struct sim_event *heap;
+	uint32_t n, cap;
+	uint64_t next_seq;
+	uint32_t n_copies; /* copy completions still queued */
+};
+
+int sim_clock_init(struct sim_clock *c);
+void sim_clock_fini(struct sim_clock *c);
+int sim_clock_push(struct sim_clock *c, struct sim_event ev);
+bool sim_clock_pop_due(struct sim_clock *c, uint64_t now_ns, struct sim_event *out);
+/* UINT64_MAX when empty. */
+uint64_t sim_clock_next(const struct sim_clock *c);
+
+/* ---- agents -------------------------------------------------------------- */
+/* An agent sits on up to two intrusive lists: the running list (admission
+ * order) and the local cache's LRU. */
+enum { SIM_LIST_RUN = 0, SIM_LIST_LRU = 1 };
+
+struct sim_agent;
+struct sim_link {
+	struct sim_agent *prev, *next;
+};
+struct sim_list {
+	struct sim_agent *head, *tail; /* the oldest at the head */
+	int which;		       /* SIM_LIST_* */
+};
+
+struct sim_agent {
+	uint32_t index;
+	uint32_t session;      /* bumped by compaction */
+	uint32_t turn;	       /* turns drawn so far (draw counter) */
+	uint32_t session_turn; /* 0 = a session's first turn (nothing stored yet) */
+	uint32_t ctx;	       /* history tokens after the last completed turn */
+
+	/* the current turn */
+	kva_handle h;
+	bool live;		/* submitted, not yet reported ended */
+	bool running;		/* admitted and not finished / preempted */
+	bool recomputed_prefix; /* some admission of this turn recomputed */
+	bool admitted_once;
+	uint32_t prompt, decode_total, decoded;
+	uint64_t turn_start_ns;
+	bool has_first_token;
+	uint32_t submits, ended_reports;
+	uint32_t last_ended_gen;
+
+	/* running state (the GPU's view) */
+	uint32_t kv;		 /* tokens whose KV is in pages */
+	uint32_t held_pages;	 /* pages the engine handed over */
+	uint32_t prefill_left;	 /* tokens to prefill before decoding */
+	uint32_t step_tokens;	 /* scheduled in the current step */
+	struct sim_link link[2]; /* SIM_LIST_* */
+
+	/* checkpoint store: the two newest stored positions of this session */
+	uint32_t ext_pos[2];
+	uint64_t ext_id[2];
+	uint32_t n_ext;
+	uint32_t ext_seq;
+
+	/* local cache (pages left by a finished or preempted request) */
+	uint32_t local_pages;
+	uint64_t local_epoch;
+	bool in_lru;
+};
+
+static inline void sim_list_push_back(struct sim_list *l, struct sim_agent *a)
+{
+	struct sim_link *k = &a->link[l->which];
+	k->prev = l->tail;
+	k->next = NULL;
+	if (l->tail)
+		l->tail->link[l->which].next = a;
+	else
+		l->head = a;
+	l->tail = a;
+}
+
+static inline void sim_list_unlink(struct sim_list *l, struct sim_agent *a)
+{
+	struct sim_link *k = &a->link[l->which];
+	if (k->prev)
+		k->prev->link[l->which].next = k->next;
+	else
+		l->head = k->next;
+	if (k->next)
+		k->next->link[l->which].prev = k->prev;
+	else
+		l->tail = k->prev;
+	k->prev = k->next = NULL;
+}
+
+static inline struct sim_agent *sim_list_next(const struct sim_list *l, const struct sim_agent *a)
+{
+	return a->link[l->which].next;
+}
+
+/* ---- store.c: directory, checkpoint store, local cache, importer ---------- */
+struct sim;
+uint64_t sim_key(const struct sim_agent *a);
+uint64_t sim_local_id(const struct sim_agent *a);
+void sim_dir_lookup_cb(void *ctx, uint64_t key, uint32_t prompt, kva_lookup_token t);
+void sim_dir_answer(struct sim *s, const struct sim_event *ev);
+int sim_import_cb(void *ctx, kva_engine *e, const struct kva_copy_job *job);
+void sim_store_write(struct sim *s, struct sim_agent *a, uint32_t position);
+void sim_store_written(struct sim *s, const struct sim_event *ev);
+void sim_cache_put(struct sim *s, struct sim_agent *a, uint32_t pages);
+void sim_cache_drop(struct sim *s, struct sim_agent *a, bool report);
+/* Evicts least recently cached pages until cached pages fit in the free
+ * credits (cached pages are free pages that still hold KV). */
+void sim_cache_fit(struct sim *s);
+
+/* ---- gpu.c: step time ------------------------------------------------------ */
+struct sim_batch {
+	uint32_t n_decode;
+	uint64_t prefill_tokens;
+	double attn_tok2;  /* sum of p1^2 - p0^2 over prefill chunks */
+	double decode_ctx; /* sum of context tokens over decoding sequences */
+};
+double sim_gpu_step_s(const struct sim_model *m, const struct sim_batch *b);
+
+/* ---- results --------------------------------------------------------------- */
+struct sim_samples {
+	double *v;
+	uint32_t n, cap;
+};
+int sim_samples_add(struct sim_samples *s, double x);
+double sim_samples_mean(const struct sim_samples *s);
+double sim_samples_pct(struct sim_samples *s, double p); /* sorts in place */
+void sim_samples_free(struct sim_samples *s);
+
+struct sim_result {
+	int policy;
+	kva_stats st; /* engine statistics at the end of the measured window */
+	uint64_t decode_tokens;
+	uint64_t turns_completed, later_turns, later_turns_restored;
+	struct sim_samples turn_s, ttft_s;
+	uint64_t evicted_pages, evictions_reported, stale_local;
+	uint64_t idle_polls, gpu_steps;
+	double gpu_busy_s;
+	double ctx_to_pool_end, ctx_to_pool_mean; /* at the end / averaged over the window */
+	uint64_t compactions;
+	double wall_s;
+	/* invariant checks at the end (and during the run) */
+	bool credits_conserved, no_leaked_pages, all_terminal, reported_once, page_accounting;
+	char check_msg[256];
+};
+
+/* The simulation of one policy (serving.c). */
+struct sim {
+	const struct sim_scenario *sc;
+	int policy;
+	kva_engine *e;
+	kva_plan plan;
+	struct sim_clock clock;
+	struct sim_agent *agents;
+	uint64_t now_ns, end_ns;
+	bool draining;
+	struct sim_list run; /* running requests; the newest at the tail */
+	uint32_t n_running;
+	struct sim_list lru; /* local cache; the least recently cached at the head */
+	uint64_t cached_pages;
+	uint64_t sum_ctx;    /* the agents' histories, tokens */
+	double ctx_integral; /* sum_ctx over simulated time, token-seconds */
+	/* per-rank copy links (FIFO: concurrent copies share bandwidth) */
+	uint64_t import_free_ns[KVA_MAX_WORLD];
+	uint64_t write_free_ns[KVA_MAX_WORLD];
+	int fatal; /* an unexpected engine error: abort the run */
+	char fatal_msg[200];
+	struct sim_result *res;
+};
+
+int sim_run_policy(const struct sim_scenario *sc, int policy, struct sim_result *res);
+void sim_result_free(struct sim_result *r);
+void sim_fatal(struct sim *s, const char *what, int rc);
+
+/* ---- report.c ------------------------------------------------------------ */
+void sim_print_table(FILE *f, const struct sim_scenario *sc, struct sim_result *r[2]);
+void sim_print_json(FILE *f, const struct sim_scenario *sc, struct sim_result *r[2]);
+double sim_ctx_to_pool_start(const struct sim_scenario *sc);
+
+#endif

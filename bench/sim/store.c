@@ -1,0 +1,235 @@
+/*
+ * Everything outside the GPU that holds KV: the external checkpoint store
+ * (always-write after each turn), the directory that answers lookups about
+ * it after a simulated latency, the importer that copies checkpoints into
+ * reserved pages at a simulated bandwidth, and the local cache — pages of
+ * finished or preempted requests that still hold their KV while they sit in
+ * the free pool, evicted least-recently-cached first as the pool fills.
+ *
+ * Ids: an agent's local checkpoint is (agent + 1) << 32 | 0xffffffff and
+ * changes epoch whenever it shrinks, vanishes or is replaced; stored
+ * checkpoints are (agent + 1) << 32 | seq, immutable, epoch 1.
+ */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "sim.h"
+
+#define LOCAL_LOW 0xffffffffull
+
+uint64_t sim_key(const struct sim_agent *a)
+{
+	return (uint64_t)a->session << 32 | (uint64_t)(a->index + 1);
+}
+
+uint64_t sim_local_id(const struct sim_agent *a)
+{
+	return (uint64_t)(a->index + 1) << 32 | LOCAL_LOW;
+}
+
+static uint64_t ns_of(double s)
+{
+	double ns = ceil(s * SIM_NS_PER_S);
+	return ns < 1 ? 1 : (uint64_t)ns;
+}
+
+/* ---- directory ------------------------------------------------------------ */
+
+/* Called by the engine inside kva_step: the answer arrives after the
+ * directory's round trip and describes the store as it is then. */
+void sim_dir_lookup_cb(void *ctx, uint64_t key, uint32_t prompt, kva_lookup_token t)
+{
+	struct sim *s = ctx;
+	/* round trips vary: uniform in [0.5, 1.5) x the mean latency */
+	double jitter =
+	    0.5 + sim_uniform(s->sc->w.seed ^ 0x100C0B5ull, t.id, (uint64_t)t.gen << 32 | t.seq, 0);
+	struct sim_event ev = {.t_ns = s->now_ns + ns_of(s->sc->m.lookup_latency_s * jitter),
+			       .kind = SIM_EV_ANSWER};
+	ev.u.lookup.token = t;
+	ev.u.lookup.key = key;
+	ev.u.lookup.prompt = prompt;
+	if (sim_clock_push(&s->clock, ev) != 0)
+		sim_fatal(s, "event queue", -ENOMEM);
+}
+
+static void add_entry(kva_manifest *m, uint32_t pos, uint8_t loc, uint64_t id, uint64_t epoch)
+{
+	if (pos == 0)
+		return;
+	/* keep ascending, unique positions; at equal positions local wins:
+	 * reusing resident pages costs nothing */
+	uint32_t i = m->count;
+	while (i > 0 && m->entries[i - 1].position > pos)
+		i--;
+	if (i > 0 && m->entries[i - 1].position == pos) {
+		if (loc == KVA_LOC_LOCAL)
+			m->entries[i - 1] = (kva_checkpoint){.position = pos,
+							     .location = loc,
+							     .compatible = 1,
+							     .id = id,
+							     .epoch = epoch};
+		return;
+	}
+	memmove(&m->entries[i + 1], &m->entries[i], (m->count - i) * sizeof(m->entries[0]));
+	m->entries[i] = (kva_checkpoint){
+	    .position = pos, .location = loc, .compatible = 1, .id = id, .epoch = epoch};
+	m->count++;
+}
+
+void sim_dir_answer(struct sim *s, const struct sim_event *ev)
+{
+	kva_manifest m;
+	memset(&m, 0, sizeof(m));
+	uint64_t key = ev->u.lookup.key;
+	uint32_t idx = (uint32_t)(key & 0xffffffffu) - 1;
+	uint32_t pt = s->sc->page_tokens;
+	if (idx < s->sc->w.agents && s->agents[idx].session == (uint32_t)(key >> 32)) {
+		struct sim_agent *a = &s->agents[idx];
+		for (uint32_t i = a->n_ext; i-- > 0;)
+			add_entry(&m, a->ext_pos[i], KVA_LOC_EXTERNAL, a->ext_id[i], 1);
+		if (a->in_lru) {
+			/* a prefix cache serves any page-aligned prefix of what it holds */
+			uint64_t have = (uint64_t)a->local_pages * pt;
+			uint64_t cap = (uint64_t)ev->u.lookup.prompt / pt * pt;
+			add_entry(&m, (uint32_t)(have < cap ? have : cap), KVA_LOC_LOCAL,
+				  sim_local_id(a), a->local_epoch);
+		}
+	}
+	int rc = kva_lookup_answer(s->e, ev->u.lookup.token, &m);
+	/* late answers (request ended, preempted or timed out meanwhile) are normal */
+	if (rc != 0 && rc != -ESTALE && rc != -ENOENT)
+		sim_fatal(s, "kva_lookup_answer", rc);
+}
+
+/* ---- importer --------------------------------------------------------------- */
+
+/* kva_import_fn on the simulated clock. Each rank has one link; jobs on it
+ * run one after another, so concurrent imports share its bandwidth. */
+int sim_import_cb(void *ctx, kva_engine *e, const struct kva_copy_job *job)
+{
+	struct sim *s = ctx;
+	(void)e;
+	const struct sim_scenario *sc = s->sc;
+	uint32_t r = job->rank;
+	double bytes = (double)job->position * sc->m.kv_bytes_per_token / job->world_size;
+	uint64_t start = s->import_free_ns[r] > s->now_ns ? s->import_free_ns[r] : s->now_ns;
+	uint64_t done = start + ns_of(sc->m.copy_setup_s + bytes / sc->m.import_bytes_s);
+	s->import_free_ns[r] = done;
+	double u = sim_uniform(sc->w.seed ^ 0xC0917EAFull, job->token.id,
+			       (uint64_t)job->token.gen << 32 | job->token.attempt, r);
+	struct sim_event ev = {.t_ns = done, .kind = SIM_EV_COPY};
+	ev.u.copy.token = job->token;
+	ev.u.copy.rank = r;
+	ev.u.copy.status = u < sc->copy_fail_rate ? -EIO : 0;
+	if (sim_clock_push(&s->clock, ev) != 0)
+		return -ENOMEM; /* the engine counts the rank as failed */
+	return 0;
+}
+
+/* ---- checkpoint store (always-write) -------------------------------------- */
+
+/* The store is chunked by prefix: a turn writes only what the previous
+ * checkpoint of the session does not already hold. */
+void sim_store_write(struct sim *s, struct sim_agent *a, uint32_t position)
+{
+	const struct sim_scenario *sc = s->sc;
+	uint32_t have = a->n_ext ? a->ext_pos[0] : 0;
+	if (position <= have)
+		return;
+	double bytes = (double)(position - have) * sc->m.kv_bytes_per_token / sc->world_size;
+	uint64_t done = 0;
+	for (uint32_t r = 0; r < sc->world_size; r++) {
+		uint64_t start = s->write_free_ns[r] > s->now_ns ? s->write_free_ns[r] : s->now_ns;
+		s->write_free_ns[r] =
+		    start + ns_of(sc->m.copy_setup_s + bytes / sc->m.write_bytes_s);
+		if (s->write_free_ns[r] > done)
+			done = s->write_free_ns[r];
+	}
+	struct sim_event ev = {.t_ns = done, .kind = SIM_EV_WRITE, .agent = a->index};
+	ev.u.write.session = a->session;
+	ev.u.write.position = position;
+	if (sim_clock_push(&s->clock, ev) != 0)
+		sim_fatal(s, "event queue", -ENOMEM);
+}
+
+/* A checkpoint is visible to the directory once every rank wrote it. */
+void sim_store_written(struct sim *s, const struct sim_event *ev)
+{
+	struct sim_agent *a = &s->agents[ev->agent];
+	uint32_t pos = ev->u.write.position;
+	if (a->session != ev->u.write.session || (a->n_ext && pos <= a->ext_pos[0]))
+		return;
+	a->ext_pos[1] = a->ext_pos[0];
+	a->ext_id[1] = a->ext_id[0];
+	a->ext_pos[0] = pos;
+	a->ext_id[0] = (uint64_t)(a->index + 1) << 32 | ++a->ext_seq;
+	if (a->n_ext < 2)
+		a->n_ext++;
+}
+
+/* ---- local cache ------------------------------------------------------------ */
+
+static void lru_unlink(struct sim *s, struct sim_agent *a)
+{
+	sim_list_unlink(&s->lru, a);
+	a->in_lru = false;
+	s->cached_pages -= a->local_pages;
+	a->local_pages = 0;
+}
+
+static void report_evicted(struct sim *s, struct sim_agent *a)
+{
+	int rc = kva_checkpoint_evicted(s->e, sim_local_id(a), a->local_epoch);
+	if (rc != 0)
+		sim_fatal(s, "kva_checkpoint_evicted", rc);
+	s->res->evictions_reported++;
+}
+
+/* The local checkpoint is gone (report) or now belongs to a running request
+ * (no report: nobody else can have selected it). A new epoch either way. */
+void sim_cache_drop(struct sim *s, struct sim_agent *a, bool report)
+{
+	if (!a->in_lru)
+		return;
+	lru_unlink(s, a);
+	a->local_epoch++;
+	if (report)
+		report_evicted(s, a);
+}
+
+void sim_cache_put(struct sim *s, struct sim_agent *a, uint32_t pages)
+{
+	sim_cache_drop(s, a, true);
+	if (!pages)
+		return;
+	a->local_pages = pages;
+	a->local_epoch++;
+	a->in_lru = true;
+	sim_list_push_back(&s->lru, a);
+	s->cached_pages += pages;
+}
+
+void sim_cache_fit(struct sim *s)
+{
+	if (!s->cached_pages)
+		return;
+	kva_stats st;
+	kva_stats_get(s->e, &st);
+	while (s->cached_pages > st.free_pages) {
+		struct sim_agent *a = s->lru.head;
+		uint64_t over = s->cached_pages - st.free_pages;
+		/* the newest pages of a prefix go first: what is left is still a
+		 * valid, shorter checkpoint */
+		uint32_t cut = over < a->local_pages ? (uint32_t)over : a->local_pages;
+		s->res->evicted_pages += cut;
+		if (cut == a->local_pages) {
+			sim_cache_drop(s, a, true);
+			continue;
+		}
+		a->local_pages -= cut;
+		s->cached_pages -= cut;
+		a->local_epoch++;
+		report_evicted(s, a);
+	}
+}
