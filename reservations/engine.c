@@ -124,10 +124,15 @@ void kva_engine_destroy(kva_engine *e)
 	 * checkpoint index only points into their manifests. */
 	kva_rcu_read_lock();
 	struct cds_lfht_iter it;
-	struct kva_idtable_node *n;
-	cds_lfht_for_each_entry(e->ckpt.ht, &it, n, lfht)
-		kva_idtable_del(&e->ckpt, n);
-	cds_lfht_for_each_entry(e->ids.ht, &it, n, lfht) {
+	struct cds_lfht_node *ln;
+	/* Not cds_lfht_for_each_entry: it applies container_of to the final
+	 * NULL node, which is undefined behaviour in C (UBSan reports it). */
+	for (cds_lfht_first(e->ckpt.ht, &it); (ln = cds_lfht_iter_get_node(&it));
+	     cds_lfht_next(e->ckpt.ht, &it))
+		kva_idtable_del(&e->ckpt, caa_container_of(ln, struct kva_idtable_node, lfht));
+	for (cds_lfht_first(e->ids.ht, &it); (ln = cds_lfht_iter_get_node(&it));
+	     cds_lfht_next(e->ids.ht, &it)) {
+		struct kva_idtable_node *n = caa_container_of(ln, struct kva_idtable_node, lfht);
 		struct kva__req *r = caa_container_of(n, struct kva__req, idn);
 		kva_idtable_del(&e->ids, n);
 		kva_rcu_call(&r->rcu, kva__req_free_rcu);
