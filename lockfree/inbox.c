@@ -32,6 +32,9 @@ void kva_inbox_fini(struct kva_inbox *q)
 
 bool kva_inbox_push(struct kva_inbox *q, struct kva_inbox_node *n)
 {
+	/* A dequeued node keeps a stale next link; re-pushing it unreset (the
+	 * engine reuses embedded events) would corrupt the queue. */
+	cds_wfcq_node_init(&n->wfcq);
 	/* R1: pairs with A1 in kva_inbox_batch_pop — publishes the producer's
 	 * writes to the record. cds_wfcq_enqueue's xchg is a full barrier. */
 	KVA__TSAN_RELEASE(&n->wfcq);
