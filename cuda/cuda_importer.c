@@ -1,0 +1,787 @@
+/*
+ * The CUDA importer (see include/kvadmit/importer.h for the contract).
+ *
+ * Owns: K non-blocking import streams created below the decode stream's
+ * priority, the intake inbox (the engine's scheduler thread pushes one record
+ * per job and posts a semaphore — nothing else happens inside kva_step), the
+ * done inbox filled by host functions, an event pool (event-polling mode),
+ * the progress thread, and every job record until it has been reported.
+ *
+ * The progress loop (the internal thread, or the host through
+ * kva_cuda_importer_progress) resolves a job's source, checks that it is
+ * pinned, and enqueues its copies on one import stream: one cudaMemcpyAsync
+ * per run of consecutive destination ids, or one cudaMemcpyBatchAsync for the
+ * whole job. Then a completion marker: cudaLaunchHostFunc, whose function
+ * only pushes the job onto the done inbox and posts the semaphore (host
+ * functions must not call CUDA), or cudaEventRecord polled with
+ * cudaEventQuery. Results are reported from the progress loop, never from a
+ * CUDA callback. It never calls cudaDeviceSynchronize and never enqueues on
+ * or waits for the decode stream; only at destroy does it wait on its own
+ * import streams.
+ *
+ * Issued jobs sit in a FIFO per import stream: completions of one stream
+ * arrive in stream order, so reporting pops the head.
+ */
+#define _GNU_SOURCE 1
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+
+#include "import_common.h"
+
+struct kva_cuda_importer {
+	kva_cuda_importer_config cfg;
+	/* producer side: the scheduler thread */
+	alignas(64) struct kva_inbox intake;
+	/* producers: host functions on CUDA's callback thread */
+	alignas(64) struct kva_inbox done;
+	alignas(64) sem_t wake; /* submit, host functions and destroy post it */
+	_Atomic bool stop;
+	_Atomic int cuda_err; /* last cudaError_t met */
+	_Atomic int method;   /* resolved enum kva_cuda_copy_method */
+	/* everything below: the progress loop only (one thread at a time) */
+	cudaStream_t *streams;
+	uint32_t nstreams, next_stream;
+	cudaStream_t decode;
+	bool own_decode;
+	struct kva__imp_job **fifo_head, **fifo_tail;
+	uint64_t issued; /* jobs in the FIFOs */
+	cudaEvent_t *ev_free;
+	uint32_t ev_n, ev_cap;
+	void **b_dst;
+	const void **b_src;
+	size_t *b_size;
+	uint32_t b_cap;
+	pthread_mutex_t progress_mtx; /* manual mode: serialises progress callers */
+	pthread_t thread;
+	bool has_thread;
+	struct kva__idle idle;
+	struct kva__imp_stats st;
+};
+
+/* ---- errors ------------------------------------------------------------------ */
+
+static _Thread_local char last_msg[256];
+static _Thread_local int last_cuda;
+
+static int errno_of(cudaError_t e)
+{
+	switch (e) {
+	case cudaSuccess:
+		return 0;
+	case cudaErrorNoDevice:
+	case cudaErrorInsufficientDriver:
+	case cudaErrorInvalidDevice:
+	case cudaErrorDevicesUnavailable:
+	case cudaErrorCallRequiresNewerDriver:
+	case cudaErrorSystemDriverMismatch:
+	case cudaErrorCompatNotSupportedOnDevice:
+		return -ENODEV;
+	case cudaErrorMemoryAllocation:
+		return -ENOMEM;
+	case cudaErrorInvalidValue:
+	case cudaErrorInvalidResourceHandle:
+		return -EINVAL;
+	case cudaErrorNotSupported:
+		return -ENOTSUP;
+	default:
+		return -EIO;
+	}
+}
+
+/* Records a create failure for kva_cuda_importer_last_error(). */
+static int create_fail(int rc, cudaError_t ce, const char *what)
+{
+	last_cuda = (int)ce;
+	if (ce != cudaSuccess)
+		snprintf(last_msg, sizeof(last_msg),
+			 "kvadmit CUDA importer: %s: %s (%s, cudaError_t %d)", what,
+			 cudaGetErrorString(ce), cudaGetErrorName(ce), (int)ce);
+	else
+		snprintf(last_msg, sizeof(last_msg), "kvadmit CUDA importer: %s", what);
+	return rc;
+}
+
+const char *kva_cuda_importer_last_error(int *cuda_error)
+{
+	if (cuda_error)
+		*cuda_error = last_cuda;
+	return last_msg;
+}
+
+static void note_error(kva_cuda_importer *imp, cudaError_t ce)
+{
+	/* a diagnostic value only */
+	atomic_store_explicit(&imp->cuda_err, (int)ce, memory_order_relaxed);
+	/* clears a non-sticky error so later calls are not blamed for it */
+	(void)cudaGetLastError();
+}
+
+/* ---- events ---------------------------------------------------------------------- */
+
+static cudaEvent_t event_get(kva_cuda_importer *imp)
+{
+	if (imp->ev_n)
+		return imp->ev_free[--imp->ev_n];
+	cudaEvent_t ev = NULL;
+	cudaError_t ce = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+	if (ce != cudaSuccess) {
+		note_error(imp, ce);
+		return NULL;
+	}
+	return ev;
+}
+
+static void event_put(kva_cuda_importer *imp, cudaEvent_t ev)
+{
+	if (!ev)
+		return;
+	if (imp->ev_n == imp->ev_cap) {
+		uint32_t cap = imp->ev_cap ? imp->ev_cap * 2 : 16;
+		cudaEvent_t *p = realloc(imp->ev_free, cap * sizeof(*p));
+		if (!p) {
+			cudaEventDestroy(ev);
+			return;
+		}
+		imp->ev_free = p;
+		imp->ev_cap = cap;
+	}
+	imp->ev_free[imp->ev_n++] = ev;
+}
+
+/* ---- reporting ---------------------------------------------------------------------- */
+
+static void finish(kva_cuda_importer *imp, struct kva__imp_job *j, bool cancelled)
+{
+	if (j->status == 0 && !cancelled) {
+		kva__is_add(&imp->st, KVA__IS_PAGES, j->job.npages);
+		kva__is_add(&imp->st, KVA__IS_BYTES, j->bytes);
+	}
+	kva__imp_report(imp->cfg.report, imp->cfg.report_ctx, &imp->st, j,
+			cancelled ? -ECANCELED : j->status, cancelled);
+	event_put(imp, j->event);
+	kva__imp_job_free(j);
+	kva__idle_done(&imp->idle);
+}
+
+static void fifo_push(kva_cuda_importer *imp, struct kva__imp_job *j)
+{
+	j->next = NULL;
+	if (imp->fifo_tail[j->stream])
+		imp->fifo_tail[j->stream]->next = j;
+	else
+		imp->fifo_head[j->stream] = j;
+	imp->fifo_tail[j->stream] = j;
+	imp->issued++;
+}
+
+/* Unlinks j from its stream's FIFO (normally the head: stream order). */
+static void fifo_remove(kva_cuda_importer *imp, struct kva__imp_job *j)
+{
+	struct kva__imp_job **pp = &imp->fifo_head[j->stream], *prev = NULL;
+	while (*pp && *pp != j) {
+		prev = *pp;
+		pp = &(*pp)->next;
+	}
+	if (!*pp)
+		return;
+	*pp = j->next;
+	if (imp->fifo_tail[j->stream] == j)
+		imp->fifo_tail[j->stream] = prev;
+	imp->issued--;
+}
+
+/* ---- issuing copies --------------------------------------------------------------------- */
+
+static void CUDART_CB host_done(void *arg)
+{
+	/* Runs on CUDA's callback thread: no CUDA calls here, only a wait-free
+	 * push (the inbox publishes the record, R1/A1 in inbox.c) and a post. */
+	struct kva__imp_job *j = arg;
+	kva_cuda_importer *imp = j->owner;
+	kva_inbox_push(&imp->done, &j->node);
+	if (!imp->cfg.manual_progress)
+		sem_post(&imp->wake);
+}
+
+static bool batch_room(kva_cuda_importer *imp, uint32_t n)
+{
+	if (n <= imp->b_cap)
+		return true;
+	void **d = realloc(imp->b_dst, n * sizeof(*d));
+	if (d)
+		imp->b_dst = d;
+	const void **s = realloc((void *)imp->b_src, n * sizeof(*s));
+	if (s)
+		imp->b_src = s;
+	size_t *z = realloc(imp->b_size, n * sizeof(*z));
+	if (z)
+		imp->b_size = z;
+	if (!d || !s || !z)
+		return false;
+	imp->b_cap = n;
+	return true;
+}
+
+static bool batch_unsupported(cudaError_t ce)
+{
+	return ce == cudaErrorNotSupported || ce == cudaErrorCallRequiresNewerDriver ||
+	       ce == cudaErrorInvalidDeviceFunction;
+}
+
+/* Enqueues j's copies on stream s. Returns cudaSuccess or the first error;
+ * copies enqueued before an error still run. */
+static cudaError_t enqueue_copies(kva_cuda_importer *imp, struct kva__imp_job *j, const char *src,
+				  size_t bytes, cudaStream_t s)
+{
+	const size_t pb = imp->cfg.page_bytes;
+	char *dst = imp->cfg.dest_base;
+	const uint32_t n = j->job.npages;
+	uint32_t runs = 0;
+	size_t total = 0;
+	int method = atomic_load_explicit(&imp->method, memory_order_relaxed);
+	bool batch = method == KVA_CUDA_COPY_BATCH && batch_room(imp, n);
+	cudaError_t ce = cudaSuccess;
+	for (uint32_t i = 0; i < n && ce == cudaSuccess;) {
+		uint32_t run = kva__imp_run(j->ids, n, i);
+		size_t off = (size_t)i * pb;
+		size_t len = (size_t)run * pb;
+		if (len > bytes - off)
+			len = bytes - off; /* the share's last page may be partial */
+		if (batch) {
+			imp->b_dst[runs] = dst + (size_t)j->ids[i] * pb;
+			imp->b_src[runs] = src + off;
+			imp->b_size[runs] = len;
+		} else {
+			ce = cudaMemcpyAsync(dst + (size_t)j->ids[i] * pb, src + off, len,
+					     cudaMemcpyHostToDevice, s);
+			kva__is_add(&imp->st, KVA__IS_CALLS, 1);
+		}
+		runs++;
+		total += len;
+		i += run;
+	}
+#if CUDART_VERSION >= 12080
+	if (batch && runs == 1) {
+		ce = cudaMemcpyAsync(imp->b_dst[0], imp->b_src[0], imp->b_size[0],
+				     cudaMemcpyHostToDevice, s);
+		kva__is_add(&imp->st, KVA__IS_CALLS, 1);
+	} else if (batch) {
+		struct cudaMemcpyAttributes attr;
+		memset(&attr, 0, sizeof(attr));
+		attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+		attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+		size_t idx0 = 0;
+#if CUDART_VERSION >= 13000
+		ce = cudaMemcpyBatchAsync(imp->b_dst, imp->b_src, imp->b_size, runs, &attr, &idx0,
+					  1, s);
+#else
+		size_t fail_idx = 0;
+		ce = cudaMemcpyBatchAsync(imp->b_dst, (void **)imp->b_src, imp->b_size, runs, &attr,
+					  &idx0, 1, &fail_idx, s);
+#endif
+		kva__is_add(&imp->st, KVA__IS_CALLS, 1);
+		if (batch_unsupported(ce)) {
+			/* this driver lacks batched copies: per-run copies from now on */
+			note_error(imp, ce);
+			atomic_store_explicit(&imp->method, KVA_CUDA_COPY_RUNS,
+					      memory_order_relaxed);
+			return enqueue_copies(imp, j, src, bytes, s);
+		}
+	}
+#endif
+	j->bytes = total;
+	return ce;
+}
+
+/* Starts one job, or reports it at once if nothing could be enqueued. */
+static void issue(kva_cuda_importer *imp, struct kva__imp_job *j)
+{
+	const void *src = NULL;
+	size_t bytes = 0;
+	int rc = imp->cfg.resolve(imp->cfg.resolve_ctx, j->job.checkpoint_id,
+				  j->job.checkpoint_epoch, j->job.rank, &src, &bytes);
+	if (rc == 0)
+		rc = kva__imp_src_check(j->job.npages, imp->cfg.page_bytes, src, bytes);
+	if (rc == 0) {
+		/* pageable memory would make every copy a synchronous staged one;
+		 * device or managed memory is not what the copy kind says */
+		struct cudaPointerAttributes pa;
+		cudaError_t ce = cudaPointerGetAttributes(&pa, src);
+		if (ce != cudaSuccess || pa.type != cudaMemoryTypeHost) {
+			if (ce != cudaSuccess)
+				note_error(imp, ce);
+			rc = -EFAULT;
+		}
+	}
+	if (rc != 0) {
+		j->status = rc > 0 ? -EIO : rc;
+		finish(imp, j, false);
+		return;
+	}
+	j->stream = imp->next_stream;
+	imp->next_stream = (imp->next_stream + 1) % imp->nstreams;
+	cudaStream_t s = imp->streams[j->stream];
+	cudaError_t ce = enqueue_copies(imp, j, src, bytes, s);
+	if (ce != cudaSuccess) {
+		note_error(imp, ce);
+		j->status = errno_of(ce);
+	}
+	/* Even a failed job waits for its marker: copies enqueued before the
+	 * error may still be writing its pages (rule 12). */
+	j->owner = imp;
+	kva_inbox_node_init(&j->node); /* reused: intake, then done */
+	if (imp->cfg.completion == KVA_CUDA_COMPLETE_EVENT) {
+		j->event = event_get(imp);
+		ce = j->event ? cudaEventRecord((cudaEvent_t)j->event, s)
+			      : cudaErrorMemoryAllocation;
+	} else {
+		ce = cudaLaunchHostFunc(s, host_done, j);
+	}
+	if (ce == cudaSuccess) {
+		fifo_push(imp, j);
+		return;
+	}
+	/* No marker: wait for this import stream only, then report. */
+	note_error(imp, ce);
+	(void)cudaStreamSynchronize(s);
+	if (!j->status)
+		j->status = errno_of(ce);
+	finish(imp, j, false);
+}
+
+/* ---- the progress loop -------------------------------------------------------------------- */
+
+static bool stopping(kva_cuda_importer *imp)
+{
+	/* A2: pairs with R2 in kva_cuda_importer_destroy. */
+	return atomic_load_explicit(&imp->stop, memory_order_acquire);
+}
+
+/* One pass: issue what arrived, report what finished. Returns reports. */
+static int progress_once(kva_cuda_importer *imp)
+{
+	int n = 0;
+	struct kva_inbox_batch b;
+	struct kva_inbox_node *nd;
+	if (kva_inbox_drain(&imp->intake, &b)) {
+		bool stop = stopping(imp);
+		while ((nd = kva_inbox_batch_pop(&b))) {
+			struct kva__imp_job *j = caa_container_of(nd, struct kva__imp_job, node);
+			if (stop) {
+				finish(imp, j, true); /* destroy began: never started */
+				n++;
+			} else {
+				issue(imp, j);
+			}
+		}
+	}
+	if (imp->cfg.completion == KVA_CUDA_COMPLETE_EVENT) {
+		for (uint32_t s = 0; s < imp->nstreams; s++) {
+			struct kva__imp_job *j;
+			while ((j = imp->fifo_head[s])) {
+				cudaError_t ce = cudaEventQuery((cudaEvent_t)j->event);
+				if (ce == cudaErrorNotReady)
+					break;
+				if (ce != cudaSuccess) {
+					note_error(imp, ce);
+					if (!j->status)
+						j->status = errno_of(ce);
+				}
+				fifo_remove(imp, j);
+				finish(imp, j, false);
+				n++;
+			}
+		}
+	} else if (kva_inbox_drain(&imp->done, &b)) {
+		while ((nd = kva_inbox_batch_pop(&b))) {
+			struct kva__imp_job *j = caa_container_of(nd, struct kva__imp_job, node);
+			fifo_remove(imp, j);
+			finish(imp, j, false);
+			n++;
+		}
+	}
+	return n;
+}
+
+/* Destroy: waits on the import streams (never the device, never the decode
+ * stream) until every issued job has reported. */
+static void drain_issued(kva_cuda_importer *imp)
+{
+	(void)progress_once(imp);
+	while (imp->issued) {
+		bool broken = false;
+		for (uint32_t s = 0; s < imp->nstreams; s++) {
+			cudaError_t ce = cudaStreamSynchronize(imp->streams[s]);
+			if (ce != cudaSuccess) {
+				note_error(imp, ce);
+				broken = true;
+			}
+		}
+		(void)progress_once(imp);
+		if (!broken)
+			continue; /* host functions may still be on their way */
+		/* A broken context runs no more host functions: fail what is left. */
+		for (uint32_t s = 0; s < imp->nstreams; s++) {
+			struct kva__imp_job *j;
+			while ((j = imp->fifo_head[s])) {
+				fifo_remove(imp, j);
+				if (!j->status)
+					j->status = -EIO;
+				finish(imp, j, false);
+			}
+		}
+	}
+}
+
+static void *thread_main(void *arg)
+{
+	kva_cuda_importer *imp = arg;
+	cudaError_t ce = cudaSetDevice(imp->cfg.device);
+	if (ce != cudaSuccess)
+		note_error(imp, ce);
+	for (;;) {
+		int n = progress_once(imp);
+		if (stopping(imp)) {
+			drain_issued(imp);
+			(void)progress_once(imp); /* jobs submitted before the stop flag */
+			break;
+		}
+		if (n)
+			continue;
+		if (imp->cfg.completion == KVA_CUDA_COMPLETE_EVENT && imp->issued) {
+			/* polling: sleep a little, wake at once on a new job */
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 20000;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			(void)sem_timedwait(&imp->wake, &ts);
+		} else {
+			while (sem_wait(&imp->wake) != 0)
+				; /* EINTR */
+		}
+	}
+	return NULL;
+}
+
+/* ---- submit (the engine's scheduler thread) ------------------------------------------------ */
+
+static int cuda_submit(void *ctx, kva_engine *e, const kva_copy_job *job)
+{
+	kva_cuda_importer *imp = ctx;
+	int rc;
+	struct kva__imp_job *j = kva__imp_accept(&imp->st, &imp->idle, stopping(imp), e, job,
+						 imp->cfg.rank, imp->cfg.dest_pages, &rc);
+	if (!j)
+		return rc;
+	/* The push publishes the record to the progress loop (inbox R1/A1). */
+	kva_inbox_push(&imp->intake, &j->node);
+	if (!imp->cfg.manual_progress)
+		sem_post(&imp->wake);
+	return 0;
+}
+
+/* ---- create / destroy ----------------------------------------------------------------------- */
+
+void kva_cuda_importer_config_default(kva_cuda_importer_config *cfg)
+{
+	if (!cfg)
+		return;
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->streams = 2;
+	cfg->completion = KVA_CUDA_COMPLETE_HOSTFUNC;
+	cfg->copy_method = KVA_CUDA_COPY_AUTO;
+}
+
+/* Frees the CUDA objects and memory; the current device is imp's. */
+static void release_all(kva_cuda_importer *imp)
+{
+	for (uint32_t s = 0; s < imp->nstreams; s++)
+		if (imp->streams[s])
+			cudaStreamDestroy(imp->streams[s]);
+	if (imp->own_decode && imp->decode)
+		cudaStreamDestroy(imp->decode);
+	for (uint32_t i = 0; i < imp->ev_n; i++)
+		cudaEventDestroy(imp->ev_free[i]);
+	free(imp->ev_free);
+	free(imp->streams);
+	free(imp->fifo_head);
+	free(imp->fifo_tail);
+	free(imp->b_dst);
+	free((void *)imp->b_src);
+	free(imp->b_size);
+}
+
+/* Streams at the lowest priority, which must be below the decode stream's. */
+static int make_streams(kva_cuda_importer *imp)
+{
+	int least = 0, greatest = 0;
+	cudaError_t ce = cudaDeviceGetStreamPriorityRange(&least, &greatest);
+	if (ce != cudaSuccess)
+		return create_fail(errno_of(ce), ce, "cudaDeviceGetStreamPriorityRange");
+	if (imp->cfg.decode_stream) {
+		imp->decode = (cudaStream_t)imp->cfg.decode_stream;
+		int dp = 0;
+		/* a query only: nothing is ever enqueued on the decode stream */
+		ce = cudaStreamGetPriority(imp->decode, &dp);
+		if (ce != cudaSuccess)
+			return create_fail(-EINVAL, ce, "cudaStreamGetPriority(decode stream)");
+		/* numerically larger = lower priority */
+		if (dp >= least && !imp->cfg.allow_equal_priority)
+			return create_fail(
+			    -EINVAL, cudaSuccess,
+			    "the decode stream already has the lowest priority; create it "
+			    "with cudaStreamCreateWithPriority at a higher one, or set "
+			    "allow_equal_priority");
+	} else {
+		ce = cudaStreamCreateWithPriority(&imp->decode, cudaStreamNonBlocking, greatest);
+		if (ce != cudaSuccess)
+			return create_fail(errno_of(ce), ce, "creating the decode stream");
+		imp->own_decode = true;
+	}
+	for (uint32_t s = 0; s < imp->nstreams; s++) {
+		ce = cudaStreamCreateWithPriority(&imp->streams[s], cudaStreamNonBlocking, least);
+		if (ce != cudaSuccess)
+			return create_fail(errno_of(ce), ce, "creating an import stream");
+	}
+	return 0;
+}
+
+static int config_check(const kva_cuda_importer_config *c)
+{
+	if (!c || !c->streams || c->streams > 64 || !c->page_bytes || !c->dest_base ||
+	    !c->dest_pages || !c->resolve)
+		return -EINVAL;
+	if (c->completion != KVA_CUDA_COMPLETE_HOSTFUNC && c->completion != KVA_CUDA_COMPLETE_EVENT)
+		return -EINVAL;
+	if (c->copy_method < KVA_CUDA_COPY_AUTO || c->copy_method > KVA_CUDA_COPY_BATCH)
+		return -EINVAL;
+	return 0;
+}
+
+kva_cuda_importer *kva_cuda_importer_create(const kva_cuda_importer_config *cfg, int *err)
+{
+	last_msg[0] = 0;
+	last_cuda = 0;
+	kva_cuda_importer *imp = NULL;
+	int prev = -1;
+	int rc = config_check(cfg);
+	if (rc) {
+		create_fail(rc, cudaSuccess, "invalid configuration");
+		goto out;
+	}
+	int ndev = 0;
+	cudaError_t ce = cudaGetDeviceCount(&ndev);
+	if (ce != cudaSuccess) {
+		rc = create_fail(-ENODEV, ce, "no usable CUDA device (cudaGetDeviceCount)");
+		(void)cudaGetLastError();
+		goto out;
+	}
+	if (ndev == 0 || cfg->device < 0 || cfg->device >= ndev) {
+		rc = create_fail(-ENODEV, ndev ? cudaErrorInvalidDevice : cudaErrorNoDevice,
+				 ndev ? "device ordinal out of range" : "no CUDA device");
+		goto out;
+	}
+	ce = cudaGetDevice(&prev);
+	if (ce != cudaSuccess) {
+		rc = create_fail(errno_of(ce), ce, "cudaGetDevice");
+		goto out;
+	}
+	ce = cudaSetDevice(cfg->device);
+	if (ce != cudaSuccess) {
+		prev = -1;
+		rc = create_fail(errno_of(ce), ce, "cudaSetDevice");
+		goto out;
+	}
+
+	rc = -ENOMEM;
+	imp = calloc(1, sizeof(*imp));
+	if (!imp)
+		goto out_restore;
+	imp->cfg = *cfg;
+	imp->nstreams = cfg->streams;
+	imp->streams = calloc(cfg->streams, sizeof(*imp->streams));
+	imp->fifo_head = calloc(cfg->streams, sizeof(*imp->fifo_head));
+	imp->fifo_tail = calloc(cfg->streams, sizeof(*imp->fifo_tail));
+	if (!imp->streams || !imp->fifo_head || !imp->fifo_tail) {
+		create_fail(rc, cudaSuccess, "out of memory");
+		goto out_free;
+	}
+	int method = cfg->copy_method;
+#if CUDART_VERSION >= 12080
+	if (method == KVA_CUDA_COPY_AUTO)
+		method = KVA_CUDA_COPY_BATCH;
+#else
+	if (method == KVA_CUDA_COPY_BATCH) {
+		rc = create_fail(-ENOTSUP, cudaSuccess, "batched copies need CUDA 12.8");
+		goto out_free;
+	}
+	method = KVA_CUDA_COPY_RUNS;
+#endif
+	atomic_init(&imp->method, method);
+	atomic_init(&imp->stop, false);
+	atomic_init(&imp->cuda_err, 0);
+	kva_inbox_init(&imp->intake);
+	kva_inbox_init(&imp->done);
+	rc = make_streams(imp);
+	if (rc)
+		goto out_free;
+	rc = -ENOMEM;
+	if (sem_init(&imp->wake, 0, 0) != 0) {
+		create_fail(rc, cudaSuccess, "sem_init");
+		goto out_free;
+	}
+	if (pthread_mutex_init(&imp->progress_mtx, NULL) != 0) {
+		create_fail(rc, cudaSuccess, "pthread_mutex_init");
+		goto out_sem;
+	}
+	if (kva__idle_init(&imp->idle) != 0) {
+		create_fail(rc, cudaSuccess, "idle tracker");
+		goto out_mtx;
+	}
+	if (!cfg->manual_progress) {
+		sigset_t all, old;
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		int prc = pthread_create(&imp->thread, NULL, thread_main, imp);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		if (prc != 0) {
+			rc = create_fail(-EAGAIN, cudaSuccess, "cannot start the progress thread");
+			goto out_idle;
+		}
+		imp->has_thread = true;
+		pthread_setname_np(imp->thread, "kva-cuda-import");
+	}
+	cudaSetDevice(prev);
+	if (err)
+		*err = 0;
+	return imp;
+
+out_idle:
+	kva__idle_fini(&imp->idle);
+out_mtx:
+	pthread_mutex_destroy(&imp->progress_mtx);
+out_sem:
+	sem_destroy(&imp->wake);
+out_free:
+	release_all(imp);
+	free(imp);
+	imp = NULL;
+out_restore:
+	if (prev >= 0)
+		cudaSetDevice(prev);
+out:
+	if (err)
+		*err = rc;
+	return NULL;
+}
+
+void kva_cuda_importer_destroy(kva_cuda_importer *imp)
+{
+	if (!imp)
+		return;
+	/* R2: pairs with A2 in stopping(). */
+	atomic_store_explicit(&imp->stop, true, memory_order_release);
+	int prev = -1;
+	(void)cudaGetDevice(&prev);
+	if (imp->has_thread) {
+		sem_post(&imp->wake);
+		pthread_join(imp->thread, NULL);
+		cudaSetDevice(imp->cfg.device);
+	} else {
+		cudaSetDevice(imp->cfg.device);
+		pthread_mutex_lock(&imp->progress_mtx);
+		drain_issued(imp);
+		(void)progress_once(imp);
+		pthread_mutex_unlock(&imp->progress_mtx);
+	}
+	/* Every job has been reported, but the last host function may still be
+	 * between its push and its sem_post: a host function is a stream
+	 * operation, so syncing the import streams waits for it to return. */
+	for (uint32_t s = 0; s < imp->nstreams; s++)
+		(void)cudaStreamSynchronize(imp->streams[s]);
+	release_all(imp);
+	if (prev >= 0)
+		cudaSetDevice(prev);
+	kva__idle_fini(&imp->idle);
+	pthread_mutex_destroy(&imp->progress_mtx);
+	sem_destroy(&imp->wake);
+	free(imp);
+}
+
+kva_importer_ref kva_cuda_importer_ref(kva_cuda_importer *imp)
+{
+	return (kva_importer_ref){imp ? cuda_submit : NULL, imp};
+}
+
+int kva_cuda_importer_progress(kva_cuda_importer *imp)
+{
+	if (!imp || !imp->cfg.manual_progress)
+		return -EINVAL;
+	if (pthread_mutex_trylock(&imp->progress_mtx) != 0)
+		return 0; /* another thread is progressing it right now */
+	int prev = -1;
+	(void)cudaGetDevice(&prev);
+	if (prev != imp->cfg.device)
+		cudaSetDevice(imp->cfg.device);
+	int n = progress_once(imp);
+	if (prev >= 0 && prev != imp->cfg.device)
+		cudaSetDevice(prev);
+	pthread_mutex_unlock(&imp->progress_mtx);
+	return n;
+}
+
+int kva_cuda_importer_wait_idle(kva_cuda_importer *imp, uint64_t timeout_ns)
+{
+	if (!imp)
+		return -EINVAL;
+	if (!imp->cfg.manual_progress)
+		return kva__idle_wait(&imp->idle, timeout_ns);
+	uint64_t end = kva__imp_now_ns() + timeout_ns;
+	kva_importer_stats st;
+	for (;;) {
+		(void)kva_cuda_importer_progress(imp);
+		kva__imp_stats_read(&imp->st, &imp->idle, &st);
+		if (!st.in_flight)
+			return 0;
+		if (timeout_ns && kva__imp_now_ns() >= end)
+			return -ETIMEDOUT;
+		struct timespec ts = {0, 20000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+void kva_cuda_importer_stats(const kva_cuda_importer *imp, kva_importer_stats *out)
+{
+	kva__imp_stats_read(imp ? &imp->st : NULL, imp ? &imp->idle : NULL, out);
+}
+
+void *kva_cuda_importer_decode_stream(const kva_cuda_importer *imp)
+{
+	return imp ? (void *)imp->decode : NULL;
+}
+
+int kva_cuda_importer_copy_method(const kva_cuda_importer *imp)
+{
+	return imp ? atomic_load_explicit(&((kva_cuda_importer *)imp)->method, memory_order_relaxed)
+		   : KVA_CUDA_COPY_AUTO;
+}
+
+int kva_cuda_importer_cuda_error(const kva_cuda_importer *imp)
+{
+	return imp ? atomic_load_explicit(&((kva_cuda_importer *)imp)->cuda_err,
+					  memory_order_relaxed)
+		   : 0;
+}
