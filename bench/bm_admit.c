@@ -80,6 +80,7 @@ static void bm_admit(gb_state *s, void *arg)
 			bx_check(-EPROTO, "the imported batch did not run");
 		for (uint32_t i = 0; i < b->plan.n_admitted; i++)
 			b->running[b->n_running++] = b->plan.admitted[i].handle;
+		bx_reclaim(b, batch); /* the gate and the B - 1 merged into it */
 	}
 	gb_set_items_processed(s, gb_iterations_done(s));
 	gb_counter(s, "batch", (double)batch, GB_COUNTER_DEFAULT);
@@ -118,6 +119,7 @@ static void bm_cancel(gb_state *s, void *arg)
 			bx_waiting_add(b, bx_submit(b, true));
 		if (bx_step(b) != 0 || !b->plan.head_blocked)
 			bx_check(-EPROTO, "refill step admitted");
+		bx_reclaim(b, batch);
 	}
 	double it = (double)gb_iterations_done(s);
 	gb_set_items_processed(s, gb_iterations_done(s));

@@ -88,6 +88,7 @@ static void bm_lookup_answer(gb_state *s, void *arg)
 		bx_step(b);
 		if (b->plan.n_ended != batch)
 			bx_check(-EPROTO, "cancel step");
+		bx_reclaim(b, batch);
 		b->answer_now = true;
 	}
 	report_split(s, &sp);
@@ -140,6 +141,7 @@ static void bm_copy_done(gb_state *s, void *arg)
 		bx_step(b);
 		if (b->plan.n_ended != batch)
 			bx_check(-EPROTO, "finish step");
+		bx_reclaim(b, batch);
 	}
 	report_split(s, &sp);
 }

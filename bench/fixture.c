@@ -12,9 +12,11 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "rcu_thread.h"
 
 #define SMALL_CAP 1000u
 #define CACHE_SLOTS 8
+#define RECLAIM_EVERY 4096
 
 bool bx_small(void)
 {
@@ -161,6 +163,15 @@ kva_handle bx_submit(struct bx *b, bool restore)
 	kva_handle h;
 	bx_check(kva_submit(b->e, &r, &h), "kva_submit");
 	return h;
+}
+
+void bx_reclaim(struct bx *b, size_t retired)
+{
+	b->unreclaimed += retired;
+	if (b->unreclaimed >= RECLAIM_EVERY) {
+		urcu_memb_barrier(); /* every call_rcu callback queued so far has run */
+		b->unreclaimed = 0;
+	}
 }
 
 void bx_copies_done(struct bx *b)

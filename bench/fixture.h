@@ -58,6 +58,7 @@ struct bx {
 	double arena_bytes_per_request; /* 0 without jemalloc */
 	double rss_bytes_per_request;
 	double build_seconds;
+	size_t unreclaimed; /* retired since the last bx_reclaim barrier */
 };
 
 /* KVA_BENCH_SMALL=1 in the environment: caps every waiting count and batch,
@@ -93,6 +94,10 @@ void bx_waiting_del(struct bx *b, uint64_t id);
 kva_handle bx_waiting_take_random(struct bx *b, uint64_t *rng);
 /* Reports every copy job of the last step as done. */
 void bx_copies_done(struct bx *b);
+/* Counts `retired` records the last step handed to call_rcu and, once
+ * enough are pending, waits for them to be freed, so that reclamation runs
+ * between timed steps instead of overlapping the next one. Untimed only. */
+void bx_reclaim(struct bx *b, size_t retired);
 /* Aborts with msg when rc != 0. */
 void bx_check(int rc, const char *msg);
 
