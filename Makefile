@@ -46,5 +46,17 @@ test-tsan:
 	cmake --build $(B)/tsan -j$(JOBS)
 	cd $(B)/tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" $(CTEST)
 
+# Microbenchmarks (bench/README.md): Release build, the suite with repetitions,
+# Google Benchmark JSON, the target table in bench/README.md, SVG plots.
+BENCH_ARGS ?= --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+  --benchmark_min_time=0.1
+bench: deps
+	cmake -S . -B $(B)/bench -DCMAKE_BUILD_TYPE=Release $(CMAKE_COMMON)
+	cmake --build $(B)/bench -j$(JOBS) --target kvadmit-bench
+	mkdir -p docs/bench
+	$(B)/bench/bench/kvadmit-bench $(BENCH_ARGS) \
+	  --benchmark_out=docs/bench/results.json --benchmark_out_format=json
+	python3 bench/report.py docs/bench/results.json --readme bench/README.md --plots docs/bench
+
 clean:
 	rm -rf $(B)

@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""Turns kvadmit-bench's Google Benchmark JSON into the target table and plots.
+
+    report.py RESULTS.json [--readme bench/README.md] [--plots docs/bench]
+
+Prints the target table (every ratio from the same run). With --readme it
+replaces the text between the results markers of that file; with --plots it
+draws SVGs with gnuplot (bench/plots.gp) into that folder. With repetitions the median is used.
+Timings are reported, never asserted: the exit status is 0 whether targets
+are met or not (2 when a benchmark is missing from the JSON).
+"""
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+
+BEGIN = "<!-- results:begin (bench/report.py writes this part) -->"
+END = "<!-- results:end -->"
+UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def load(path):
+    """run_name -> the run to use (median of repetitions, else the run)."""
+    with open(path) as f:
+        doc = json.load(f)
+    runs, medians = {}, {}
+    for b in doc.get("benchmarks", []):
+        name = b.get("run_name", b["name"])
+        if b.get("run_type") == "aggregate":
+            if b.get("aggregate_name") == "median":
+                medians[name] = b
+        elif "error_occurred" not in b or not b["error_occurred"]:
+            runs.setdefault(name, b)
+    runs.update(medians)
+    return doc.get("context", {}), runs
+
+
+class Results:
+    def __init__(self, runs):
+        self.runs = runs
+        self.missing = []
+
+    def get(self, name):
+        r = self.runs.get(name)
+        if r is None:
+            self.missing.append(name)
+        return r
+
+    def ns(self, name):
+        """Real time per iteration in ns."""
+        r = self.get(name)
+        return None if r is None else r["real_time"] * UNIT_NS[r.get("time_unit", "ns")]
+
+    def counter(self, name, key):
+        r = self.get(name)
+        return None if r is None else r.get(key)
+
+
+def fmt_ns(v):
+    if v is None:
+        return "missing"
+    if v >= 1e6:
+        return f"{v / 1e6:.2f} ms"
+    if v >= 1e3:
+        return f"{v / 1e3:.1f} µs"
+    return f"{v:.0f} ns"
+
+
+def ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def row(measure, target, value, shown, ok):
+    state = "—" if value is None else ("met" if ok(value) else "**missed**")
+    return f"| {measure} | {target} | {shown} | {state} |"
+
+
+def target_rows(res):
+    sb = {n: res.ns(f"BM_step_blocked/{n}") for n in (1000, 10000, 100000, 1000000)}
+    rows = []
+    flat = ratio(sb[1000000], sb[1000])
+    rows.append(row("`BM_step_blocked` flatness t(1M) / t(1k)", "≤ 1.5", flat,
+                    f"{flat:.2f} ({fmt_ns(sb[1000000])} / {fmt_ns(sb[1000])})" if flat else "missing",
+                    lambda v: v <= 1.5))
+    rows.append(row("`BM_step_blocked/1000000`", "≤ 100 ns", sb[1000000], fmt_ns(sb[1000000]),
+                    lambda v: v <= 100))
+    rescan = res.ns("BM_rescan_step/10000")
+    speed = ratio(rescan, sb[10000])
+    rows.append(row("`BM_rescan_step/10000` ÷ `BM_step_blocked/10000`", "≥ 1000", speed,
+                    f"{speed:,.0f} ({fmt_ns(rescan)} / {fmt_ns(sb[10000])})" if speed else "missing",
+                    lambda v: v >= 1000))
+    for b in (1, 64, 4096):
+        v = res.ns(f"BM_admit/{b}/manual_time")
+        rows.append(row(f"admit per request, 1M waiting (`BM_admit/{b}`: batch of {b})",
+                        "≤ 200 ns", v, fmt_ns(v), lambda v: v <= 200))
+    v = res.ns("BM_cancel/1000000/manual_time")
+    rows.append(row("cancel at 1M waiting (`BM_cancel/1000000`, call + step)", "≤ 500 ns", v,
+                    fmt_ns(v), lambda v: v <= 500))
+    v = res.counter("BM_memory_per_request/1000000", "bytes_per_request")
+    rss = res.counter("BM_memory_per_request/1000000", "rss_bytes_per_request")
+    shown = "missing" if v is None else f"{v:.1f} B (RSS growth: {rss:.1f} B)"
+    rows.append(row("bytes per waiting request (jemalloc arena)", "≤ 256", v, shown,
+                    lambda v: round(v, 1) <= 256))
+    sub1 = res.ns("BM_submit/real_time/threads:1")
+    raw1 = res.ns("BM_wfcq_enqueue_raw/real_time/threads:1")
+    r = ratio(sub1, raw1)
+    rows.append(row("submit, 1 thread, ÷ `BM_wfcq_enqueue_raw`", "≤ 1.5× its time", r,
+                    f"{r:.2f}× ({fmt_ns(sub1)} / {fmt_ns(raw1)})" if r else "missing",
+                    lambda v: v <= 1.5))
+    sub2 = res.counter("BM_submit/real_time/threads:2", "items_per_second")
+    mq2 = res.counter("BM_mutex_queue/real_time/threads:2", "items_per_second")
+    r = ratio(sub2, mq2)
+    rows.append(row("submit, 2 threads, ÷ `BM_mutex_queue` throughput", "≥ 1.5×", r,
+                    f"{r:.2f}× ({sub2 / 1e6:.2f} / {mq2 / 1e6:.2f} M/s)" if r else "missing",
+                    lambda v: v >= 1.5))
+    return rows
+
+
+def other_rows(res):
+    out = []
+    for name, what in (("BM_admit/1/manual_time", "admit, batch of 1"),
+                       ("BM_lookup_answer/manual_time", "lookup answer, per event"),
+                       ("BM_copy_done/manual_time", "copy report, per event"),
+                       ("BM_cancel/1000000/manual_time", "cancel at 1M")):
+        r = res.get(name)
+        if r is None:
+            continue
+        split = ""
+        if "call_ns" in r:
+            split = f"call {r['call_ns']:.0f} ns + step {r['step_ns']:.0f} ns"
+        out.append(f"| {what} (`{name.split('/manual_time')[0]}`) | "
+                   f"{fmt_ns(res.ns(name))} | {split} |")
+    for t in (1, 2):
+        for name in ("BM_submit", "BM_wfcq_enqueue_raw", "BM_mutex_queue", "BM_reserve_release",
+                     "BM_mutex_counter"):
+            full = f"{name}/real_time/threads:{t}"
+            ips = res.counter(full, "items_per_second")
+            if ips is not None:
+                out.append(f"| `{name}`, {t} thread{'s' if t > 1 else ''} | {fmt_ns(res.ns(full))} "
+                           f"per item | {ips / 1e6:.2f} M items/s |")
+    return out
+
+
+def machine(context):
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            m = re.search(r"model name\s*:\s*(.*)", f.read())
+            model = m.group(1).strip() if m else model
+    except OSError:
+        pass
+    osname = platform.system()
+    try:
+        with open("/etc/os-release") as f:
+            m = re.search(r'PRETTY_NAME="([^"]*)"', f.read())
+            osname = m.group(1) if m else osname
+    except OSError:
+        pass
+    virt = ""
+    try:
+        v = subprocess.run(["systemd-detect-virt"], capture_output=True, text=True).stdout.strip()
+        virt = f", virtual machine ({v})" if v and v != "none" else ""
+    except OSError:
+        pass
+    caches = ", ".join(f"L{c['level']} {c['size'] // 1024} KiB"
+                       for c in context.get("caches", []) if c.get("type") != "Instruction")
+    return (f"{context.get('num_cpus', '?')} × {model} at {context.get('mhz_per_cpu', '?')} MHz"
+            f"{virt}; {osname}; caches {caches}; run {context.get('date', '?')}")
+
+
+def table(context, res, source):
+    lines = [f"Measured by `make bench` on: {machine(context)}.",
+             f"Source: `{source}` (median of the repetitions).", "",
+             "| measure | target | measured | |", "|---|---|---|---|"]
+    lines += target_rows(res)
+    lines += ["", "Other results from the same run:", "", "| benchmark | time | |", "|---|---|---|"]
+    lines += other_rows(res)
+    return "\n".join(lines) + "\n"
+
+
+def write_readme(path, text):
+    with open(path) as f:
+        doc = f.read()
+    if BEGIN not in doc or END not in doc:
+        sys.exit(f"report.py: {path} has no results markers")
+    head, rest = doc.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    with open(path, "w") as f:
+        f.write(head + BEGIN + "\n" + text + END + tail)
+
+
+def plots(res, datadir, outdir, script):
+    os.makedirs(outdir, exist_ok=True)
+    with open(os.path.join(datadir, "step.dat"), "w") as f:
+        f.write("# waiting kvadmit_ns rescan_ns\n")
+        for n in (500, 1000, 10000, 100000, 1000000):
+            k = res.runs.get(f"BM_step_blocked/{n}")
+            r = res.runs.get(f"BM_rescan_step/{n}")
+            kv = res.ns(f"BM_step_blocked/{n}") if k else None
+            rv = res.ns(f"BM_rescan_step/{n}") if r else None
+            f.write(f"{n} {kv if kv else 'NaN'} {rv if rv else 'NaN'}\n")
+    with open(os.path.join(datadir, "threads.dat"), "w") as f:
+        names = ("BM_submit", "BM_wfcq_enqueue_raw", "BM_mutex_queue", "BM_reserve_release",
+                 "BM_mutex_counter")
+        f.write("# threads " + " ".join(names) + " (M items/s)\n")
+        for t in (1, 2):
+            vals = []
+            for n in names:
+                r = res.runs.get(f"{n}/real_time/threads:{t}")
+                vals.append(f"{r['items_per_second'] / 1e6:.4f}" if r else "NaN")
+            f.write(f"{t} " + " ".join(vals) + "\n")
+    subprocess.run(["gnuplot", "-e", f"datadir='{datadir}'; outdir='{outdir}'", script],
+                   check=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("json")
+    ap.add_argument("--readme")
+    ap.add_argument("--plots", metavar="DIR")
+    a = ap.parse_args()
+    context, runs = load(a.json)
+    res = Results(runs)
+    text = table(context, res, os.path.relpath(a.json))
+    print(text)
+    if a.readme:
+        write_readme(a.readme, text)
+    if a.plots:
+        here = os.path.dirname(os.path.abspath(__file__))
+        with tempfile.TemporaryDirectory() as datadir:
+            plots(res, datadir, a.plots, os.path.join(here, "plots.gp"))
+    if res.missing:
+        print("report.py: missing from the JSON: " + ", ".join(sorted(set(res.missing))),
+              file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
