@@ -110,7 +110,8 @@ struct kva__grant {
 	uint8_t world;
 	/* A2: attempt << 32 | mask of ranks that reported it. Producers CAS a
 	 * bit in (kva_copy_done); the scheduler publishes a new attempt with a
-	 * release store after the previous one fully drained. */
+	 * release store when it hands it out, after the previous one fully
+	 * drained. */
 	_Atomic uint64_t copy_word;
 	struct kva__event rank_ev[]; /* world entries, one per rank */
 };

@@ -121,8 +121,8 @@ static void copy_start(kva_engine *e, struct kva__req *r)
 	g->copying = true;
 	g->copy_queued = true;
 	g->reset_epoch = e->reset_epoch;
-	/* R2: a new attempt, no rank reported; kva_copy_done CASes bits (A2). */
-	atomic_store_explicit(&g->copy_word, (uint64_t)g->attempts << 32, memory_order_release);
+	/* copy_word still names the previous, fully reported attempt: reports
+	 * for this one are refused until kva__copy_dispatch_pending opens it. */
 	cds_list_add_tail(&r->wq.link, &e->copy_pending);
 	r->flags |= KVA__F_COPY_LIST;
 	kva__st_add(e, ST_COPY_JOBS, 1);
@@ -263,10 +263,11 @@ int kva_copy_done(kva_engine *e, kva_copy_token t, uint32_t rank, int status)
 		rc = -ENOENT;
 		goto out;
 	}
-	/* A2: pairs with R2 in copy_start: the attempt and its pages. */
+	/* A2: pairs with R2 in kva__copy_dispatch_pending: the attempt and its pages. */
 	uint64_t w = atomic_load_explicit(&g->copy_word, memory_order_acquire);
 	for (;;) {
-		if ((uint32_t)(w >> 32) != t.attempt) {
+		/* attempts count from 1; 0 names none (a grant that never copied) */
+		if (t.attempt == 0 || (uint32_t)(w >> 32) != t.attempt) {
 			rc = -ESTALE;
 			break;
 		}
@@ -368,6 +369,10 @@ void kva__copy_dispatch_pending(kva_engine *e)
 		r->flags &= (uint16_t)~KVA__F_COPY_LIST;
 		g->copy_queued = false;
 		p->records_touched++;
+		/* R2: the attempt is handed out now, no rank reported yet;
+		 * kva_copy_done CASes bits (A2). Not earlier: a queued attempt
+		 * may still be cancelled and its pages returned undrained. */
+		atomic_store_explicit(&g->copy_word, (uint64_t)g->attempts << 32, memory_order_release);
 		const kva_checkpoint *c = &r->manifest->entries[r->sel];
 		kva_copy_job job = {
 			.token = {r->idn.id, r->idn.gen, g->attempts},
