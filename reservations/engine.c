@@ -301,9 +301,17 @@ static void plan_clear(kva_plan *p)
 	p->head_blocked = false;
 }
 
+/* A NULL array must not claim room: the step would write through it. */
+static bool plan_valid(const kva_plan *p)
+{
+	return (p->admitted || !p->admitted_cap) && (p->pages || !p->pages_cap) &&
+	       (p->copies || !p->copies_cap) && (p->fallbacks || !p->fallbacks_cap) &&
+	       (p->ended || !p->ended_cap);
+}
+
 int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 {
-	if (!e || !plan || e->in_step)
+	if (!e || !plan || e->in_step || !plan_valid(plan))
 		return -EINVAL;
 	kva_rcu_enter();
 	plan_clear(plan);
