@@ -94,23 +94,29 @@ size_t kva_stats_format(const kva_stats *s, char *buf, size_t len)
 		{"kvadmit_copy_failures_total", s->copy_attempts_failed},
 		{"kvadmit_steps_total", s->steps},
 	};
-	size_t need = 0;
+	size_t need = 0, written = 0; /* whole lines only: written <= need */
 	char line[160];
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
 		int n = snprintf(line, sizeof(line), "%s %llu\n", rows[i].name,
 		                 (unsigned long long)rows[i].v);
-		if (buf && need + (size_t)n < len)
+		if (buf && need + (size_t)n < len) {
 			memcpy(buf + need, line, (size_t)n);
+			written = need + (size_t)n;
+		}
 		need += (size_t)n;
 	}
 	for (int r = 1; r < KVA_REASON_COUNT; r++) {
 		int n = snprintf(line, sizeof(line), "kvadmit_fallbacks_total{reason=\"%s\"} %llu\n",
 		                 kva_reason_name(r), (unsigned long long)s->fallbacks[r]);
-		if (buf && need + (size_t)n < len)
+		if (buf && need + (size_t)n < len) {
 			memcpy(buf + need, line, (size_t)n);
+			written = need + (size_t)n;
+		}
 		need += (size_t)n;
 	}
+	/* end after the last whole line written: the bytes behind it were
+	 * never written */
 	if (buf && len)
-		buf[need < len ? need : len - 1] = '\0';
+		buf[written] = '\0';
 	return need;
 }
