@@ -128,6 +128,8 @@ enum kva__req_flag {
 	KVA__F_REPORTED = 1u << 8,      /* terminal outcome handed to the host */
 	KVA__F_BLOCKED = 1u << 9,       /* blocked_since is valid */
 	KVA__F_COPY_LIST = 1u << 10,    /* in copy_pending */
+	KVA__F_CANCEL_SEEN = 1u << 11,  /* its cancel event was handled for good */
+	KVA__F_RETIRE_PENDING = 1u << 12, /* retire once that cancel event is handled */
 };
 
 struct kva__req {

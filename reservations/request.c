@@ -178,9 +178,19 @@ void kva__req_end(kva_engine *e, struct kva__req *r, uint32_t terminal)
 	r->flags |= KVA__F_ENDED_LIST;
 }
 
-/* Scheduler thread: r leaves the id table; memory goes after a grace period. */
+/* Scheduler thread: r leaves the id table; memory goes after a grace period.
+ * Not while r's own cancel event may still be queued: the inbox or the
+ * deferred queue holds it by address, so handling that event retires r. */
 void kva__req_retire(kva_engine *e, struct kva__req *r)
 {
+	/* R8: claim the cancel. A kva_cancel that loses this exchange pushes
+	 * nothing and sees r terminal (A8); one that won has pushed its event
+	 * or will before its RCU read section ends. */
+	if (atomic_exchange_explicit(&r->cancel_requested, 1, memory_order_acq_rel) &&
+	    !(r->flags & KVA__F_CANCEL_SEEN)) {
+		r->flags |= KVA__F_RETIRE_PENDING;
+		return;
+	}
 	kva_idtable_del(&e->ids, &r->idn);
 	kva__ckpt_unindex(e, r);
 	kva_rcu_call(&r->rcu, kva__req_free_rcu);
@@ -226,8 +236,12 @@ int kva_cancel(kva_engine *e, kva_handle h)
 	struct kva__req *r = kva__req_find(e, h);
 	if (!r || kva__state_is_terminal(atomic_load_explicit(&r->state, memory_order_acquire))) {
 		rc = -ENOENT;
-	} else if (atomic_exchange_explicit(&r->cancel_requested, 1, memory_order_relaxed)) {
-		rc = -EALREADY;
+	} else if (atomic_exchange_explicit(&r->cancel_requested, 1, memory_order_acq_rel)) {
+		/* A8: pairs with R8 in kva__req_retire: lost to the scheduler's
+		 * claim means r ended meanwhile. */
+		rc = kva__state_is_terminal(atomic_load_explicit(&r->state, memory_order_acquire))
+		             ? -ENOENT
+		             : -EALREADY;
 	} else {
 		r->ev_cancel.type = KVA__EV_CANCEL;
 		kva_inbox_push(&e->inbox, &r->ev_cancel.node);
@@ -241,6 +255,7 @@ void kva__handle_cancel(kva_engine *e, struct kva__req *r)
 {
 	uint32_t s = atomic_load_explicit(&r->state, memory_order_acquire);
 	struct kva__grant *g = kva__grant(r);
+	r->flags |= KVA__F_CANCEL_SEEN; /* unless deferred below */
 	switch (s) {
 	case KVA_STATE_WAITING:
 		if (!(r->flags & KVA__F_INGESTED))
@@ -292,15 +307,22 @@ void kva__handle_cancel(kva_engine *e, struct kva__req *r)
 			kva__req_end(e, r, KVA_STATE_CANCELLED);
 			return;
 		}
-		if (want == KVA__STATE_GROWING) /* a kva_grow owns it this instant */
+		if (want == KVA__STATE_GROWING) { /* a kva_grow owns it this instant */
+			r->flags &= (uint16_t)~KVA__F_CANCEL_SEEN;
 			kva_inbox_push(&e->deferred, &r->ev_cancel.node);
+		}
 		return; /* finished or preempted meanwhile: their events decide */
 	}
 	case KVA__STATE_GROWING:
+		r->flags &= (uint16_t)~KVA__F_CANCEL_SEEN;
 		kva_inbox_push(&e->deferred, &r->ev_cancel.node);
 		return;
 	default:
-		return; /* PREEMPTED: handled with its requeue; terminal: nothing */
+		/* PREEMPTED: handled with its requeue. Terminal: nothing, except
+		 * the retirement that waited for this event. */
+		if (r->flags & KVA__F_RETIRE_PENDING)
+			kva__req_retire(e, r);
+		return;
 	}
 }
 
