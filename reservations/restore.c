@@ -149,6 +149,9 @@ int kva__admit_head(kva_engine *e, struct kva__req *r)
 		struct kva_credits want = {total, local ? 0 : 1, 1};
 		if (kva_capacity_try_reserve(&e->cap, want, e->cfg.decode_reserve_pages)) {
 			take_pages(e, kva__grant(r), kp, total);
+			/* rule 11: a new reservation (after preemption or reset too)
+			 * gets the whole retry budget; the grant outlives them */
+			kva__grant(r)->retries = 0;
 			leave_waitq(e, r);
 			if (local) {
 				plan_admit(e, r, KVA_ADMIT_LOCAL, c->position, 0);

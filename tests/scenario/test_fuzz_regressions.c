@@ -1,0 +1,80 @@
+/*
+ * Regressions found by the fuzz targets (tests/fuzz/), replayed through the
+ * public API so that every build (release, sanitizers, valgrind) runs them,
+ * not only the clang fuzz build. Each test names the rule it proves and the
+ * target that found it; the minimised input sits in tests/fuzz/corpus/ too.
+ */
+#include "scenario/scenario.h"
+
+/* fuzz_engine (hang): the engine pushes event nodes embedded in its records
+ * again (submit, then finish or preempt; a rank per copy attempt). A node
+ * that was not last in its drained batch kept a stale next link, so the
+ * next drain replayed an old SUBMIT and then spun forever. Fixed in
+ * lockfree/inbox.c (push resets the link); here the engine-level symptom. */
+static void test_one_outcome_each_when_event_nodes_are_reused(void **state)
+{
+	(void)state;
+	struct sc *s = sc_default();
+	kva_handle a = sc_submit(s, 1, 0, 16);
+	kva_handle b = sc_submit(s, 2, 0, 16); /* a's submit node links to b's */
+	assert_int_equal(sc_step(s, 0), 2);
+	assert_int_equal(kva_finish(s->e, a), 0); /* a's node pushed again */
+	sc_step(s, 0);
+	assert_non_null(sc_ended(s, a));
+	assert_int_equal(s->plan.n_ended, 1);
+	assert_int_equal(s->plan.n_admitted, 0); /* b was not ingested twice */
+	assert_int_equal(sc_state(s, b), KVA_STATE_RUNNING);
+	assert_int_equal(kva_preempt(s->e, b), 0);
+	assert_int_equal(sc_step(s, 0), 1);
+	assert_int_equal(kva_finish(s->e, b), 0);
+	sc_step(s, 0);
+	assert_non_null(sc_ended(s, b));
+	kva_stats st = sc_stats(s);
+	assert_int_equal(st.ingested, 2);
+	assert_int_equal(st.running + st.waiting, 0);
+	sc_assert_conserved(s);
+	sc_free(s);
+}
+
+/* fuzz_differential: a request's grant outlives its reservations, and the
+ * failed-attempt count in it was never reset, so a restore admitted again
+ * after a preemption (or a reset) started with its retries already spent
+ * and recomputed on its first failed copy. */
+static void test_rule11_new_reservation_gets_the_full_retry_budget(void **state)
+{
+	(void)state;
+	kva_config c;
+	sc_config(&c);
+	c.max_copy_retries = 1;
+	struct sc *s = sc_new(&c);
+	sc_dir_set(s, 7, sc_ckpt(64, 70, 0));
+	kva_handle h = sc_submit(s, 1, 7, 100);
+	sc_step(s, 0);
+	assert_int_equal(sc_copies_done(s, -1), 1); /* spends the one retry */
+	sc_step(s, 0);
+	assert_int_equal(sc_copies_done(s, 0), 1);
+	sc_step(s, 0);
+	assert_non_null(sc_admitted(s, h));
+	assert_int_equal(kva_preempt(s->e, h), 0);
+	sc_step(s, 0); /* front of the queue, looked up again, imports again */
+	assert_int_equal(sc_copies_done(s, -1), 1);
+	sc_step(s, 0);
+	assert_null(sc_admitted(s, h));       /* not recomputed ... */
+	assert_int_equal(s->plan.n_copies, 1); /* ... retried */
+	assert_int_equal(sc_copies_done(s, 0), 1);
+	sc_step(s, 0);
+	const kva_admission *a = sc_admitted(s, h);
+	assert_non_null(a);
+	assert_int_equal(a->how, KVA_ADMIT_RESTORE);
+	assert_int_equal(sc_stats(s).fallbacks[KVA_REASON_RETRIES_EXHAUSTED], 0);
+	sc_free(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_one_outcome_each_when_event_nodes_are_reused),
+		cmocka_unit_test(test_rule11_new_reservation_gets_the_full_retry_budget),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
