@@ -150,9 +150,9 @@ void sim_print_table(FILE *f, const struct sim_scenario *sc, struct sim_result *
 	    sc->pool_pages, sc->page_tokens, (unsigned long long)sc->pool_pages * sc->page_tokens,
 	    sim_ctx_to_pool_start(sc));
 	fprintf(f,
-		"model: 70B-class dense, TP%u on H200; restores at %.0f GB/s per rank "
-		"(bench/sim/README.md)\n\n",
-		sc->world_size, sc->m.import_bytes_s / 1e9);
+		"model: 70B-class dense, TP2 on H200 (bench/sim/README.md); copies over %u rank%s "
+		"at %.0f GB/s each\n\n",
+		sc->world_size, sc->world_size == 1 ? "" : "s", sc->m.import_bytes_s / 1e9);
 	const char *hdr[2] = {r[0] ? policy_name(r[0]->policy) : "",
 			      r[1] ? policy_name(r[1]->policy) : ""};
 	row(f, r, "", hdr);
@@ -278,15 +278,14 @@ void sim_print_json(FILE *f, const struct sim_scenario *sc, struct sim_result *r
 	fprintf(f, "\"decode_reserve_pages\":%u,\"decode_headroom_pages\":%u,",
 		sim_decode_reserve_pages(sc), sim_headroom_pages(sc));
 	fprintf(f,
-		"\"model\":{\"class\":\"70B-class dense (Llama-3.1-70B shape), TP%u on H200\","
+		"\"model\":{\"class\":\"70B-class dense (Llama-3.1-70B shape), TP2 on H200\","
 		"\"kv_bytes_per_token\":%.6g,\"prefill_tok_s\":%.6g,\"attn_s_per_tok2\":%.6g,"
 		"\"decode_step_s\":%.6g,\"kv_read_s_per_tok\":%.6g,\"import_bytes_s\":%.6g,"
 		"\"write_bytes_s\":%.6g,\"copy_setup_s\":%.6g,\"lookup_latency_s\":%.6g,"
 		"\"step_token_budget\":%u,\"max_context\":%u,\"max_running\":%u},",
-		sc->world_size, md->kv_bytes_per_token, md->prefill_tok_s, md->attn_s_per_tok2,
-		md->decode_step_s, md->kv_read_s_per_tok, md->import_bytes_s, md->write_bytes_s,
-		md->copy_setup_s, md->lookup_latency_s, md->step_token_budget, md->max_context,
-		md->max_running);
+		md->kv_bytes_per_token, md->prefill_tok_s, md->attn_s_per_tok2, md->decode_step_s,
+		md->kv_read_s_per_tok, md->import_bytes_s, md->write_bytes_s, md->copy_setup_s,
+		md->lookup_latency_s, md->step_token_budget, md->max_context, md->max_running);
 	fprintf(
 	    f,
 	    "\"workload\":{\"init_ctx\":[%u,%u],\"tool_tokens\":{\"median\":%.6g,\"sigma\":%.6g,"
