@@ -274,7 +274,10 @@ typedef struct kva_ended {
 } kva_ended;
 
 /* Caller-owned arrays; the step fills at most *_cap entries of each and
- * leaves the rest for the next step (nothing is dropped). */
+ * leaves the rest for the next step (nothing is dropped), with two
+ * exceptions: `fallbacks` is informational (admissions carry their reason;
+ * stats count every fallback), and a NULL `ended` means the host does not
+ * want terminal reports: ended requests are then retired unlisted. */
 typedef struct kva_plan {
 	kva_admission *admitted;
 	uint32_t admitted_cap, n_admitted;
