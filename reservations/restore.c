@@ -161,8 +161,10 @@ int kva__admit_head(kva_engine *e, struct kva__req *r)
 			}
 			return 1;
 		}
-		if (e->cfg.policy != KVA_POLICY_LEGACY) {
-			head_block(e, r, true); /* rule 1: wait, don't recompute */
+		/* rule 1: wait, don't recompute. Legacy engines gave up only on
+		 * imports; a local prefix hit waited for capacity there too. */
+		if (e->cfg.policy != KVA_POLICY_LEGACY || local) {
+			head_block(e, r, true);
 			return 0;
 		}
 		kva__head_forget(e, r);

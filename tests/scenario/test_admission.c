@@ -303,6 +303,28 @@ static void legacy_policy_admits_refused_restore_to_recompute(void **st)
 	sc_free(s);
 }
 
+static void legacy_policy_local_hit_waits_like_any_request(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.policy = KVA_POLICY_LEGACY;
+	struct sc *s = sc_new(&c);
+	sc_dir_set(s, KEY, sc_ckpt(POS, 500, 1)); /* local */
+	kva_handle run = sc_occupy(s, 1, 80);
+	kva_handle h = sc_submit(s, 2, KEY, PROMPT);
+	sc_step(s, 0);
+	assert_null(sc_admitted(s, h));
+	assert_int_equal(sc_stats(s).fallbacks[KVA_REASON_LEGACY], 0);
+	assert_int_equal(kva_finish(s->e, run), 0);
+	sc_step(s, 0);
+	const kva_admission *a = sc_admitted(s, h);
+	assert_non_null(a);
+	assert_int_equal(a->how, KVA_ADMIT_LOCAL);
+	assert_int_equal(a->local_tokens, POS);
+	sc_free(s);
+}
+
 static void legacy_policy_copy_slot_shortage_recomputes(void **st)
 {
 	(void)st;
@@ -337,6 +359,7 @@ int main(void)
 		cmocka_unit_test(rule09_too_large_restore_is_classified_at_once),
 		cmocka_unit_test(rule09_first_chunk_larger_than_pool_still_starts),
 		cmocka_unit_test(legacy_policy_admits_refused_restore_to_recompute),
+		cmocka_unit_test(legacy_policy_local_hit_waits_like_any_request),
 		cmocka_unit_test(legacy_policy_copy_slot_shortage_recomputes),
 	};
 	return cmocka_run_group_tests_name("admission", tests, NULL, NULL);
