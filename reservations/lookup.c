@@ -121,7 +121,9 @@ int kva_lookup_answer(kva_engine *e, kva_lookup_token t, const kva_manifest *m)
 	uint32_t w = r ? atomic_load_explicit(&r->lookup_word, memory_order_acquire) : 0;
 	if (!r) {
 		rc = -ENOENT;
-	} else if (w != (t.seq << 1 | LW_AWAITING)) {
+	} else if (w != (t.seq << 1 | LW_AWAITING) ||
+	           /* ended (A4, R4 in kva__req_set_state): awaits no lookup */
+	           kva__state_is_terminal(atomic_load_explicit(&r->state, memory_order_acquire))) {
 		kva__st_add(e, ST_LATE_ANSWERS, 1);
 		rc = -ESTALE;
 	} else {

@@ -70,11 +70,46 @@ static void test_rule11_new_reservation_gets_the_full_retry_budget(void **state)
 	sc_free(s);
 }
 
+/* fuzz_engine: once a request had ended (cancelled while waiting, its
+ * report not yet taken), its lookup still counted as awaited, so every
+ * further answer returned 0, was allocated and queued, and was only dropped
+ * as late at the next step; a live request's handled lookup refuses them. */
+static void test_rule3_answers_for_an_ended_request_are_stale(void **state)
+{
+	(void)state;
+	struct sc *s = sc_default();
+	kva_manifest miss = {0};
+	sc_dir_set(s, 4, sc_ckpt(16, 40, 0)); /* answered from inside the callback */
+	kva_handle a = sc_submit(s, 1, 4, 100);
+	assert_int_equal(kva_cancel(s->e, a), 0);
+	s->plan.ended_cap = 0; /* keep the ended records: report them later */
+	sc_step(s, 0);         /* ingest, lookup, cancel; the answer is dropped */
+	assert_int_equal(sc_state(s, a), KVA_STATE_CANCELLED);
+	uint64_t late = sc_stats(s).late_answers;
+	assert_int_equal(kva_lookup_answer(s->e, s->lookups[0].token, &miss), -ESTALE);
+	assert_int_equal(sc_stats(s).late_answers, late + 1);
+
+	kva_handle b = sc_submit(s, 2, 9, 100); /* no directory entry: unanswered */
+	sc_step(s, 0);
+	assert_int_equal(kva_cancel(s->e, b), 0);
+	sc_step(s, 0);
+	assert_int_equal(sc_state(s, b), KVA_STATE_CANCELLED);
+	assert_int_equal(kva_lookup_answer(s->e, s->lookups[1].token, &miss), -ESTALE);
+
+	s->plan.ended_cap = SC_MAX;
+	sc_step(s, 0);
+	assert_int_equal(s->plan.n_ended, 2);
+	assert_int_equal(kva_lookup_answer(s->e, s->lookups[1].token, &miss), -ENOENT);
+	sc_assert_conserved(s);
+	sc_free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_one_outcome_each_when_event_nodes_are_reused),
 		cmocka_unit_test(test_rule11_new_reservation_gets_the_full_retry_budget),
+		cmocka_unit_test(test_rule3_answers_for_an_ended_request_are_stale),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
