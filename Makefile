@@ -4,7 +4,8 @@ B := build
 CMAKE_COMMON := -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
 CTEST := ctest --output-on-failure --timeout 1200 -j$(JOBS)
 
-.PHONY: all deps build run test test-rel test-asan test-tsan bench fuzz check-valgrind clean
+.PHONY: all deps build run test test-rel test-asan test-tsan bench fuzz check-valgrind clean \
+	fuzz-build test-fuzz
 
 all: build
 
@@ -25,6 +26,7 @@ test: deps
 	$(MAKE) test-rel
 	$(MAKE) test-asan
 	$(MAKE) test-tsan
+	$(MAKE) test-fuzz
 	@echo "make test: all three builds passed"
 
 test-rel:
@@ -35,7 +37,8 @@ test-rel:
 # Sanitizer builds use the system allocator so the sanitizer sees every allocation.
 test-asan:
 	cmake -S . -B $(B)/asan -DCMAKE_BUILD_TYPE=Debug -DKVADMIT_SANITIZE=address,undefined \
-	  -DKVADMIT_WITH_JEMALLOC=OFF -DKVADMIT_WITH_CUDA=OFF -DKVADMIT_STRESS_SCALE=25 $(CMAKE_COMMON)
+	  -DKVADMIT_WITH_JEMALLOC=OFF -DKVADMIT_WITH_CUDA=OFF -DKVADMIT_STRESS_SCALE=25 \
+	  -DKVADMIT_FAULT_INJECTION=ON $(CMAKE_COMMON)
 	cmake --build $(B)/asan -j$(JOBS)
 	cd $(B)/asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(CTEST)
@@ -57,6 +60,40 @@ bench: deps
 	$(B)/bench/bench/kvadmit-bench $(BENCH_ARGS) \
 	  --benchmark_out=docs/bench/results.json --benchmark_out_format=json
 	python3 bench/report.py docs/bench/results.json --readme bench/README.md --plots docs/bench
+
+# libFuzzer targets (tests/fuzz/README.md): their own clang build with
+# ASan+UBSan and allocation-failure injection. `make fuzz` replays the corpus
+# and runs each target FUZZ_SECONDS; test-fuzz (part of `make test`) is the
+# CI-sized run, about a minute per target.
+FUZZ_SECONDS ?= 300
+FUZZ_CI_SECONDS ?= 60
+fuzz-build:
+	CC=clang CXX=clang++ cmake -S . -B $(B)/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DKVADMIT_BUILD_FUZZ=ON -DKVADMIT_FAULT_INJECTION=ON -DKVADMIT_WITH_CUDA=OFF \
+	  -DKVADMIT_WITH_JEMALLOC=OFF -DKVADMIT_BUILD_TESTS=OFF -DKVADMIT_BUILD_BENCH=OFF $(CMAKE_COMMON)
+	cmake --build $(B)/fuzz -j$(JOBS) --target fuzz_engine fuzz_differential fuzz_lockfree
+
+fuzz: fuzz-build
+	tests/fuzz/run.sh $(B)/fuzz $(FUZZ_SECONDS)
+
+test-fuzz: fuzz-build
+	tests/fuzz/run.sh $(B)/fuzz $(FUZZ_CI_SECONDS)
+
+# Unit, scenario and (shortened) stress suites under valgrind memcheck, in a
+# build without jemalloc or sanitizers; every test binary runs through
+# valgrind as its CTest emulator (about 40 s on two cores). Not part of
+# `make test`: one stress test assumes native thread scheduling (see
+# tests/fuzz/README.md).
+VG_SPACE := $(subst ,, )
+VALGRIND := valgrind --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect,possible \
+  --errors-for-leak-kinds=definite,indirect,possible --track-origins=yes --num-callers=30 --fair-sched=yes \
+  --suppressions=$(CURDIR)/tests/valgrind.supp
+check-valgrind:
+	cmake -S . -B $(B)/valgrind -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVADMIT_WITH_JEMALLOC=OFF \
+	  -DKVADMIT_WITH_CUDA=OFF -DKVADMIT_BUILD_BENCH=OFF -DKVADMIT_STRESS_SCALE=5 \
+	  "-DCMAKE_CROSSCOMPILING_EMULATOR=$(subst $(VG_SPACE),;,$(strip $(VALGRIND)))" $(CMAKE_COMMON)
+	cmake --build $(B)/valgrind -j$(JOBS)
+	cd $(B)/valgrind && $(CTEST)
 
 clean:
 	rm -rf $(B)

@@ -59,7 +59,7 @@ static void test_rule11_new_reservation_gets_the_full_retry_budget(void **state)
 	sc_step(s, 0); /* front of the queue, looked up again, imports again */
 	assert_int_equal(sc_copies_done(s, -1), 1);
 	sc_step(s, 0);
-	assert_null(sc_admitted(s, h));       /* not recomputed ... */
+	assert_null(sc_admitted(s, h));	       /* not recomputed ... */
 	assert_int_equal(s->plan.n_copies, 1); /* ... retried */
 	assert_int_equal(sc_copies_done(s, 0), 1);
 	sc_step(s, 0);
@@ -83,7 +83,7 @@ static void test_rule3_answers_for_an_ended_request_are_stale(void **state)
 	kva_handle a = sc_submit(s, 1, 4, 100);
 	assert_int_equal(kva_cancel(s->e, a), 0);
 	s->plan.ended_cap = 0; /* keep the ended records: report them later */
-	sc_step(s, 0);         /* ingest, lookup, cancel; the answer is dropped */
+	sc_step(s, 0);	       /* ingest, lookup, cancel; the answer is dropped */
 	assert_int_equal(sc_state(s, a), KVA_STATE_CANCELLED);
 	uint64_t late = sc_stats(s).late_answers;
 	assert_int_equal(kva_lookup_answer(s->e, s->lookups[0].token, &miss), -ESTALE);
@@ -107,9 +107,9 @@ static void test_rule3_answers_for_an_ended_request_are_stale(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_one_outcome_each_when_event_nodes_are_reused),
-		cmocka_unit_test(test_rule11_new_reservation_gets_the_full_retry_budget),
-		cmocka_unit_test(test_rule3_answers_for_an_ended_request_are_stale),
+	    cmocka_unit_test(test_one_outcome_each_when_event_nodes_are_reused),
+	    cmocka_unit_test(test_rule11_new_reservation_gets_the_full_retry_budget),
+	    cmocka_unit_test(test_rule3_answers_for_an_ended_request_are_stale),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

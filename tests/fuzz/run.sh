@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Runs the libFuzzer targets of a fuzz build (see tests/fuzz/README.md):
+#
+#   tests/fuzz/run.sh BUILD_DIR SECONDS
+#
+# For each target: replays its checked-in corpus (tests/fuzz/corpus/<target>/,
+# every input once; seeds and regress-* inputs), then, when SECONDS > 0, fuzzes
+# it for SECONDS on a scratch corpus under BUILD_DIR/fuzz-work/<target>/ seeded
+# from the checked-in one, and prints libFuzzer's own summary lines. The engine
+# targets run FUZZ_FORKS (default 4) libFuzzer fork-mode workers: each
+# kva_engine_destroy waits about 10 ms for liburcu's call_rcu thread, so one
+# process is mostly asleep. Exits non-zero if a replay or a run failed or left
+# a crash, leak or timeout artifact (kept in BUILD_DIR/fuzz-work/<target>/).
+set -uo pipefail
+
+build=${1:?usage: run.sh BUILD_DIR SECONDS}
+secs=${2:?usage: run.sh BUILD_DIR SECONDS}
+forks=${FUZZ_FORKS:-4}
+src=$(cd "$(dirname "$0")" && pwd)
+status=0
+
+for t in fuzz_engine fuzz_differential fuzz_lockfree; do
+	bin=$build/tests/fuzz/$t
+	work=$build/fuzz-work/$t
+	mkdir -p "$work/corpus" "$work/artifacts"
+	rm -f "$work/artifacts/"*
+
+	n=$(find "$src/corpus/$t" -type f | wc -l)
+	if ! "$bin" -runs=0 -artifact_prefix="$work/artifacts/" "$src/corpus/$t" >"$work/replay.log" 2>&1; then
+		echo "$t: corpus replay FAILED ($n inputs); log: $work/replay.log"
+		grep -E "invariant violated|ERROR:|SUMMARY:|Running:" "$work/replay.log" | tail -5
+		status=1
+		continue
+	fi
+	echo "$t: corpus replay ok ($n inputs)"
+	[ "$secs" -gt 0 ] || continue
+
+	mode=()
+	[ "$t" = fuzz_lockfree ] || mode=(-fork="$forks")
+	start=$(date +%s)
+	"$bin" "${mode[@]}" -max_total_time="$secs" -max_len=2048 -rss_limit_mb=2048 -timeout=60 \
+		-print_final_stats=1 -artifact_prefix="$work/artifacts/" \
+		"$work/corpus" "$src/corpus/$t" >"$work/fuzz.log" 2>&1
+	rc=$?
+	took=$(($(date +%s) - start))
+	# libFuzzer's summary: the last status line and its closing lines
+	grep -E '^#[0-9]+' "$work/fuzz.log" | tail -1 | sed "s/^/$t: /"
+	grep -E '^(Done [0-9]+ runs|INFO: exiting|stat::number_of_executed_units|stat::average_exec_per_sec)' \
+		"$work/fuzz.log" | sed "s/^/$t: /"
+	execs=$(grep -oE '^#[0-9]+' "$work/fuzz.log" | tail -1 | tr -d '#')
+	[ -n "$execs" ] && [ "$took" -gt 0 ] &&
+		echo "$t: $execs executions in ${took} s ($((execs / took)) exec/s over all workers)"
+	if [ $rc -ne 0 ] || [ -n "$(ls -A "$work/artifacts")" ]; then
+		echo "$t: FAILED (exit $rc); artifacts in $work/artifacts/, log $work/fuzz.log"
+		grep -E "invariant violated|ERROR:|SUMMARY:" "$work/fuzz.log" | sort | uniq -c | head -10
+		status=1
+	fi
+done
+exit $status

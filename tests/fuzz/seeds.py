@@ -1,0 +1,435 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus of the fuzz targets (tests/fuzz/corpus/<target>/).
+
+Each seed is a short scripted scenario in the target's input encoding (see the
+top of fuzz_engine.c, fuzz_differential.c and fuzz_lockfree.c), chosen so that
+fuzzing starts from the deep paths -- imports completing on every rank,
+retries and shorter checkpoints, reset, preemption, waiting heads and their
+timers, evictions, importer refusals, allocation failures -- instead of having
+to find them byte by byte. Regression inputs (regress-*) are kept as found
+and are not rewritten here. Run: python3 tests/fuzz/seeds.py
+"""
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class Enc:
+    """Mirrors fuzz_input.h: fz_below(n) reads one byte for n <= 256, else two."""
+
+    def __init__(self):
+        self.b = bytearray()
+
+    def u8(self, v):
+        self.b.append(v & 0xFF)
+
+    def u16(self, v):
+        self.u8(v)
+        self.u8(v >> 8)
+
+    def below(self, n, v):
+        assert 0 <= v < n, (v, n)
+        if n <= 256:
+            self.u8(v)
+        else:
+            self.u16(v)
+
+
+# ---- fuzz_engine ----------------------------------------------------------------
+
+ENGINE_STEP_DT = {0: 0, 1: 1, 2: 10, 3: 200, 4: 1000, 5: 3000, 6: 20000, 7: 70000}  # ms
+
+
+class Engine(Enc):
+    """Writes fuzz_engine inputs. Directory entries: (pos, local, compatible, id, epoch)."""
+
+    def __init__(self, pages=40, pt=16, watermark=0, headroom=1, slots=2, retries=1,
+                 legacy=False, chunk=64, running=8, world=1, importers=False,
+                 timeouts=(1, 1, 1, 0), start=1, plan_big=True, dir=None):
+        super().__init__()
+        self.pages, self.pt = pages, pt
+        self.usable = pages - watermark
+        self.below(93, pages - 4)
+        self.u8([1, 2, 4, 8, 16].index(pt))
+        self.below(pages // 4 + 1, watermark)
+        self.u8(headroom | (slots - 1) << 2 | retries << 4 | (3 << 6 if legacy else 0))
+        self.below(16 * pt, chunk - 1)
+        self.u8((running - 1) | (world - 1) << 3 | (0 if importers else 1) << 5)
+        lt, wm, lg, rf = timeouts
+        self.u8(lt | wm << 2 | lg << 4 | rf << 6)
+        self.u8(start)
+        if plan_big:
+            self.u8(0xFF)  # every plan array "big"
+            self.u8(0x08)
+        else:
+            self.u8(0x02)  # one admission per step, tight pages / copies / ended
+            self.u8(0x11)
+        dir = dir or {}
+        for key in range(1, 6):
+            immediate, entries = dir.get(key, (True, []))
+            self.u8(1 if immediate else 0)
+            self.manifest(entries)
+
+    def manifest(self, entries):
+        scale = self.usable * self.pt
+        self.u8(len(entries))
+        pos = 0
+        for p, local, compat, cid, epoch in entries:
+            x = (1 if local else 0) | (2 if compat else 0)
+            self.u8(x)
+            self.u8((cid - 1) & 7 | epoch << 3)
+            self.below(scale // 2 + 2, p - pos - 1)
+            pos = p
+
+    def submit(self, id, key, prompt, big=False):
+        self.u8(0)
+        self.u8(id | key << 3 | (0x80 if big else 0))
+        n = (self.pages + 4) * self.pt if big else self.usable * self.pt
+        self.below(n, prompt - 1)
+
+    def cancel(self, i):
+        self.u8(2)
+        self.u8(i)
+
+    def answer(self, k, entries):
+        self.u8(3)
+        self.u8(k)
+        self.manifest(entries)
+
+    def copy_one(self, k, rank=0, fail=False):
+        self.u8(4)
+        self.u8(k)
+        self.u8(rank | (0 if fail else 0x20))
+
+    def copy_all(self, k, fail=False):
+        self.u8(5)
+        self.u8(k)
+        self.u8(0 if fail else 0x40)
+
+    def bogus(self, k, rank):
+        self.u8(6)
+        self.u8(k)
+        self.u8(rank)
+
+    def evict(self, cid, epoch):
+        self.u8(7)
+        self.u8((cid - 1) % 12 | epoch << 4)
+
+    def grow(self, k, pages):
+        self.u8(8)
+        self.u8(k)
+        self.u8(pages - 1)
+
+    def preempt(self, k):
+        self.u8(9)
+        self.u8(k)
+
+    def finish(self, k):
+        self.u8(10)
+        self.u8(k)
+
+    def reset(self):
+        self.u8(11)
+
+    def fault(self, k):
+        self.u8(12 | 0x80 | ((k - 1) % 4) << 4)
+
+    def step(self, ms=1):
+        sel = [d for d, v in ENGINE_STEP_DT.items() if v == ms][0]
+        self.u8(13 | sel << 4)
+
+
+def engine_seeds():
+    ext64, ext128 = (64, False, True, 1, 1), (128, False, True, 2, 1)
+    loc32, loc96 = (32, True, True, 3, 1), (96, True, True, 4, 1)
+    bad48 = (48, False, False, 5, 1)
+    seeds = {}
+
+    e = Engine(dir={1: (True, [loc32, ext64]), 2: (True, [ext64, ext128])})
+    e.submit(0, 1, 100)
+    e.submit(1, 2, 200)
+    e.submit(2, 0, 40)
+    e.step()
+    e.copy_all(0)
+    e.step()
+    e.step()
+    e.grow(0, 3)
+    e.finish(0)
+    e.finish(1)
+    e.step()
+    seeds["restore-ready-admit"] = e
+
+    e = Engine(world=2, retries=1, dir={1: (True, [ext64, ext128])})
+    e.submit(0, 1, 160)
+    e.step()
+    e.copy_all(0, fail=True)
+    e.step()
+    e.copy_all(0, fail=True)
+    e.step()  # retries spent: the shorter checkpoint
+    e.copy_one(0, 0)
+    e.copy_one(0, 1)
+    e.step()
+    e.preempt(0)
+    e.step()
+    e.copy_all(0, fail=True)
+    e.step()
+    seeds["retries-shorter-preempt"] = e
+
+    e = Engine(dir={1: (True, [ext64]), 2: (True, [loc96])})
+    e.submit(0, 1, 100)
+    e.submit(1, 1, 90)
+    e.step()
+    e.copy_all(0)
+    e.copy_one(1, 0)
+    e.reset()
+    e.step()
+    e.step()
+    e.copy_all(0)
+    e.step()
+    e.submit(2, 2, 120)
+    e.step()
+    e.preempt(0)
+    e.reset()
+    e.step()
+    seeds["reset-ready-and-copying"] = e
+
+    e = Engine(pages=20, watermark=2, headroom=2, timeouts=(1, 1, 1, 1),
+               dir={1: (True, [loc32, ext128]), 2: (False, [])})
+    e.submit(0, 0, 200)  # occupies most of the pool
+    e.step()
+    e.grow(0, 4)
+    e.submit(1, 1, 250)  # restore that must wait
+    e.submit(2, 2, 20)  # held behind it, lookup unanswered
+    e.step(1000)
+    e.evict(3, 2)
+    e.step(3000)
+    e.answer(1, [loc32])
+    e.step(20000)
+    e.step(70000)  # bounded wait expires
+    e.finish(0)
+    e.step()
+    seeds["blocked-head-timers-evict"] = e
+
+    e = Engine(world=3, importers=True, slots=3, dir={1: (True, [ext64]), 3: (True, [bad48, ext128])})
+    e.submit(0, 1, 100)
+    e.submit(1, 3, 200)
+    e.submit(2, 3, 300)
+    e.step()
+    e.copy_one(0, 0)
+    e.copy_one(0, 1, fail=True)
+    e.bogus(0, 1)
+    e.copy_all(1)
+    e.step()
+    e.cancel(2)
+    e.step()
+    e.copy_all(0)
+    e.step()
+    seeds["importers-three-ranks-cancel"] = e
+
+    e = Engine(legacy=True, pages=16, plan_big=False, dir={1: (True, [ext128]), 4: (False, [])})
+    for i in range(5):
+        e.submit(i, 1 if i % 2 else 4, 60 + 30 * i)
+    e.submit(0, 0, 10)  # a live id again: rejected
+    e.step()
+    e.answer(0, [loc32, ext64])
+    e.step()
+    e.step()
+    e.cancel(1)
+    e.finish(2)
+    e.step()
+    e.step()
+    seeds["legacy-tight-plan-duplicate"] = e
+
+    e = Engine(dir={1: (True, [ext64]), 2: (False, [])})
+    e.fault(1)
+    e.submit(0, 1, 100)
+    e.submit(1, 2, 100)
+    e.fault(2)
+    e.step()
+    e.fault(1)
+    e.answer(0, [loc32])
+    e.evict(3, 1)
+    e.step()
+    e.copy_all(0)
+    e.fault(3)
+    e.step()
+    e.grow(0, 2)
+    e.step()
+    seeds["allocation-failures"] = e
+    return seeds
+
+
+# ---- fuzz_differential --------------------------------------------------------------
+
+class Diff(Enc):
+    def __init__(self, pages=40, pt=16, watermark=0, headroom=1, slots=2, retries=1,
+                 legacy=False, chunk=64, running=4, world=1, plan=(0xFF, 0x00), dir=None):
+        super().__init__()
+        self.max_prompt = (pages + 4) * pt
+        self.below(63, pages - 2)
+        self.u8([1, 2, 4, 8, 16].index(pt))
+        self.below(pages // 4 + 1, watermark)
+        self.u8(headroom | (slots - 1) << 2 | retries << 4 | (3 << 6 if legacy else 0))
+        self.below(16 * pt, chunk - 1)
+        self.u8((running - 1) | (world - 1) << 3)
+        self.u8(plan[0])
+        self.u8(plan[1])
+        dir = dir or {}
+        for key in range(1, 5):
+            entries = dir.get(key, [])
+            self.u8(len(entries))
+            pos = 0
+            for p, local, compat in entries:
+                self.u8((1 if local else 0) | (2 if compat else 0))
+                self.below(self.max_prompt // 2 + 2, p - pos - 1)
+                pos = p
+
+    def submit(self, key, prompt):
+        self.u8(0)
+        self.u8(0)
+        self.u8(key)
+        self.below(self.max_prompt, prompt - 1)
+
+    def finish(self, k):
+        self.u8(2)
+        self.u8(k)
+
+    def copy(self, k, fail=False, rank=0):
+        self.u8(3)
+        self.u8(k)
+        self.u8((0 if fail else 1) | rank << 2)
+
+    def step(self):
+        self.u8(4)
+        self.u8(0)
+
+    def cancel(self, k):
+        self.u8(5)
+        self.u8(k)
+
+    def preempt(self, k):
+        self.u8(6)
+        self.u8(k)
+
+    def grow(self, k, pages):
+        self.u8(7)
+        self.u8(k)
+        self.u8(pages - 1)
+
+
+def differential_seeds():
+    seeds = {}
+    d = Diff(dir={1: [(64, False, True)], 2: [(32, True, True), (96, False, True)],
+                  3: [(48, False, False)]})
+    for key, prompt in ((1, 100), (2, 150), (3, 80), (0, 40), (1, 300)):
+        d.submit(key, prompt)
+    d.step()
+    d.copy(0)
+    d.step()
+    d.copy(0)
+    d.step()
+    d.grow(0, 3)
+    d.finish(1)
+    d.step()
+    seeds["mixed-restores"] = d
+
+    d = Diff(world=2, retries=1, dir={1: [(32, True, True), (64, False, True), (128, False, True)]})
+    d.submit(1, 200)
+    d.step()
+    d.copy(0, fail=True)
+    d.copy(0, rank=1)
+    d.step()
+    d.copy(0, fail=True)
+    d.copy(0)
+    d.step()
+    d.copy(0, fail=True)
+    d.copy(0)
+    d.step()
+    seeds["retries-then-shorter"] = d
+
+    d = Diff(pages=24, watermark=4, legacy=True, plan=(0x02, 0x05),
+             dir={1: [(160, False, True)], 2: [(64, True, True)]})
+    for key, prompt in ((0, 200), (1, 250), (2, 120), (1, 100)):
+        d.submit(key, prompt)
+    d.step()
+    d.step()
+    d.preempt(0)
+    d.cancel(1)
+    d.step()
+    d.copy(0)
+    d.step()
+    seeds["legacy-tight-plan"] = d
+
+    d = Diff(pages=30, headroom=2, dir={1: [(96, False, True)]})
+    d.submit(0, 300)
+    d.submit(1, 150)
+    d.submit(0, 20)
+    d.step()
+    d.grow(0, 6)
+    d.step()
+    d.finish(0)
+    d.step()
+    d.cancel(0)
+    d.step()
+    seeds["blocked-head-bypass"] = d
+    return seeds
+
+
+# ---- fuzz_lockfree ----------------------------------------------------------------------
+
+def lockfree_seeds():
+    seeds = {}
+    t = Enc()
+    t.u8(0)  # timerwheel
+    t.u8(2)  # tick 1000
+    t.u16(50)
+    t.u8(10)
+    for i in range(24):  # actions: none, re-arm, cancel, arm other, nested advance
+        t.u8((i % 5) | (i % 8) << 3)
+        t.u8((i * 7) % 24)
+        t.u16(1000 * (i + 1))
+    for i in range(24):  # arm everything at spread-out times
+        t.u8(0 | i << 2)
+        t.u8(i % 7)
+        t.u16(997 * i)
+        t.u16(i)
+        t.u16(0)
+    for sel in (2, 3, 4, 0xC2, 5, 6, 7):
+        t.u8(2)
+        t.u8(sel)
+        t.u16(40000)
+        t.u16(3)
+        t.u16(0)
+    seeds["timerwheel-cascade"] = t
+
+    w = Enc()
+    w.u8(1)  # waitq
+    for op in (0, 4, 8, 1 << 0 | 12 << 2, 3 | 4 << 2, 2, 1 | 4 << 2, 3 | 8 << 2, 0 | 8 << 2, 2, 2):
+        w.u8(op)
+    seeds["waitq-mixed"] = w
+
+    n = Enc()
+    n.u8(2)  # inbox
+    n.u8(40)
+    for i in range(40):
+        n.u8(1 | (i % 5) << 1 if i % 4 else 0)
+    n.u8(200)
+    n.u8(150)
+    n.u8(1)
+    seeds["inbox-reuse-two-producers"] = n
+    return seeds
+
+
+def main():
+    for target, seeds in (("fuzz_engine", engine_seeds()),
+                          ("fuzz_differential", differential_seeds()),
+                          ("fuzz_lockfree", lockfree_seeds())):
+        d = os.path.join(HERE, "corpus", target)
+        os.makedirs(d, exist_ok=True)
+        for name, enc in seeds.items():
+            with open(os.path.join(d, "seed-" + name), "wb") as f:
+                f.write(bytes(enc.b))
+
+
+if __name__ == "__main__":
+    main()
