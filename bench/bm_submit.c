@@ -8,11 +8,12 @@
  *                        enqueue (through lockfree/inbox), nothing else;
  *   BM_mutex_queue       the allocation and a pthread mutex around a list
  *                        append, the way a locked request queue does it.
- * Each thread submits batches of BATCH; between batches (untimed) the
- * threads meet at a barrier and thread 0 consumes everything: for BM_submit
- * the scheduler ingests the requests (no prefix key: they are admitted to
- * recompute), finishes them and reports them, so the engine stays small.
- * Throughput is items_per_second (real time).
+ * Threads submit in lockstep batches (lockstep.h: time per item is the
+ * batch's wall time over all threads' items; counter cpu_ns is one thread's
+ * CPU time per item). Between batches, untimed, thread 0 consumes
+ * everything: for BM_submit the scheduler ingests the requests (no prefix
+ * key: they are admitted to recompute), finishes and reports them, so the
+ * engine stays small.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -25,9 +26,10 @@
 #include "fixture.h"
 #include "gbench.h"
 #include "inbox.h"
+#include "lockstep.h"
 #include "rcu_thread.h"
 
-#define BATCH 1024
+#define BATCH 4096 /* per thread per batch */
 
 /* A request record as a baseline queues it: kvadmit's record size. */
 struct rec {
@@ -41,15 +43,6 @@ struct rec {
 	};
 };
 
-struct producer {
-	void (*setup)(void);
-	void (*produce)(uint64_t id);
-	void (*consume)(void); /* thread 0, all producers paused */
-	void (*teardown)(void);
-};
-
-static pthread_barrier_t barrier;
-
 static struct rec *rec_new(uint64_t id)
 {
 	struct rec *r = kva__alloc(sizeof(*r));
@@ -58,34 +51,6 @@ static struct rec *rec_new(uint64_t id)
 	memset(r, 0, sizeof(*r));
 	r->id = id;
 	return r;
-}
-
-static void run(gb_state *s, const struct producer *p)
-{
-	int tid = gb_thread_index(s);
-	if (tid == 0) {
-		/* before the start barrier: the other threads wait for this */
-		p->setup();
-		pthread_barrier_init(&barrier, NULL, (unsigned)gb_thread_count(s));
-	}
-	uint64_t id = (uint64_t)(tid + 1) << 40;
-	size_t n;
-	while ((n = gb_keep_running_batch(s, BATCH))) {
-		for (size_t i = 0; i < n; i++)
-			p->produce(id++);
-		gb_pause(s);
-		pthread_barrier_wait(&barrier);
-		if (tid == 0)
-			p->consume();
-		pthread_barrier_wait(&barrier);
-		gb_resume(s);
-	}
-	gb_set_items_processed(s, gb_iterations_done(s));
-	if (tid == 0) {
-		/* after the finish barrier: every thread is out of its loop */
-		p->teardown();
-		pthread_barrier_destroy(&barrier);
-	}
 }
 
 /* ---- BM_submit ------------------------------------------------------------ */
@@ -123,7 +88,8 @@ static void submit_teardown(void)
 	engine = NULL;
 }
 
-static const struct producer submit = {submit_setup, submit_one, submit_consume, submit_teardown};
+static const struct lockstep submit = {submit_setup, submit_one, submit_consume, submit_teardown,
+                                       BATCH};
 
 /* ---- BM_wfcq_enqueue_raw ---------------------------------------------------- */
 
@@ -154,7 +120,7 @@ static void wfcq_teardown(void)
 	kva_inbox_fini(&inbox);
 }
 
-static const struct producer wfcq = {wfcq_setup, wfcq_one, wfcq_consume, wfcq_teardown};
+static const struct lockstep wfcq = {wfcq_setup, wfcq_one, wfcq_consume, wfcq_teardown, BATCH};
 
 /* ---- BM_mutex_queue ----------------------------------------------------------- */
 
@@ -188,20 +154,12 @@ static void mutex_consume(void)
 	}
 }
 
-static const struct producer mutexq = {mutex_setup, mutex_one, mutex_consume, mutex_consume};
-
-static void bm_producer(gb_state *s, void *arg) { run(s, arg); }
+static const struct lockstep mutexq = {mutex_setup, mutex_one, mutex_consume, mutex_consume,
+                                       BATCH};
 
 void bm_register_submit(void)
 {
-	static const struct {
-		const char *name;
-		const struct producer *p;
-	} all[] = {{"BM_submit", &submit},
-	           {"BM_wfcq_enqueue_raw", &wfcq},
-	           {"BM_mutex_queue", &mutexq}};
-	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
-		gb_bench *b = gb_register(all[i].name, bm_producer, (void *)all[i].p);
-		gb_threads(gb_threads(gb_use_real_time(b), 1), 2);
-	}
+	lockstep_register("BM_submit", &submit);
+	lockstep_register("BM_wfcq_enqueue_raw", &wfcq);
+	lockstep_register("BM_mutex_queue", &mutexq);
 }

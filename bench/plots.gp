@@ -11,10 +11,11 @@ set output outdir."/step_vs_waiting.svg"
 set title "Scheduler step with a blocked head, no events"
 set logscale xy
 set xlabel "requests waiting"
-set ylabel "time per step (ns)"
+set ylabel "CPU time per step (ns)"
 set format y "10^{%L}"
 set format x "10^{%L}"
 set xrange [300:2000000]
+set key center right
 plot datadir."/step.dat" using 1:2 with linespoints lw 2 pt 7 title "kvadmit kva\\_step", \
      datadir."/step.dat" using 1:3 with linespoints lw 2 pt 5 title "rescanning step (C port of vLLM's waiting pass)"
 
@@ -24,6 +25,7 @@ set format x "%g"
 set format y "%g"
 set xrange [0.5:2.5]
 set xtics 1
+set key top right
 set yrange [0:*]
 set output outdir."/threads.svg"
 set terminal svg size 960,420 dynamic enhanced font "sans,12" background rgb "white"

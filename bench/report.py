@@ -55,6 +55,11 @@ class Results:
         r = self.get(name)
         return None if r is None else r["real_time"] * UNIT_NS[r.get("time_unit", "ns")]
 
+    def cpu_ns(self, name):
+        """CPU time per iteration in ns (single-threaded loops only)."""
+        r = self.get(name)
+        return None if r is None else r["cpu_time"] * UNIT_NS[r.get("time_unit", "ns")]
+
     def counter(self, name, key):
         r = self.get(name)
         return None if r is None else r.get(key)
@@ -80,15 +85,18 @@ def row(measure, target, value, shown, ok):
 
 
 def target_rows(res):
-    sb = {n: res.ns(f"BM_step_blocked/{n}") for n in (1000, 10000, 100000, 1000000)}
+    # Single-threaded loops are judged on CPU time: on a shared VM their wall
+    # time also counts the time other tenants' threads held the core.
+    sb = {n: res.cpu_ns(f"BM_step_blocked/{n}") for n in (1000, 10000, 100000, 1000000)}
     rows = []
     flat = ratio(sb[1000000], sb[1000])
     rows.append(row("`BM_step_blocked` flatness t(1M) / t(1k)", "≤ 1.5", flat,
                     f"{flat:.2f} ({fmt_ns(sb[1000000])} / {fmt_ns(sb[1000])})" if flat else "missing",
                     lambda v: v <= 1.5))
-    rows.append(row("`BM_step_blocked/1000000`", "≤ 100 ns", sb[1000000], fmt_ns(sb[1000000]),
-                    lambda v: v <= 100))
-    rescan = res.ns("BM_rescan_step/10000")
+    wall = res.ns("BM_step_blocked/1000000")
+    rows.append(row("`BM_step_blocked/1000000`", "≤ 100 ns", sb[1000000],
+                    f"{fmt_ns(sb[1000000])} (wall {fmt_ns(wall)})", lambda v: v <= 100))
+    rescan = res.cpu_ns("BM_rescan_step/10000")
     speed = ratio(rescan, sb[10000])
     rows.append(row("`BM_rescan_step/10000` ÷ `BM_step_blocked/10000`", "≥ 1000", speed,
                     f"{speed:,.0f} ({fmt_ns(rescan)} / {fmt_ns(sb[10000])})" if speed else "missing",
@@ -105,14 +113,14 @@ def target_rows(res):
     shown = "missing" if v is None else f"{v:.1f} B (RSS growth: {rss:.1f} B)"
     rows.append(row("bytes per waiting request (jemalloc arena)", "≤ 256", v, shown,
                     lambda v: round(v, 1) <= 256))
-    sub1 = res.ns("BM_submit/real_time/threads:1")
-    raw1 = res.ns("BM_wfcq_enqueue_raw/real_time/threads:1")
+    sub1 = res.counter("BM_submit/manual_time/threads:1", "cpu_ns")
+    raw1 = res.counter("BM_wfcq_enqueue_raw/manual_time/threads:1", "cpu_ns")
     r = ratio(sub1, raw1)
     rows.append(row("submit, 1 thread, ÷ `BM_wfcq_enqueue_raw`", "≤ 1.5× its time", r,
                     f"{r:.2f}× ({fmt_ns(sub1)} / {fmt_ns(raw1)})" if r else "missing",
                     lambda v: v <= 1.5))
-    sub2 = res.counter("BM_submit/real_time/threads:2", "items_per_second")
-    mq2 = res.counter("BM_mutex_queue/real_time/threads:2", "items_per_second")
+    sub2 = res.counter("BM_submit/manual_time/threads:2", "items_per_second")
+    mq2 = res.counter("BM_mutex_queue/manual_time/threads:2", "items_per_second")
     r = ratio(sub2, mq2)
     rows.append(row("submit, 2 threads, ÷ `BM_mutex_queue` throughput", "≥ 1.5×", r,
                     f"{r:.2f}× ({sub2 / 1e6:.2f} / {mq2 / 1e6:.2f} M/s)" if r else "missing",
@@ -137,11 +145,11 @@ def other_rows(res):
     for t in (1, 2):
         for name in ("BM_submit", "BM_wfcq_enqueue_raw", "BM_mutex_queue", "BM_reserve_release",
                      "BM_mutex_counter"):
-            full = f"{name}/real_time/threads:{t}"
+            full = f"{name}/manual_time/threads:{t}"
             ips = res.counter(full, "items_per_second")
             if ips is not None:
-                out.append(f"| `{name}`, {t} thread{'s' if t > 1 else ''} | {fmt_ns(res.ns(full))} "
-                           f"per item | {ips / 1e6:.2f} M items/s |")
+                out.append(f"| `{name}`, {t} thread{'s' if t > 1 else ''} | {ips / 1e6:.2f} M items/s "
+                           f"| CPU {res.counter(full, 'cpu_ns'):.0f} ns per item per thread |")
     return out
 
 
@@ -168,13 +176,18 @@ def machine(context):
         pass
     caches = ", ".join(f"L{c['level']} {c['size'] // 1024} KiB"
                        for c in context.get("caches", []) if c.get("type") != "Instruction")
+    load = ", ".join(f"{x:.2f}" for x in context.get("load_avg", []))
     return (f"{context.get('num_cpus', '?')} × {model} at {context.get('mhz_per_cpu', '?')} MHz"
-            f"{virt}; {osname}; caches {caches}; run {context.get('date', '?')}")
+            f"{virt}; {osname}; caches {caches}; run {context.get('date', '?')}, "
+            f"load average at the start {load or '?'}")
 
 
 def table(context, res, source):
     lines = [f"Measured by `make bench` on: {machine(context)}.",
-             f"Source: `{source}` (median of the repetitions).", "",
+             f"Source: `{source}` (median of the repetitions). Step and rescan rows use CPU "
+             "time (single-threaded loops), and submit with 1 thread the CPU time per item "
+             "(counter `cpu_ns`); admit and cancel are the wall time of the timed step (manual "
+             "time); 2-thread throughput is items over the wall time of lockstep batches.", "",
              "| measure | target | measured | |", "|---|---|---|---|"]
     lines += target_rows(res)
     lines += ["", "Other results from the same run:", "", "| benchmark | time | |", "|---|---|---|"]
@@ -200,8 +213,8 @@ def plots(res, datadir, outdir, script):
         for n in (500, 1000, 10000, 100000, 1000000):
             k = res.runs.get(f"BM_step_blocked/{n}")
             r = res.runs.get(f"BM_rescan_step/{n}")
-            kv = res.ns(f"BM_step_blocked/{n}") if k else None
-            rv = res.ns(f"BM_rescan_step/{n}") if r else None
+            kv = res.cpu_ns(f"BM_step_blocked/{n}") if k else None
+            rv = res.cpu_ns(f"BM_rescan_step/{n}") if r else None
             f.write(f"{n} {kv if kv else 'NaN'} {rv if rv else 'NaN'}\n")
     with open(os.path.join(datadir, "threads.dat"), "w") as f:
         names = ("BM_submit", "BM_wfcq_enqueue_raw", "BM_mutex_queue", "BM_reserve_release",
@@ -210,7 +223,7 @@ def plots(res, datadir, outdir, script):
         for t in (1, 2):
             vals = []
             for n in names:
-                r = res.runs.get(f"{n}/real_time/threads:{t}")
+                r = res.runs.get(f"{n}/manual_time/threads:{t}")
                 vals.append(f"{r['items_per_second'] / 1e6:.4f}" if r else "NaN")
             f.write(f"{t} " + " ".join(vals) + "\n")
     subprocess.run(["gnuplot", "-e", f"datadir='{datadir}'; outdir='{outdir}'", script],
