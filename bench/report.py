@@ -130,8 +130,13 @@ def target_rows(res):
 
 def other_rows(res):
     out = []
-    for name, what in (("BM_admit/1/manual_time", "admit, batch of 1"),
-                       ("BM_lookup_answer/manual_time", "lookup answer, per event"),
+    for n in (500, 1000, 10000, 100000, 1000000):
+        k, r = f"BM_step_blocked/{n}", f"BM_rescan_step/{n}"
+        if k in res.runs or r in res.runs:
+            kv = fmt_ns(res.cpu_ns(k)) if k in res.runs else "—"
+            rv = fmt_ns(res.cpu_ns(r)) if r in res.runs else "—"
+            out.append(f"| step, {n:,} waiting (CPU) | kvadmit {kv} | rescan {rv} |")
+    for name, what in (("BM_lookup_answer/manual_time", "lookup answer, per event"),
                        ("BM_copy_done/manual_time", "copy report, per event"),
                        ("BM_cancel/1000000/manual_time", "cancel at 1M")):
         r = res.get(name)
@@ -170,8 +175,12 @@ def machine(context):
         pass
     virt = ""
     try:
-        v = subprocess.run(["systemd-detect-virt"], capture_output=True, text=True).stdout.strip()
-        virt = f", virtual machine ({v})" if v and v != "none" else ""
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        m = re.search(r"Hypervisor vendor:\s*(\S+)", out)
+        virt = f", {m.group(1)} virtual machine" if m else ""
+        c = subprocess.run(["systemd-detect-virt", "--container"], capture_output=True,
+                           text=True).stdout.strip()
+        virt += f" ({c} container)" if c and c != "none" else ""
     except OSError:
         pass
     caches = ", ".join(f"L{c['level']} {c['size'] // 1024} KiB"
