@@ -109,11 +109,11 @@ static struct kva_timer *merge(struct kva_timer *a, struct kva_timer *b)
  * order. (expires, seq) is unique, so stability does not matter. */
 static struct kva_timer *sort_chain(struct kva_timer *list)
 {
-	struct kva_timer *bin[64] = {NULL};
 	unsigned i;
 
 	if (!list || !list->next)
-		return list;
+		return list; /* before zeroing bin[]: the common, empty case is free */
+	struct kva_timer *bin[64] = {NULL};
 	while (list) {
 		struct kva_timer *run = list, *t = list;
 		while (t->next && !fires_before(t->next, t))

@@ -64,7 +64,9 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	e->now = cfg->start_ns;
 	if (kva_pagepool_init(&e->pool, cfg->total_pages) != 0)
 		goto fail_free;
-	if (kva_idtable_init(&e->ids, 1024) != 0)
+	/* 64 Ki buckets (1 MiB) is also auto-resize's floor: should cds_lfht's
+	 * resize lag behind a burst of submits, chains stay short. */
+	if (kva_idtable_init(&e->ids, 1ul << 16) != 0)
 		goto fail_pool;
 	if (kva_idtable_init(&e->ckpt, 256) != 0)
 		goto fail_ids;
@@ -319,7 +321,7 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	e->in_step = true;
 	if (now_ns > e->now)
 		e->now = now_ns;
-	kva__st_add(e, ST_STEPS, 1);
+	kva__st_sched(e, ST_STEPS, 1);
 	kva_rcu_read_lock();
 
 	drain(e, &e->deferred);
@@ -345,7 +347,7 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	kva__copy_dispatch_pending(e);
 
 	kva_rcu_read_unlock();
-	kva__st_add(e, ST_EVENTS, plan->events);
+	kva__st_sched(e, ST_EVENTS, plan->events);
 	e->in_step = false;
 	e->plan = NULL;
 	return (int)plan->n_admitted;

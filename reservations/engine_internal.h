@@ -208,6 +208,13 @@ static inline void kva__st_add(kva_engine *e, enum kva__stat s, int64_t v)
 {
 	atomic_fetch_add_explicit(&e->st[s], (uint64_t)v, memory_order_relaxed);
 }
+/* For counters only the scheduler thread writes: no locked instruction on
+ * the step's path (readers still load them atomically). */
+static inline void kva__st_sched(kva_engine *e, enum kva__stat s, uint64_t v)
+{
+	atomic_store_explicit(&e->st[s], atomic_load_explicit(&e->st[s], memory_order_relaxed) + v,
+	                      memory_order_relaxed);
+}
 static inline uint64_t kva__st_get(const kva_engine *e, enum kva__stat s)
 {
 	return atomic_load_explicit(&e->st[s], memory_order_relaxed);

@@ -55,14 +55,14 @@ static void plan_admit(kva_engine *e, struct kva__req *r, uint8_t how, uint32_t 
 
 	kva__st_add(e, ST_RESERVED_PAGES, -(int64_t)n);
 	kva__st_add(e, ST_IN_USE_PAGES, n);
-	kva__st_add(e, how == KVA_ADMIT_RESTORE ? ST_ADMIT_RESTORE
-	               : how == KVA_ADMIT_LOCAL ? ST_ADMIT_LOCAL
-	                                        : ST_ADMIT_RECOMPUTE,
-	            1);
-	kva__st_add(e, ST_TOK_ADMITTED, r->prompt_tokens);
-	kva__st_add(e, ST_TOK_LOCAL, local);
-	kva__st_add(e, ST_TOK_RESTORED, restored);
-	kva__st_add(e, ST_TOK_RECOMPUTED, a->recompute_tokens);
+	kva__st_sched(e, how == KVA_ADMIT_RESTORE ? ST_ADMIT_RESTORE
+	                 : how == KVA_ADMIT_LOCAL ? ST_ADMIT_LOCAL
+	                                          : ST_ADMIT_RECOMPUTE,
+	              1);
+	kva__st_sched(e, ST_TOK_ADMITTED, r->prompt_tokens);
+	kva__st_sched(e, ST_TOK_LOCAL, local);
+	kva__st_sched(e, ST_TOK_RESTORED, restored);
+	kva__st_sched(e, ST_TOK_RECOMPUTED, a->recompute_tokens);
 	r->flags &= (uint16_t)~KVA__F_BLOCKED;
 	kva__req_set_state(e, r, KVA_STATE_RUNNING);
 }
@@ -91,7 +91,7 @@ static void head_block(kva_engine *e, struct kva__req *r, bool restore)
 		kva__head_forget(e, r);
 		return;
 	}
-	kva__st_add(e, ST_BLOCKED_STEPS, 1);
+	kva__st_sched(e, ST_BLOCKED_STEPS, 1);
 	if (e->head_req == r)
 		return;
 	kva__head_forget(e, e->head_req);
