@@ -96,7 +96,9 @@ struct kva__evict {
 struct kva__grant {
 	struct kva__req *req;
 	uint32_t reset_epoch;      /* engine reset epoch when the copy started */
-	uint32_t *pages;           /* materialised page ids: imported first, then grown */
+	uint32_t *pages;           /* materialised page ids: imported first, then grown;
+	                            * starts in the grant's own tail (one allocation) */
+	uint32_t inline_cap;       /* page ids the tail holds */
 	_Atomic uint32_t npages;   /* readers: kva_query */
 	uint32_t cap;
 	_Atomic uint32_t reserved; /* credits owned, not yet materialised */

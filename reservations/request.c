@@ -41,9 +41,16 @@ void kva__answer_free(struct kva__answer *a)
 		kva__free(a, answer_size(a));
 }
 
-static size_t grant_size(uint32_t world)
+/* A grant, its per-rank events, then inline room for its first page ids. */
+static size_t grant_size(uint32_t world, uint32_t inline_cap)
 {
-	return sizeof(struct kva__grant) + world * sizeof(struct kva__event);
+	return sizeof(struct kva__grant) + world * sizeof(struct kva__event) +
+	       inline_cap * sizeof(uint32_t);
+}
+
+static uint32_t *grant_inline_pages(struct kva__grant *g)
+{
+	return (uint32_t *)(g->rank_ev + g->world);
 }
 
 void kva__req_free(struct kva__req *r)
@@ -51,8 +58,9 @@ void kva__req_free(struct kva__req *r)
 	kva__answer_free(r->manifest);
 	struct kva__grant *g = kva__grant(r);
 	if (g) {
-		kva__free(g->pages, g->cap * sizeof(uint32_t));
-		kva__free(g, grant_size(g->world));
+		if (g->pages != grant_inline_pages(g))
+			kva__free(g->pages, g->cap * sizeof(uint32_t));
+		kva__free(g, grant_size(g->world, g->inline_cap));
 	}
 	kva__free(r, sizeof(*r));
 }
@@ -70,11 +78,16 @@ int kva__grant_ensure(kva_engine *e, struct kva__req *r, uint32_t min_cap)
 	struct kva__grant *g = kva__grant(r);
 	if (!g) {
 		uint32_t w = e->cfg.world_size;
-		g = kva__calloc(grant_size(w));
+		/* room for the first admission's pages saves an allocation per admit */
+		uint32_t icap = min_cap < 16 ? 16 : min_cap <= 1024 ? min_cap : 0;
+		g = kva__calloc(grant_size(w, icap));
 		if (!g)
 			return -ENOMEM;
 		g->req = r;
 		g->world = (uint8_t)w;
+		g->inline_cap = icap;
+		g->cap = icap;
+		g->pages = icap ? grant_inline_pages(g) : NULL;
 		for (uint32_t i = 0; i < w; i++) {
 			g->rank_ev[i].type = KVA__EV_COPY;
 			g->rank_ev[i].rank = (uint8_t)i;
@@ -86,7 +99,14 @@ int kva__grant_ensure(kva_engine *e, struct kva__req *r, uint32_t min_cap)
 		uint32_t cap = g->cap ? g->cap : 4;
 		while (cap < min_cap)
 			cap = cap > UINT32_MAX / 2 ? min_cap : cap * 2;
-		uint32_t *p = kva__realloc(g->pages, g->cap * sizeof(uint32_t), cap * sizeof(uint32_t));
+		uint32_t *p;
+		if (g->pages && g->pages == grant_inline_pages(g)) {
+			p = kva__alloc(cap * sizeof(uint32_t)); /* leave the inline room */
+			if (p)
+				memcpy(p, g->pages, g->cap * sizeof(uint32_t));
+		} else {
+			p = kva__realloc(g->pages, g->cap * sizeof(uint32_t), cap * sizeof(uint32_t));
+		}
 		if (!p)
 			return -ENOMEM;
 		g->pages = p;
