@@ -341,6 +341,13 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	struct kva_waitq_node *n;
 	while ((n = kva_waitq_first(&e->waitq))) {
 		plan->records_touched++;
+		/* the next head's record is a cache miss: start it now */
+		struct kva_waitq_node *next = kva_waitq_next(&e->waitq, n);
+		if (next) {
+			__builtin_prefetch(kva__req_of_wq(next));
+			__builtin_prefetch((char *)kva__req_of_wq(next) + 64);
+			__builtin_prefetch((char *)kva__req_of_wq(next) + 128);
+		}
 		if (kva__admit_head(e, kva__req_of_wq(n)) <= 0)
 			break;
 	}
