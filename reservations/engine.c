@@ -171,7 +171,7 @@ static void emit_ended(kva_engine *e)
 			return; /* next step */
 		struct kva__req *r = caa_container_of(e->ended.next, struct kva__req, wq.link);
 		cds_list_del(&r->wq.link);
-		r->flags = (uint16_t)((r->flags & ~KVA__F_ENDED_LIST) | KVA__F_REPORTED);
+		r->flags |= KVA__F_REPORTED;
 		p->records_touched++;
 		if (p->ended)
 			p->ended[p->n_ended++] = (kva_ended){{r->idn.id, r->idn.gen, 0}, r->user,

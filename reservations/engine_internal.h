@@ -119,19 +119,14 @@ struct kva__grant {
 };
 
 enum kva__req_flag {
-	KVA__F_DECIDED = 1u << 0,      /* lookup answered or given up: path known */
-	KVA__F_RESTORE = 1u << 1,      /* a checkpoint is selected */
-	KVA__F_REFRESH = 1u << 2,      /* a non-decisive refresh lookup is out */
-	KVA__F_RESET_PENDING = 1u << 3, /* reset arrived while copying */
-	KVA__F_INGESTED = 1u << 4,
-	KVA__F_READY_LIST = 1u << 5,
-	KVA__F_WARNED = 1u << 6,
-	KVA__F_ENDED_LIST = 1u << 7,
-	KVA__F_REPORTED = 1u << 8,      /* terminal outcome handed to the host */
-	KVA__F_BLOCKED = 1u << 9,       /* blocked_since is valid */
-	KVA__F_COPY_LIST = 1u << 10,    /* in copy_pending */
-	KVA__F_CANCEL_SEEN = 1u << 11,  /* its cancel event was handled for good */
-	KVA__F_RETIRE_PENDING = 1u << 12, /* retire once that cancel event is handled */
+	KVA__F_DECIDED = 1u << 0,        /* lookup answered or given up: path known */
+	KVA__F_RESTORE = 1u << 1,        /* a checkpoint is selected */
+	KVA__F_REFRESH = 1u << 2,        /* a non-decisive refresh lookup is out */
+	KVA__F_INGESTED = 1u << 3,       /* in the waiting order (not a rejected duplicate) */
+	KVA__F_REPORTED = 1u << 4,       /* terminal outcome handed to the host */
+	KVA__F_BLOCKED = 1u << 5,        /* blocked_since is valid */
+	KVA__F_CANCEL_SEEN = 1u << 6,    /* its cancel event was handled for good */
+	KVA__F_RETIRE_PENDING = 1u << 7, /* retire once that cancel event is handled */
 };
 
 struct kva__req {
@@ -157,7 +152,7 @@ struct kva__req {
 	_Atomic uint32_t pub_sel;     /* selected position << 1 | local; 0 none (kva_query) */
 	struct kva__answer *manifest; /* retained answer */
 	struct kva__grant *_Atomic grant; /* R3/A3: published once, lives as long as r */
-	uint64_t blocked_since; /* first step it was blocked at the head; 0 none */
+	uint64_t blocked_since; /* first step it was blocked at the head (KVA__F_BLOCKED) */
 };
 
 enum kva__stat {

@@ -195,7 +195,6 @@ void kva__req_end(kva_engine *e, struct kva__req *r, uint32_t terminal)
 	                                                 : ST_REJECTED,
 	            1);
 	cds_list_add_tail(&r->wq.link, &e->ended);
-	r->flags |= KVA__F_ENDED_LIST;
 }
 
 /* Scheduler thread: r leaves the id table; memory goes after a grace period.
@@ -293,7 +292,6 @@ void kva__handle_cancel(kva_engine *e, struct kva__req *r)
 		if (g->copy_queued) {
 			/* never dispatched: nothing to drain */
 			cds_list_del(&r->wq.link);
-			r->flags &= ~KVA__F_COPY_LIST;
 			g->copy_queued = false;
 			g->copying = false;
 			kva_pagepool_put_n(&e->pool, g->pages, n);
@@ -312,7 +310,6 @@ void kva__handle_cancel(kva_engine *e, struct kva__req *r)
 		uint32_t n = atomic_load_explicit(&g->npages, memory_order_relaxed);
 		kva__st_add(e, ST_RESERVED_PAGES, -(int64_t)(rsv + n));
 		cds_list_del(&r->wq.link);
-		r->flags &= ~KVA__F_READY_LIST;
 		kva__release_grant(e, r, true);
 		kva_capacity_release(&e->cap, (struct kva_credits){0, 0, 1});
 		kva__req_end(e, r, KVA_STATE_CANCELLED);
@@ -359,8 +356,7 @@ void kva__handle_life_event(kva_engine *e, struct kva__req *r, uint8_t type)
 		return;
 	}
 	kva__manifest_drop(e, r);
-	r->flags &= (uint16_t) ~(KVA__F_DECIDED | KVA__F_RESTORE | KVA__F_REFRESH | KVA__F_BLOCKED |
-	                         KVA__F_WARNED);
+	r->flags &= (uint16_t) ~(KVA__F_DECIDED | KVA__F_RESTORE | KVA__F_REFRESH | KVA__F_BLOCKED);
 	r->reason = KVA_REASON_NONE;
 	atomic_store_explicit(&r->pub_reason, 0, memory_order_relaxed);
 	kva__req_set_state(e, r, KVA_STATE_WAITING);

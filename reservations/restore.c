@@ -124,7 +124,6 @@ static void copy_start(kva_engine *e, struct kva__req *r)
 	/* copy_word still names the previous, fully reported attempt: reports
 	 * for this one are refused until kva__copy_dispatch_pending opens it. */
 	cds_list_add_tail(&r->wq.link, &e->copy_pending);
-	r->flags |= KVA__F_COPY_LIST;
 	kva__st_add(e, ST_COPY_JOBS, 1);
 }
 
@@ -198,7 +197,6 @@ bool kva__admit_ready(kva_engine *e, struct kva__req *r)
 	if (!plan_room(e->plan, atomic_load_explicit(&g->npages, memory_order_relaxed)))
 		return false;
 	cds_list_del(&r->wq.link);
-	r->flags &= (uint16_t)~KVA__F_READY_LIST;
 	if (r->flags & KVA__F_RESTORE) {
 		const kva_checkpoint *c = &r->manifest->entries[r->sel];
 		if (c->location == KVA_LOC_LOCAL)
@@ -216,7 +214,6 @@ static void make_ready(kva_engine *e, struct kva__req *r)
 	kva_capacity_release(&e->cap, (struct kva_credits){0, 1, 0}); /* the copy slot */
 	kva__req_set_state(e, r, KVA_STATE_READY);
 	cds_list_add_tail(&r->wq.link, &e->ready);
-	r->flags |= KVA__F_READY_LIST;
 }
 
 /* Back to the front of the waiting queue with a fresh lookup, giving back
@@ -245,8 +242,7 @@ void kva__reset_ready(kva_engine *e)
 	while (!cds_list_empty(&e->ready)) {
 		struct kva__req *r = caa_container_of(e->ready.prev, struct kva__req, wq.link);
 		cds_list_del(&r->wq.link);
-		r->flags &= (uint16_t)~KVA__F_READY_LIST;
-		if (e->plan)
+			if (e->plan)
 			e->plan->records_touched++;
 		requeue_after_reset(e, r, false);
 	}
@@ -371,7 +367,6 @@ void kva__copy_dispatch_pending(kva_engine *e)
 		if (!importers && p->copies_cap - p->n_copies < w)
 			break;
 		cds_list_del(&r->wq.link);
-		r->flags &= (uint16_t)~KVA__F_COPY_LIST;
 		g->copy_queued = false;
 		p->records_touched++;
 		/* R2: the attempt is handed out now, no rank reported yet;
