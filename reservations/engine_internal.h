@@ -133,7 +133,10 @@ struct kva__req {
 	struct kva_idtable_node idn; /* id, gen */
 	struct kva__event ev_main;   /* submit, then finished / preempted */
 	struct kva__event ev_cancel;
-	struct kva_waitq_node wq;    /* waitq, ready list or ended list */
+	/* waitq, ready, ended or copy_pending list. Relinked right after an
+	 * unlink: safe because no RCU reader ever walks the engine's waitq
+	 * (kva_query and stats go through the id table and counters). */
+	struct kva_waitq_node wq;
 	union {
 		struct kva_timer deadline; /* lookup deadline (waiting only) */
 		struct rcu_head rcu;       /* reclamation (after retire) */
