@@ -339,10 +339,11 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	}
 	/* FCFS: admit from the head until one is blocked; never look further */
 	struct kva_waitq_node *n;
-	while ((n = kva_waitq_first(&e->waitq))) {
+	for (bool batch = false; (n = kva_waitq_first(&e->waitq)); batch = true) {
 		plan->records_touched++;
-		/* the next head's record is a cache miss: start it now */
-		struct kva_waitq_node *next = kva_waitq_next(&e->waitq, n);
+		/* Admitting a run of heads: start the next record's cache miss
+		 * now. Not for the first head, so a blocked step stays minimal. */
+		struct kva_waitq_node *next = batch ? kva_waitq_next(&e->waitq, n) : NULL;
 		if (next) {
 			__builtin_prefetch(kva__req_of_wq(next));
 			__builtin_prefetch((char *)kva__req_of_wq(next) + 64);
