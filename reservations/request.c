@@ -141,24 +141,20 @@ void kva__req_set_state(kva_engine *e, struct kva__req *r, uint32_t to)
 	atomic_store_explicit(&r->state, to, memory_order_release);
 }
 
-/* Gives back what a request owns: materialised pages (when pages_too) and
- * every credit. Page ids go back to the pool before their credits (R1 in
- * capacity.c), so whoever reserves those credits finds ids. */
-void kva__release_grant(kva_engine *e, struct kva__req *r, bool pages_too)
+/* Gives back everything a request owns: its materialised page ids, every
+ * credit, its run slot and `slots` copy slots, in one capacity release. Ids
+ * go back to the pool before their credits (R1 in capacity.c), so whoever
+ * reserves those credits finds ids. */
+static void give_back_all(kva_engine *e, struct kva__req *r, uint16_t slots)
 {
 	struct kva__grant *g = kva__grant(r);
-	if (!g)
-		return;
 	uint32_t n = atomic_load_explicit(&g->npages, memory_order_relaxed);
-	uint32_t rsv = atomic_load_explicit(&g->reserved, memory_order_relaxed);
-	struct kva_credits give = {rsv, 0, 0};
-	if (pages_too && n) {
-		kva_pagepool_put_n(&e->pool, g->pages, n);
-		give.pages += n;
-		atomic_store_explicit(&g->npages, 0, memory_order_relaxed);
-		g->import_pages = 0;
-	}
+	struct kva_credits give = {atomic_load_explicit(&g->reserved, memory_order_relaxed) + n,
+	                           slots, 1};
+	kva_pagepool_put_n(&e->pool, g->pages, n);
+	atomic_store_explicit(&g->npages, 0, memory_order_relaxed);
 	atomic_store_explicit(&g->reserved, 0, memory_order_relaxed);
+	g->import_pages = 0;
 	kva_capacity_release(&e->cap, give);
 }
 
@@ -171,8 +167,19 @@ static void give_back_running(kva_engine *e, struct kva__req *r)
 	            -(int64_t)atomic_load_explicit(&g->reserved, memory_order_relaxed));
 	kva__st_add(e, ST_IN_USE_PAGES, -(int64_t)atomic_load_explicit(&g->npages, memory_order_relaxed));
 	kva__st_add(e, ST_RUNNING, -1);
-	kva__release_grant(e, r, true);
-	kva_capacity_release(&e->cap, (struct kva_credits){0, 0, 1});
+	give_back_all(e, r, 0);
+}
+
+/* A request that owns its whole grant but does not run (READY, or an import
+ * that drained): every page and credit, its run slot and `slots` copy slots
+ * go back at once. */
+void kva__release_owned(kva_engine *e, struct kva__req *r, uint16_t slots)
+{
+	struct kva__grant *g = kva__grant(r);
+	kva__st_add(e, ST_RESERVED_PAGES,
+	            -(int64_t)(atomic_load_explicit(&g->npages, memory_order_relaxed) +
+	                       atomic_load_explicit(&g->reserved, memory_order_relaxed)));
+	give_back_all(e, r, slots);
 }
 
 /* ---- terminal outcomes --------------------------------------------------- */
@@ -305,16 +312,11 @@ void kva__handle_cancel(kva_engine *e, struct kva__req *r)
 		kva__req_end(e, r, KVA_STATE_CANCELLED);
 		return;
 	}
-	case KVA_STATE_READY: {
-		uint32_t rsv = atomic_load_explicit(&g->reserved, memory_order_relaxed);
-		uint32_t n = atomic_load_explicit(&g->npages, memory_order_relaxed);
-		kva__st_add(e, ST_RESERVED_PAGES, -(int64_t)(rsv + n));
+	case KVA_STATE_READY:
 		cds_list_del(&r->wq.link);
-		kva__release_grant(e, r, true);
-		kva_capacity_release(&e->cap, (struct kva_credits){0, 0, 1});
+		kva__release_owned(e, r, 0);
 		kva__req_end(e, r, KVA_STATE_CANCELLED);
 		return;
-	}
 	case KVA_STATE_RUNNING: {
 		uint32_t want = KVA_STATE_RUNNING;
 		/* A5: pairs with R5 in kva_grow: we own the page list afterwards. */
@@ -355,6 +357,14 @@ void kva__handle_life_event(kva_engine *e, struct kva__req *r, uint8_t type)
 		kva__req_end(e, r, KVA_STATE_CANCELLED);
 		return;
 	}
+	kva__requeue_front(e, r);
+}
+
+/* Scheduler thread: r, no longer running or importing, goes back to the
+ * front of the waiting queue as a new incarnation of its wait: no manifest,
+ * no reason, a fresh decisive lookup (after preemption and reset). */
+void kva__requeue_front(kva_engine *e, struct kva__req *r)
+{
 	kva__manifest_drop(e, r);
 	r->flags &= (uint16_t) ~(KVA__F_DECIDED | KVA__F_RESTORE | KVA__F_REFRESH | KVA__F_BLOCKED);
 	r->reason = KVA_REASON_NONE;

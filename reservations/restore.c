@@ -216,25 +216,6 @@ static void make_ready(kva_engine *e, struct kva__req *r)
 	cds_list_add_tail(&r->wq.link, &e->ready);
 }
 
-/* Back to the front of the waiting queue with a fresh lookup, giving back
- * every page and credit (rule 17). */
-static void requeue_after_reset(kva_engine *e, struct kva__req *r, bool holds_slot)
-{
-	struct kva__grant *g = kva__grant(r);
-	uint32_t n = atomic_load_explicit(&g->npages, memory_order_relaxed);
-	uint32_t rsv = atomic_load_explicit(&g->reserved, memory_order_relaxed);
-	kva__st_add(e, ST_RESERVED_PAGES, -(int64_t)(n + rsv));
-	kva__release_grant(e, r, true);
-	kva_capacity_release(&e->cap, (struct kva_credits){0, holds_slot ? 1 : 0, 1});
-	kva__manifest_drop(e, r);
-	r->flags &= (uint16_t) ~(KVA__F_DECIDED | KVA__F_BLOCKED | KVA__F_REFRESH);
-	r->reason = KVA_REASON_NONE;
-	atomic_store_explicit(&r->pub_reason, 0, memory_order_relaxed);
-	kva__req_set_state(e, r, KVA_STATE_WAITING);
-	kva_waitq_push_front(&e->waitq, &r->wq);
-	kva__lookup_issue(e, r, true);
-}
-
 void kva__reset_ready(kva_engine *e)
 {
 	e->reset_epoch++; /* imports still copying requeue when they drain */
@@ -244,7 +225,8 @@ void kva__reset_ready(kva_engine *e)
 		cds_list_del(&r->wq.link);
 			if (e->plan)
 			e->plan->records_touched++;
-		requeue_after_reset(e, r, false);
+		kva__release_owned(e, r, 0); /* rule 17: pages back, to the front */
+		kva__requeue_front(e, r);
 	}
 }
 
@@ -317,7 +299,8 @@ void kva__copy_on_report(kva_engine *e, struct kva__req *r, struct kva__event *e
 	if (g->any_failed)
 		kva__st_add(e, ST_COPY_FAILED, 1);
 	if (g->reset_epoch != e->reset_epoch) {
-		requeue_after_reset(e, r, true);
+		kva__release_owned(e, r, 1); /* reset while copying: drained now */
+		kva__requeue_front(e, r);
 		return;
 	}
 	if (!g->any_failed) {
