@@ -501,11 +501,13 @@ int kva_submit(kva_engine *e, const kva_request *q, kva_handle *out)
 	kva_idtable_add(&e->ids, &r->idn);
 	kva_rcu_read_unlock();
 	kva__st_add(e, ST_SUBMITTED, 1);
-	/* The inbox push publishes every field above to the scheduler. */
-	kva_inbox_push(&e->inbox, &r->ev_main.node);
+	/* Fill the handle first: once pushed, the record belongs to the
+	 * scheduler, which may end, retire and (after a grace period) free it. */
 	out->id = r->idn.id;
 	out->gen = r->idn.gen;
 	out->reserved_ = 0;
+	/* The inbox push publishes every field above to the scheduler. */
+	kva_inbox_push(&e->inbox, &r->ev_main.node);
 	return 0;
 }
 
