@@ -22,7 +22,7 @@
 
 #include "alloc.h"
 #include "bm.h"
-#include "engine_internal.h"
+#include "record.h"
 #include "fixture.h"
 #include "gbench.h"
 #include "inbox.h"
@@ -108,9 +108,9 @@ static void wfcq_consume(void)
 {
 	struct kva_inbox_batch b;
 	struct kva_inbox_node *n;
-	if (!kva_inbox_drain(&inbox, &b))
+	if (!kva_inbox_drain_blocking(&inbox, &b))
 		return;
-	while ((n = kva_inbox_batch_pop(&b)))
+	while ((n = kva_inbox_batch_pop_blocking(&b)))
 		kva__free(caa_container_of(n, struct rec, node), sizeof(struct rec));
 }
 

@@ -18,7 +18,7 @@
 #include <urcu/list.h>
 
 #include "alloc.h"
-#include "engine_internal.h"
+#include "record.h"
 #include "fixture.h"
 
 enum rs_status { RS_WAITING = 0, RS_WAITING_FOR_REMOTE_KVS = 1 };

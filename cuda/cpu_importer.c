@@ -167,9 +167,9 @@ report:
 static struct kva__imp_job *pop_job(kva_cpu_importer *imp)
 {
 	pthread_mutex_lock(&imp->consumer);
-	struct kva_inbox_node *n = kva_inbox_batch_pop(&imp->batch);
-	if (!n && kva_inbox_drain(&imp->intake, &imp->batch))
-		n = kva_inbox_batch_pop(&imp->batch);
+	struct kva_inbox_node *n = kva_inbox_batch_pop_blocking(&imp->batch);
+	if (!n && kva_inbox_drain_blocking(&imp->intake, &imp->batch))
+		n = kva_inbox_batch_pop_blocking(&imp->batch);
 	pthread_mutex_unlock(&imp->consumer);
 	return n ? caa_container_of(n, struct kva__imp_job, node) : NULL;
 }
@@ -248,7 +248,7 @@ kva_cpu_importer *kva_cpu_importer_create(const kva_cpu_importer_config *cfg, in
 	atomic_init(&imp->fail_seed, cfg->seed);
 	atomic_init(&imp->stop, false);
 	kva_inbox_init(&imp->intake);
-	(void)kva_inbox_drain(&imp->intake, &imp->batch); /* initialises the empty batch */
+	(void)kva_inbox_drain_blocking(&imp->intake, &imp->batch); /* initialises the empty batch */
 	if (sem_init(&imp->work, 0, 0) != 0)
 		goto out_free;
 	if (pthread_mutex_init(&imp->consumer, NULL) != 0)

@@ -373,9 +373,9 @@ static int progress_once(kva_cuda_importer *imp)
 	int n = 0;
 	struct kva_inbox_batch b;
 	struct kva_inbox_node *nd;
-	if (kva_inbox_drain(&imp->intake, &b)) {
+	if (kva_inbox_drain_blocking(&imp->intake, &b)) {
 		bool stop = stopping(imp);
-		while ((nd = kva_inbox_batch_pop(&b))) {
+		while ((nd = kva_inbox_batch_pop_blocking(&b))) {
 			struct kva__imp_job *j = caa_container_of(nd, struct kva__imp_job, node);
 			if (stop) {
 				finish(imp, j, true); /* destroy began: never started */
@@ -402,8 +402,8 @@ static int progress_once(kva_cuda_importer *imp)
 				n++;
 			}
 		}
-	} else if (kva_inbox_drain(&imp->done, &b)) {
-		while ((nd = kva_inbox_batch_pop(&b))) {
+	} else if (kva_inbox_drain_blocking(&imp->done, &b)) {
+		while ((nd = kva_inbox_batch_pop_blocking(&b))) {
 			struct kva__imp_job *j = caa_container_of(nd, struct kva__imp_job, node);
 			fifo_remove(imp, j);
 			finish(imp, j, false);

@@ -4,8 +4,8 @@
  * Owns nothing but the cds_wfcq head/tail pair; nodes belong to the caller.
  * Producers go through cds_wfcq_enqueue (one xchg on the tail, then a store
  * linking the previous tail); the consumer detaches everything with one
- * __cds_wfcq_splice_blocking into a private batch and pops from there, so the
- * shared head is touched once per drain, not once per event.
+ * splice into a private batch and pops from there, so the shared head is
+ * touched once per drain, not once per event.
  *
  * In normal builds liburcu's inline versions are used (_LGPL_SOURCE). Under
  * ThreadSanitizer we call the library's out-of-line copies of the same code
@@ -42,7 +42,7 @@ bool kva_inbox_push(struct kva_inbox *q, struct kva_inbox_node *n)
 	return !cds_wfcq_enqueue(&q->head, &q->tail, &n->wfcq);
 }
 
-bool kva_inbox_drain(struct kva_inbox *q, struct kva_inbox_batch *batch)
+bool kva_inbox_drain_blocking(struct kva_inbox *q, struct kva_inbox_batch *batch)
 {
 	__cds_wfcq_init(&batch->head, &batch->tail);
 	/* Single consumer: no dequeue lock needed on either side. */
@@ -50,15 +50,35 @@ bool kva_inbox_drain(struct kva_inbox *q, struct kva_inbox_batch *batch)
 	       CDS_WFCQ_RET_SRC_EMPTY;
 }
 
-struct kva_inbox_node *kva_inbox_batch_pop(struct kva_inbox_batch *batch)
+static struct kva_inbox_node *received(struct cds_wfcq_node *w)
 {
-	struct cds_wfcq_node *w = __cds_wfcq_dequeue_blocking(&batch->head, &batch->tail);
-
-	if (!w)
+	if (!w || w == CDS_WFCQ_WOULDBLOCK)
 		return NULL;
 	/* A1: pairs with R1 in kva_inbox_push — sees the record's fields. */
 	KVA__TSAN_ACQUIRE(w);
 	return caa_container_of(w, struct kva_inbox_node, wfcq);
+}
+
+struct kva_inbox_node *kva_inbox_batch_pop_blocking(struct kva_inbox_batch *batch)
+{
+	return received(__cds_wfcq_dequeue_blocking(&batch->head, &batch->tail));
+}
+
+void kva_inbox_batch_init(struct kva_inbox_batch *batch)
+{
+	__cds_wfcq_init(&batch->head, &batch->tail);
+}
+
+bool kva_inbox_splice_nonblocking(struct kva_inbox *q, struct kva_inbox_batch *batch)
+{
+	enum cds_wfcq_ret r =
+		__cds_wfcq_splice_nonblocking(&batch->head, &batch->tail, &q->head, &q->tail);
+	return r == CDS_WFCQ_RET_DEST_EMPTY || r == CDS_WFCQ_RET_DEST_NON_EMPTY;
+}
+
+struct kva_inbox_node *kva_inbox_batch_pop_nonblocking(struct kva_inbox_batch *batch)
+{
+	return received(__cds_wfcq_dequeue_nonblocking(&batch->head, &batch->tail));
 }
 
 bool kva_inbox_empty(struct kva_inbox *q)

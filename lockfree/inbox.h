@@ -2,17 +2,24 @@
  * inbox: multi-producer single-consumer event queue on liburcu's cds_wfcq.
  *
  * Producers enqueue with one atomic exchange (wait-free) and never take a
- * lock. The single consumer takes everything enqueued so far with one
- * __cds_wfcq_splice_blocking() into a private batch, then walks the batch
- * without touching shared state again.
+ * lock. The single consumer moves everything enqueued so far into a private
+ * batch with one splice, then walks the batch without touching the shared
+ * head again.
+ *
+ * Two consumer flavours. _blocking waits (spins, then sleeps) for a
+ * producer that has exchanged the tail but not yet linked its node: fine for
+ * a worker thread. _nonblocking never waits: such a node, and everything
+ * after it, stays in the batch for the next call (an engine step that must
+ * never block uses only these).
  *
  * Synchronisation table:
- *   call                 | may run concurrently with
- *   ---------------------+-----------------------------------------------
- *   kva_inbox_push       | itself (any threads), kva_inbox_drain
- *   kva_inbox_drain      | kva_inbox_push; NOT with itself (one consumer)
- *   kva_inbox_batch_pop  | anything (the batch is private to the consumer)
- *   kva_inbox_empty      | anything (a hint: may be stale on return)
+ *   call                            | may run concurrently with
+ *   --------------------------------+----------------------------------------
+ *   kva_inbox_push                  | itself (any threads), the consumer calls
+ *   kva_inbox_drain_blocking,       | kva_inbox_push; NOT with each other or
+ *   kva_inbox_splice_nonblocking    | themselves (one consumer)
+ *   kva_inbox_batch_pop_*           | anything (the batch is the consumer's)
+ *   kva_inbox_empty                 | anything (a hint: may be stale on return)
  *
  * Happens-before: everything a producer wrote before kva_inbox_push() is
  * visible to the consumer after it receives the node from a batch (also to
@@ -53,11 +60,30 @@ static inline void kva_inbox_node_init(struct kva_inbox_node *n) { cds_wfcq_node
 bool kva_inbox_push(struct kva_inbox *q, struct kva_inbox_node *n);
 
 /* Consumer only. Moves every node enqueued so far into *batch (which is
- * (re)initialised). Returns true if anything was moved. */
-bool kva_inbox_drain(struct kva_inbox *q, struct kva_inbox_batch *batch);
+ * (re)initialised). Returns true if anything was moved. May wait for a
+ * producer that is between its exchange and its link store. */
+bool kva_inbox_drain_blocking(struct kva_inbox *q, struct kva_inbox_batch *batch);
 
-/* Consumer only. Pops the oldest node of a drained batch, NULL when empty. */
-struct kva_inbox_node *kva_inbox_batch_pop(struct kva_inbox_batch *batch);
+/* Consumer only. Pops the oldest node of a drained batch, NULL when empty.
+ * May wait like kva_inbox_drain_blocking. */
+struct kva_inbox_node *kva_inbox_batch_pop_blocking(struct kva_inbox_batch *batch);
+
+void kva_inbox_batch_init(struct kva_inbox_batch *batch);
+
+/* Consumer only, never waits. Appends the nodes enqueued so far to *batch
+ * (which keeps what earlier calls left in it). Returns false when nothing
+ * could be moved: the queue is empty, or its first producer is still linking. */
+bool kva_inbox_splice_nonblocking(struct kva_inbox *q, struct kva_inbox_batch *batch);
+
+/* Consumer only, never waits. The oldest node of the batch; NULL when the
+ * batch is empty or when that node cannot be detached yet (a producer has
+ * not linked the node after it): it stays for a later call. */
+struct kva_inbox_node *kva_inbox_batch_pop_nonblocking(struct kva_inbox_batch *batch);
+
+static inline bool kva_inbox_batch_empty(struct kva_inbox_batch *batch)
+{
+	return cds_wfcq_empty(&batch->head, &batch->tail);
+}
 
 /* Any thread: a hint only. */
 bool kva_inbox_empty(struct kva_inbox *q);

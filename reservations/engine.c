@@ -1,15 +1,35 @@
 /*
- * The engine: configuration, create/destroy, and kva_step, which drains the
- * inbox, expires timers and admits — in that order, in O(events drained +
+ * The engine: configuration, create/destroy, and kva_step, which handles
+ * events, expires timers and admits — in that order, in O(events handled +
  * timers expired + requests admitted) (rule 20). It never walks the waiting
  * queue: only its head is looked at, and only READY restores (which own
  * their capacity) are admitted past a blocked head (rule 7).
+ *
+ * The top of reservations/: calls admit.c, copy.c, lookup.c and record.c.
+ * One step's data flow: intake's events (inbox) -> handlers here, which hand
+ * each to its owner (submit -> record id map + admit queue + lookup; answer,
+ * eviction -> lookup; copy report -> admit -> copy; cancel -> whichever list
+ * holds the request, then record) -> timers (lookup deadlines, admit's head
+ * timers) -> terminal reports (record retirement) -> admit.c's admission run
+ * -> copy.c's dispatch.
+ *
+ * Never blocks: the inbox is spliced without waiting once per step; an event
+ * whose producer is still linking it waits for the next step with all after
+ * it. Events the step's own callbacks produce (a directory answering from its
+ * callback, an importer refusing) go to a private queue handled in this step.
+ * No RCU read-side section is held here: the scheduler is the only writer of
+ * everything it walks, and the only thread that retires records.
+ *
+ * Memory-order labels:
+ *   R1  the reset flag re-armed -> kva_reset_prefix_cache's exchange
  */
 #include <errno.h>
 #include <string.h>
 
+#include "admit.h"
 #include "alloc.h"
-#include "engine_internal.h"
+#include "copy.h"
+#include "lookup.h"
 
 #define MS 1000000ull
 #define SEC (1000 * MS)
@@ -64,16 +84,18 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	e->now = cfg->start_ns;
 	if (kva_pagepool_init(&e->pool, cfg->total_pages) != 0)
 		goto fail_free;
-	/* Small start, auto-resized: a 64 Ki-bucket start made create+destroy
-	 * 37x slower (3.4 ms vs 93 us), which fuzzing and tests pay per engine. */
-	if (kva_idtable_init(&e->ids, 1024) != 0)
+	/* Records from zeroed chunks: a fresh slot has no grant and no manifest. */
+	if (kva_slab_init(&e->slab, sizeof(struct kva__req), offsetof(struct kva__req, rcu),
+	                  kva__calloc, kva__free) != 0)
 		goto fail_pool;
-	if (kva_idtable_init(&e->ckpt, 256) != 0)
-		goto fail_ids;
+	kva_idmap_init(&e->live_ids, kva__alloc, kva__free);
+	kva_idmap_init(&e->ckpt, kva__alloc, kva__free);
 	kva_capacity_init(&e->cap, (struct kva_credits){cfg->total_pages, cfg->copy_slots,
 	                                                cfg->max_running});
 	kva_inbox_init(&e->inbox);
+	kva_inbox_init(&e->local);
 	kva_inbox_init(&e->deferred);
+	kva_inbox_batch_init(&e->batch);
 	kva_waitq_init(&e->waitq);
 	CDS_INIT_LIST_HEAD(&e->ready);
 	CDS_INIT_LIST_HEAD(&e->ended);
@@ -86,8 +108,6 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	if (err)
 		*err = 0;
 	return e;
-fail_ids:
-	kva_idtable_fini(&e->ids);
 fail_pool:
 	kva_pagepool_fini(&e->pool);
 fail_free:
@@ -98,21 +118,25 @@ fail:
 	return NULL;
 }
 
-/* Frees what queued events own (answers, evictions); events embedded in
- * records and grants die with their records. */
-static void discard_events(struct kva_inbox *q)
+/* Frees what a queued event owns (answers, evictions, cancels); events
+ * embedded in records and grants die with them. */
+static void discard_event(struct kva__event *ev)
 {
-	struct kva_inbox_batch b;
-	if (!kva_inbox_drain(q, &b))
-		return;
+	if (ev->type == KVA__EV_ANSWER)
+		kva__answer_free(caa_container_of(ev, struct kva__answer, ev));
+	else if (ev->type == KVA__EV_EVICT)
+		kva__free(ev, sizeof(struct kva__evict));
+	else if (ev->type == KVA__EV_CANCEL)
+		kva__free(ev, sizeof(struct kva__cancel));
+}
+
+static void discard_queue(struct kva_inbox *q, struct kva_inbox_batch *b)
+{
+	if (q)
+		kva_inbox_splice_nonblocking(q, b);
 	struct kva_inbox_node *n;
-	while ((n = kva_inbox_batch_pop(&b))) {
-		struct kva__event *ev = caa_container_of(n, struct kva__event, node);
-		if (ev->type == KVA__EV_ANSWER)
-			kva__answer_free(caa_container_of(ev, struct kva__answer, ev));
-		else if (ev->type == KVA__EV_EVICT)
-			kva__free(ev, sizeof(struct kva__evict));
-	}
+	while ((n = kva_inbox_batch_pop_nonblocking(b)))
+		discard_event(caa_container_of(n, struct kva__event, node));
 }
 
 void kva_engine_destroy(kva_engine *e)
@@ -120,45 +144,215 @@ void kva_engine_destroy(kva_engine *e)
 	if (!e)
 		return;
 	kva_rcu_enter();
-	discard_events(&e->inbox);
-	discard_events(&e->deferred);
-	/* The id table holds every record not yet retired, in any state; the
-	 * checkpoint index only points into their manifests. */
-	kva_rcu_read_lock();
-	struct cds_lfht_iter it;
-	struct cds_lfht_node *ln;
-	/* Not cds_lfht_for_each_entry: it applies container_of to the final
-	 * NULL node, which is undefined behaviour in C (UBSan reports it). */
-	for (cds_lfht_first(e->ckpt.ht, &it); (ln = cds_lfht_iter_get_node(&it));
-	     cds_lfht_next(e->ckpt.ht, &it))
-		kva_idtable_del(&e->ckpt, caa_container_of(ln, struct kva_idtable_node, lfht));
-	for (cds_lfht_first(e->ids.ht, &it); (ln = cds_lfht_iter_get_node(&it));
-	     cds_lfht_next(e->ids.ht, &it)) {
-		struct kva_idtable_node *n = caa_container_of(ln, struct kva_idtable_node, lfht);
-		struct kva__req *r = caa_container_of(n, struct kva__req, idn);
-		kva_idtable_del(&e->ids, n);
-		kva_rcu_call(&r->rcu, kva__req_free_rcu);
-	}
-	kva_rcu_read_unlock();
-	urcu_memb_barrier(); /* every record (and retired one) is freed now */
+	/* No producer runs any more (the contract): nothing is half-linked. */
+	if (e->stalled)
+		discard_event(e->stalled);
+	discard_queue(&e->inbox, &e->batch);
+	struct kva_inbox_batch b;
+	kva_inbox_batch_init(&b);
+	discard_queue(&e->local, &b);
+	discard_queue(&e->deferred, &b);
+	kva_slab_flush(&e->slab, &e->retired);
+	urcu_memb_barrier(); /* every retired slot is back, no callback pending */
 	kva_rcu_reclaim_begin();
-	kva_idtable_fini(&e->ckpt);
-	kva_idtable_fini(&e->ids);
+	kva__rec_free_all(e);
+	kva_slab_fini(&e->slab);
+	kva_idmap_fini(&e->live_ids);
+	kva_idmap_fini(&e->ckpt);
 	kva_pagepool_fini(&e->pool);
 	kva_inbox_fini(&e->inbox);
+	kva_inbox_fini(&e->local);
 	kva_inbox_fini(&e->deferred);
 	kva__free(e, sizeof(*e));
 }
 
-/* ---- plan helpers ---------------------------------------------------------- */
+/* ---- event handlers ------------------------------------------------------------ */
 
-bool kva__plan_fallback(kva_engine *e, struct kva__req *r, uint8_t reason)
+/* 0, or -ENOMEM: nothing changed, the event is retried next step. */
+static int handle_submit(kva_engine *e, struct kva__req *r)
 {
-	kva_plan *p = e->plan;
-	if (!p || p->n_fallbacks >= p->fallbacks_cap)
-		return false; /* informational list; the admission carries the reason */
-	p->fallbacks[p->n_fallbacks++] = (kva_fallback){{r->idn.id, r->idn.gen, 0}, reason};
+	int rc = kva__rec_claim_id(e, r);
+	if (rc == -ENOMEM)
+		return rc;
+	kva__st_add(e, ST_INGESTED, 1);
+	if (rc == -EEXIST) { /* rule 14: a live incarnation has this id */
+		kva__rec_end(e, r, KVA_STATE_REJECTED);
+		return 0;
+	}
+	r->flags |= KVA__F_INGESTED;
+	kva__st_add(e, ST_WAITING, 1);
+	kva__admit_enqueue(e, r);
+	return 0;
+}
+
+/* A cancel in whatever state r is in now. false: retry it next step. */
+static bool handle_cancel(kva_engine *e, struct kva__req *r)
+{
+	switch (atomic_load_explicit(&r->state, memory_order_acquire)) {
+	case KVA_STATE_WAITING:
+		if (!(r->flags & KVA__F_INGESTED))
+			return true; /* rejected duplicate: already ended */
+		kva__admit_forget_waiting(e, r);
+		break;
+	case KVA_STATE_IMPORTING:
+		kva__copy_cancel(e, r);
+		break;
+	case KVA_STATE_READY:
+		kva__admit_forget_ready(e, r);
+		kva__rec_give_back(e, r, 0, true);
+		break;
+	case KVA_STATE_RUNNING: {
+		uint32_t want = KVA_STATE_RUNNING;
+		/* Pairs with R4 of intake.c: we own the page list afterwards. */
+		if (atomic_compare_exchange_strong_explicit(&r->state, &want, KVA__STATE_ENDING,
+		                                            memory_order_acquire, memory_order_relaxed)) {
+			kva__st_add(e, ST_RUNNING, -1);
+			kva__rec_give_back(e, r, 0, false);
+			break;
+		}
+		/* A kva_grow owns it this instant: retry. Finished or preempted
+		 * meanwhile: their events decide. */
+		return want != KVA__STATE_GROWING;
+	}
+	case KVA__STATE_GROWING:
+		return false;
+	default:
+		return true; /* PREEMPTED: handled with its requeue; terminal: nothing */
+	}
+	kva__rec_end(e, r, KVA_STATE_CANCELLED);
 	return true;
+}
+
+static void handle_life_event(kva_engine *e, struct kva__req *r, uint8_t type)
+{
+	if (type == KVA__EV_FINISHED) {
+		kva__rec_end(e, r, KVA_STATE_FINISHED);
+		return;
+	}
+	/* preempted: back to the front with a fresh lookup, unless cancelled */
+	if (atomic_load_explicit(&r->cancel_requested, memory_order_relaxed)) {
+		kva__rec_end(e, r, KVA_STATE_CANCELLED);
+		return;
+	}
+	kva__admit_requeue_front(e, r);
+}
+
+static struct kva__req *embedded_req(kva_engine *e, struct kva__event *ev)
+{
+	return kva_slab_get(&e->slab, ev->slot);
+}
+
+/* 0, or -ENOMEM: the event needs memory this step could not get. */
+static int dispatch_event(kva_engine *e, struct kva__event *ev)
+{
+	uint8_t type = ev->type; /* handlers free the events they own */
+	switch (type) {
+	case KVA__EV_SUBMIT:
+		if (handle_submit(e, embedded_req(e, ev)) != 0)
+			return -ENOMEM;
+		break;
+	case KVA__EV_CANCEL: {
+		struct kva__cancel *c = caa_container_of(ev, struct kva__cancel, ev);
+		struct kva__req *r = kva__rec_find(e, c->h.slot, c->h.gen, c->h.id);
+		if (r && !handle_cancel(e, r))
+			kva_inbox_push(&e->deferred, &ev->node); /* retried once per step */
+		else
+			kva__free(c, sizeof(*c));
+		break;
+	}
+	case KVA__EV_FINISHED:
+	case KVA__EV_PREEMPTED:
+		handle_life_event(e, embedded_req(e, ev), type);
+		break;
+	case KVA__EV_ANSWER:
+		if (kva__lookup_on_answer(e, caa_container_of(ev, struct kva__answer, ev)) != 0)
+			return -ENOMEM;
+		break;
+	case KVA__EV_COPY:
+		kva__admit_on_copy(e, embedded_req(e, ev), ev);
+		break;
+	case KVA__EV_EVICT:
+		kva__lookup_on_evict(e, caa_container_of(ev, struct kva__evict, ev));
+		break;
+	case KVA__EV_RESET:
+		/* R1: re-arm before acting, so a reset requested from now on is a
+		 * new event. */
+		atomic_store_explicit(&e->reset_requested, 0, memory_order_release);
+		kva__admit_reset_ready(e);
+		break;
+	}
+	e->plan->events++;
+	/* every event but these names exactly one record */
+	e->plan->records_touched += type != KVA__EV_EVICT && type != KVA__EV_RESET;
+	return 0;
+}
+
+/* Handles a batch's events in order; false when one needed memory: it waits
+ * in e->stalled, the rest in the batch, for the next step. */
+static bool handle_batch(kva_engine *e, struct kva_inbox_batch *b)
+{
+	struct kva_inbox_node *n;
+	while ((n = kva_inbox_batch_pop_nonblocking(b))) {
+		struct kva__event *ev = caa_container_of(n, struct kva__event, node);
+		if (dispatch_event(e, ev) != 0) {
+			e->stalled = ev;
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Events the scheduler thread itself produced (a directory answering from
+ * its callback, an importer refusing a rank), until none is left: bounded by
+ * the lookups and copies this step started. */
+static bool handle_local(kva_engine *e)
+{
+	struct kva_inbox_batch b;
+	kva_inbox_batch_init(&b);
+	while (kva_inbox_splice_nonblocking(&e->local, &b)) {
+		if (handle_batch(e, &b))
+			continue;
+		/* keep the rest in order, ahead of anything queued meanwhile */
+		struct kva_inbox_batch later;
+		struct kva_inbox_node *n;
+		kva_inbox_batch_init(&later);
+		kva_inbox_splice_nonblocking(&e->local, &later);
+		while ((n = kva_inbox_batch_pop_nonblocking(&b)))
+			kva_inbox_push(&e->local, n);
+		while ((n = kva_inbox_batch_pop_nonblocking(&later)))
+			kva_inbox_push(&e->local, n);
+		return false;
+	}
+	return true;
+}
+
+/* The events present when the step began, in order: one that stalled last
+ * step, what the scheduler produced after its last look (refused copies),
+ * deferred cancels, the inbox — then what handling those produced. Stops at
+ * the first event that needs memory it cannot get. */
+static void handle_events(kva_engine *e)
+{
+	if (e->stalled) {
+		struct kva__event *ev = e->stalled;
+		e->stalled = NULL;
+		if (dispatch_event(e, ev) != 0) {
+			e->stalled = ev;
+			return;
+		}
+	}
+	if (!handle_local(e))
+		return;
+	struct kva_inbox_batch d;
+	struct kva_inbox_node *n;
+	kva_inbox_batch_init(&d);
+	kva_inbox_splice_nonblocking(&e->deferred, &d);
+	while ((n = kva_inbox_batch_pop_nonblocking(&d)))
+		dispatch_event(e, caa_container_of(n, struct kva__event, node)); /* cancels never stall */
+	/* Everything linked by now; a producer still linking waits for the
+	 * next step together with whatever follows it. */
+	kva_inbox_splice_nonblocking(&e->inbox, &e->batch);
+	if (handle_batch(e, &e->batch))
+		handle_local(e);
 }
 
 /* Hands terminal outcomes to the host, each exactly once; retires records
@@ -169,65 +363,17 @@ static void emit_ended(kva_engine *e)
 	while (!cds_list_empty(&e->ended)) {
 		if (p->ended && p->n_ended >= p->ended_cap)
 			return; /* next step */
-		struct kva__req *r = caa_container_of(e->ended.next, struct kva__req, wq.link);
-		cds_list_del(&r->wq.link);
+		struct kva__req *r = kva__req_of_link(e->ended.next);
+		cds_list_del(&r->link);
 		r->flags |= KVA__F_REPORTED;
 		p->records_touched++;
 		if (p->ended)
-			p->ended[p->n_ended++] = (kva_ended){{r->idn.id, r->idn.gen, 0}, r->user,
+			p->ended[p->n_ended++] = (kva_ended){kva__rec_handle(r), r->user,
 			                                     (uint8_t)atomic_load_explicit(&r->state,
 			                                                                   memory_order_relaxed)};
 		struct kva__grant *g = kva__grant(r);
 		if (!g || !g->copying)
-			kva__req_retire(e, r);
-	}
-}
-
-/* ---- head timers (rules 8, 18) ---------------------------------------------- */
-
-void kva__head_forget(kva_engine *e, struct kva__req *r)
-{
-	if (!r || e->head_req != r)
-		return;
-	for (int i = 0; i < HT_COUNT; i++)
-		kva_timerwheel_cancel(&e->wheel, &e->head_timer[i]);
-	e->head_req = NULL;
-}
-
-static void head_timer_fired(kva_engine *e, int which)
-{
-	struct kva__req *r = e->head_req;
-	if (!r || !(r->flags & KVA__F_RESTORE))
-		return;
-	uint32_t need = kva__pages_for(e, r->prompt_tokens) + e->cfg.decode_headroom_pages;
-	uint32_t free_pages = kva_capacity_free(&e->cap).pages;
-	double waited = (double)(e->now - r->blocked_since) / 1e9;
-	switch (which) {
-	case HT_WAIT:
-		/* rule 8: give up once, say so once, stop holding others as a restore */
-		kva__log(e, KVA_LOG_WARN,
-		         "kvadmit: restore of request %llu waited %.1f s for capacity "
-		         "(needs %u pages, %u free); recomputing instead",
-		         (unsigned long long)r->idn.id, waited, need, free_pages);
-		kva__st_add(e, ST_WAIT_EXPIRED, 1);
-		kva__head_forget(e, r);
-		kva__fallback(e, r, KVA_REASON_WAIT_EXPIRED);
-		break;
-	case HT_LOG:
-		kva__log(e, KVA_LOG_INFO,
-		         "kvadmit: restore of request %llu waiting %.1f s for capacity "
-		         "(needs %u pages, %u free)",
-		         (unsigned long long)r->idn.id, waited, need, free_pages);
-		kva__st_add(e, ST_WAIT_LOGS, 1);
-		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_LOG], e->now + e->cfg.wait_log_interval_ns);
-		break;
-	case HT_REFRESH:
-		if (!(r->flags & KVA__F_REFRESH)) {
-			kva__st_add(e, ST_REFRESHES, 1);
-			kva__lookup_issue(e, r, false);
-		}
-		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_REFRESH], e->now + e->cfg.lookup_refresh_ns);
-		break;
+			kva__rec_retire(e, r);
 	}
 }
 
@@ -237,64 +383,13 @@ static void timer_fired(struct kva_timer *t, void *arg)
 	e->plan->timers_fired++;
 	e->plan->records_touched++;
 	if (t >= &e->head_timer[0] && t < &e->head_timer[HT_COUNT]) {
-		head_timer_fired(e, (int)(t - e->head_timer));
+		kva__admit_head_timer(e, (int)(t - e->head_timer));
 		return;
 	}
 	kva__lookup_on_deadline(e, caa_container_of(t, struct kva__req, deadline));
 }
 
 /* ---- the step ---------------------------------------------------------------- */
-
-static void dispatch_event(kva_engine *e, struct kva__event *ev)
-{
-	kva_plan *p = e->plan;
-	p->events++;
-	/* every event but these names exactly one record */
-	p->records_touched += ev->type != KVA__EV_EVICT && ev->type != KVA__EV_RESET;
-	switch (ev->type) {
-	case KVA__EV_SUBMIT:
-		kva__handle_submit(e, caa_container_of(ev, struct kva__req, ev_main));
-		break;
-	case KVA__EV_CANCEL:
-		kva__handle_cancel(e, caa_container_of(ev, struct kva__req, ev_cancel));
-		break;
-	case KVA__EV_FINISHED:
-	case KVA__EV_PREEMPTED:
-		kva__handle_life_event(e, caa_container_of(ev, struct kva__req, ev_main), ev->type);
-		break;
-	case KVA__EV_ANSWER:
-		kva__lookup_on_answer(e, caa_container_of(ev, struct kva__answer, ev));
-		break;
-	case KVA__EV_COPY: {
-		struct kva__grant *g = caa_container_of(ev - ev->rank, struct kva__grant, rank_ev[0]);
-		kva__copy_on_report(e, g->req, ev);
-		break;
-	}
-	case KVA__EV_EVICT:
-		kva__lookup_on_evict(e, caa_container_of(ev, struct kva__evict, ev));
-		break;
-	case KVA__EV_RESET:
-		/* R7/A7: re-arm before acting, so a reset requested from now on
-		 * is a new event. */
-		atomic_store_explicit(&e->reset_requested, 0, memory_order_release);
-		kva__reset_ready(e);
-		break;
-	}
-}
-
-/* Drains until the inbox is empty: events pushed while handling (a directory
- * answering from its callback) are handled in this step too. */
-static void drain(kva_engine *e, struct kva_inbox *q)
-{
-	struct kva_inbox_batch b;
-	while (kva_inbox_drain(q, &b)) {
-		struct kva_inbox_node *n;
-		while ((n = kva_inbox_batch_pop(&b)))
-			dispatch_event(e, caa_container_of(n, struct kva__event, node));
-		if (q == &e->deferred)
-			return; /* deferred cancels retry once per step */
-	}
-}
 
 static void plan_clear(kva_plan *p)
 {
@@ -315,58 +410,26 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 {
 	if (!e || !plan || e->in_step || !plan_valid(plan))
 		return -EINVAL;
-	kva_rcu_enter();
+	kva_rcu_enter(); /* call_rcu of retired slots needs a registered thread */
 	plan_clear(plan);
 	e->plan = plan;
 	e->in_step = true;
+	kva__rec_stepping(e);
 	if (now_ns > e->now)
 		e->now = now_ns;
 	kva__st_sched(e, ST_STEPS, 1);
-	kva_rcu_read_lock();
 
-	drain(e, &e->deferred);
-	drain(e, &e->inbox);
+	handle_events(e);
 	if (kva_timerwheel_advance(&e->wheel, e->now, timer_fired, e))
-		drain(e, &e->inbox); /* answers to lookups the timers issued */
+		handle_local(e); /* answers to lookups the timers issued */
 	emit_ended(e);
+	kva__admit_run(e);
+	kva__copy_dispatch_pending(e); /* refused ranks: handled next step */
+	kva_slab_flush(&e->slab, &e->retired);
 
-	/* rule 7: restores that own their capacity go first, past the head */
-	while (!cds_list_empty(&e->ready)) {
-		struct kva__req *r = caa_container_of(e->ready.next, struct kva__req, wq.link);
-		plan->records_touched++;
-		if (!kva__admit_ready(e, r))
-			break;
-	}
-	/* FCFS: admit from the head until one is blocked; never look further */
-	struct kva_waitq_node *n;
-	for (bool batch = false; (n = kva_waitq_first(&e->waitq)); batch = true) {
-		plan->records_touched++;
-		/* Admitting a run of heads: start the next record's cache miss
-		 * now. Not for the first head, so a blocked step stays minimal. */
-		struct kva_waitq_node *next = batch ? kva_waitq_next(&e->waitq, n) : NULL;
-		if (next) {
-			__builtin_prefetch(kva__req_of_wq(next));
-			__builtin_prefetch((char *)kva__req_of_wq(next) + 64);
-			__builtin_prefetch((char *)kva__req_of_wq(next) + 128);
-		}
-		if (kva__admit_head(e, kva__req_of_wq(n)) <= 0)
-			break;
-	}
-	kva__copy_dispatch_pending(e);
-
-	kva_rcu_read_unlock();
+	kva__rec_stepping(NULL);
 	kva__st_sched(e, ST_EVENTS, plan->events);
 	e->in_step = false;
 	e->plan = NULL;
 	return (int)plan->n_admitted;
-}
-
-int kva_reset_prefix_cache(kva_engine *e)
-{
-	if (!e)
-		return -EINVAL;
-	/* A7: one queued reset covers every request made before it is handled. */
-	if (!atomic_exchange_explicit(&e->reset_requested, 1, memory_order_acq_rel))
-		kva_inbox_push(&e->inbox, &e->reset_ev.node);
-	return 0;
 }

@@ -1,9 +1,31 @@
-/* Accounting: the statistics snapshot (atomics only, any thread) and its
- * Prometheus-style text rendering. */
+/* What the engine tells the host: the statistics snapshot (atomics only,
+ * any thread), its Prometheus-style text rendering, and log lines through
+ * the host's callback. A leaf: calls nothing else in reservations/. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "engine_internal.h"
+#include "engine.h"
+
+void kva__log(kva_engine *e, int level, const char *fmt, ...)
+{
+	if (!e->cfg.log)
+		return;
+	char msg[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	e->cfg.log(e->cfg.log_ctx, level, msg);
+}
+
+static uint64_t submitted(const kva_engine *e)
+{
+	uint64_t n = 0;
+	for (int i = 0; i < KVA__SHARDS; i++)
+		n += atomic_load_explicit(&e->shard[i].submitted, memory_order_relaxed);
+	return n;
+}
 
 void kva_stats_get(const kva_engine *e, kva_stats *out)
 {
@@ -20,7 +42,7 @@ void kva_stats_get(const kva_engine *e, kva_stats *out)
 	out->reserved_pages = kva__st_get(e, ST_RESERVED_PAGES);
 	out->in_use_pages = kva__st_get(e, ST_IN_USE_PAGES);
 	out->draining_pages = kva__st_get(e, ST_DRAINING_PAGES);
-	out->submitted = kva__st_get(e, ST_SUBMITTED);
+	out->submitted = submitted(e);
 	out->ingested = kva__st_get(e, ST_INGESTED);
 	out->rejected = kva__st_get(e, ST_REJECTED);
 	out->finished = kva__st_get(e, ST_FINISHED);

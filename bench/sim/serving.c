@@ -166,7 +166,7 @@ static void take_admission(struct sim *s, const kva_admission *ad)
 {
 	struct sim_agent *a = ad->user;
 	uint32_t pt = s->sc->page_tokens;
-	if (!a || ad->handle.id != a->h.id || ad->handle.gen != a->h.gen || !a->live) {
+	if (!a || ad->handle.id != a->h.id || ad->handle.gen != a->h.gen || ad->handle.slot != a->h.slot || !a->live) {
 		sim_fatal(s, "admission of an unknown or ended request", -EINVAL);
 		return;
 	}
@@ -207,13 +207,15 @@ static void take_ended(struct sim *s, const kva_ended *en)
 		sim_fatal(s, "ended report without its request", -EINVAL);
 		return;
 	}
-	if (en->handle.gen <= a->last_ended_gen)
+	/* an agent's requests run one after another: a repeat is a double report */
+	if (a->ended_reports && en->handle.slot == a->last_ended.slot &&
+	    en->handle.gen == a->last_ended.gen)
 		check_fail(s, &res->reported_once, "a request reported ended twice");
-	a->last_ended_gen = en->handle.gen;
+	a->last_ended = en->handle;
 	a->ended_reports++;
 	if (en->state == KVA_STATE_REJECTED)
 		check_fail(s, &res->reported_once, "a request was rejected as a duplicate");
-	if (en->handle.gen == a->h.gen)
+	if (en->handle.gen == a->h.gen && en->handle.slot == a->h.slot)
 		a->live = false;
 }
 

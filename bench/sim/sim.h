@@ -163,7 +163,7 @@ struct sim_agent {
 	uint64_t turn_start_ns;
 	bool has_first_token;
 	uint32_t submits, ended_reports;
-	uint32_t last_ended_gen;
+	kva_handle last_ended; /* the last ended report (double-report check) */
 
 	/* running state (the GPU's view) */
 	uint32_t kv;		 /* tokens whose KV is in pages */

@@ -11,7 +11,8 @@
  *   kva_step                                 the scheduler thread only
  *   kva_submit, kva_cancel, kva_lookup_answer, kva_copy_done,
  *   kva_checkpoint_evicted, kva_reset_prefix_cache,
- *   kva_stats_get, kva_query                 any thread, lock-free
+ *   kva_stats_get, kva_query,
+ *   kva_waiting_foreach                      any thread, lock-free
  *   kva_grow, kva_preempt, kva_finish        any thread; calls for the SAME
  *                                            handle are serialised by the host
  *                                            (as a serving engine does), and
@@ -30,7 +31,7 @@ extern "C" {
 #endif
 
 #define KVA_VERSION_MAJOR 0
-#define KVA_VERSION_MINOR 1
+#define KVA_VERSION_MINOR 2
 #define KVA_VERSION_PATCH 0
 /* major << 16 | minor << 8 | patch */
 #define KVA_VERSION_NUMBER ((KVA_VERSION_MAJOR << 16) | (KVA_VERSION_MINOR << 8) | KVA_VERSION_PATCH)
@@ -40,12 +41,16 @@ extern "C" {
 
 typedef struct kva_engine kva_engine;
 
-/* A request incarnation: the host's id plus a generation the engine assigns
- * at submit, so that a reused id is never confused with its predecessor. */
+/* A request incarnation: the host's id, the engine slot that holds its
+ * record, and that slot's generation for this incarnation (odd; a slot's
+ * generation changes whenever it is reused), so a reused id or slot is never
+ * confused with its predecessor. Any-thread calls reach the record through
+ * the slot directly: a bounds check and a generation compare.
+ * ABI 0.2: `slot` replaced 0.1's reserved field (and tokens grew a slot). */
 typedef struct kva_handle {
 	uint64_t id;
 	uint32_t gen;
-	uint32_t reserved_;
+	uint32_t slot;
 } kva_handle;
 
 /* Names one directory lookup of one incarnation. */
@@ -53,6 +58,8 @@ typedef struct kva_lookup_token {
 	uint64_t id;
 	uint32_t gen;
 	uint32_t seq;
+	uint32_t slot;
+	uint32_t reserved_;
 } kva_lookup_token;
 
 /* Names one copy attempt of one incarnation. */
@@ -60,6 +67,8 @@ typedef struct kva_copy_token {
 	uint64_t id;
 	uint32_t gen;
 	uint32_t attempt;
+	uint32_t slot;
+	uint32_t reserved_;
 } kva_copy_token;
 
 /* ---- capabilities (rule 21) ---------------------------------------- */
@@ -116,6 +125,11 @@ typedef void (*kva_lookup_fn)(void *ctx, uint64_t prefix_key, uint32_t prompt_to
  * the engine treats that rank as failed. */
 typedef int (*kva_import_fn)(void *ctx, kva_engine *e, const struct kva_copy_job *job);
 typedef void (*kva_log_fn)(void *ctx, int level, const char *msg);
+/* Wakeup: the engine's inbox went from empty to non-empty. Runs on the
+ * thread that produced the event (submit, cancel, an answer, a copy report
+ * ...), so it must be cheap and must not block or call back into kvadmit:
+ * signal a condition variable or write an eventfd the scheduler sleeps on. */
+typedef void (*kva_wake_fn)(void *ctx);
 
 typedef struct kva_importer_ref {
 	kva_import_fn submit; /* NULL: the host runs the plan's copy jobs itself */
@@ -143,6 +157,8 @@ typedef struct kva_config {
 	kva_log_fn log;
 	void *log_ctx;
 	uint64_t start_ns; /* the clock's value at creation */
+	kva_wake_fn wake;  /* NULL: the host polls kva_step */
+	void *wake_ctx;
 } kva_config;
 
 /* Fills *cfg with defaults: timeouts as DESIGN.md (wait 60 s, log 30 s,
@@ -190,12 +206,15 @@ enum kva_reason {
 };
 const char *kva_reason_name(int reason);
 
-/* Any thread, wait-free apart from one allocation: the request is ingested
- * at the next step. *out receives its handle. 0, -EINVAL, -ENOMEM. */
+/* Any thread: a slot from the calling thread's cache and one wait-free
+ * enqueue (the cache refills in batches, the slab grows in chunks). The
+ * request is ingested at the next step. *out receives its handle.
+ * 0, -EINVAL, -ENOMEM. */
 int kva_submit(kva_engine *e, const kva_request *r, kva_handle *out);
 
-/* Any thread, O(1). Takes effect at the next step: credits and the copy slot
- * return at once, destination pages after their copy drains (rule 12).
+/* Any thread, O(1): the handle's slot, a generation compare, one small
+ * allocation and one enqueue. Takes effect at the next step: credits and the
+ * copy slot return at once, destination pages after their copy drains (rule 12).
  * 0, -EINVAL, -ENOENT (unknown / ended), -EALREADY, -ENOMEM. */
 int kva_cancel(kva_engine *e, kva_handle h);
 
@@ -296,9 +315,14 @@ typedef struct kva_plan {
 	bool head_blocked;        /* the FCFS head could not be admitted */
 } kva_plan;
 
-/* Scheduler thread only. Drain events, expire timers, admit. Returns the
+/* Scheduler thread only. Handle events, expire timers, admit. Returns the
  * number of admissions, or a negative errno (-EINVAL). Time going backwards
- * is treated as no time passing. */
+ * is treated as no time passing.
+ * Never blocks and is bounded: it handles the events enqueued before it
+ * began (plus what its own callbacks answer re-entrantly); an event whose
+ * producer is still linking it, and everything after it, waits for the next
+ * step. Callbacks (lookup, log, importer submit) run outside any RCU
+ * read-side section. */
 int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan);
 
 /* ---- running requests -------------------------------------------------- */
@@ -362,6 +386,27 @@ typedef struct kva_request_info {
 
 /* Any thread, under RCU. 0, -EINVAL, -ENOENT. */
 int kva_query(kva_engine *e, kva_handle h, kva_request_info *out);
+
+/* One waiting request, as kva_waiting_foreach sees it. */
+typedef struct kva_waiting_info {
+	kva_handle handle;
+	void *user;
+	uint32_t position; /* 0 = the head */
+	uint32_t prompt_tokens;
+} kva_waiting_info;
+
+/* Return non-zero to stop the walk. */
+typedef int (*kva_waiting_fn)(void *ctx, const kva_waiting_info *w);
+
+/* Any thread, lock-free: walks the waiting queue in admission order, at most
+ * `max` requests (0 = all), without stopping the scheduler (admin dumps,
+ * "position in queue"). fn runs inside an RCU read-side section: it must not
+ * block, wait for a grace period or destroy the engine; it may call
+ * kva_query. The walk is a live view: a request admitted or cancelled
+ * meanwhile may still be listed, one requeued to the front meanwhile may be
+ * listed twice or missed; every listed one was waiting during the walk.
+ * Returns the number of requests passed to fn, or -EINVAL. */
+int kva_waiting_foreach(kva_engine *e, kva_waiting_fn fn, void *ctx, size_t max);
 
 /* Renders the stats as Prometheus-style text into buf (NUL-terminated,
  * truncated to len). Returns the length it needed. */

@@ -483,7 +483,7 @@ static void on_lookup(void *ctx, uint64_t key, uint32_t prompt, kva_lookup_token
 
 static bool same_handle(kva_handle a, kva_handle b)
 {
-	return a.id == b.id && a.gen == b.gen;
+	return a.id == b.id && a.gen == b.gen && a.slot == b.slot;
 }
 
 static void compare_step(void)
@@ -633,7 +633,7 @@ static void op_release(uint8_t b, bool finish)
 static void copy_report(int r, uint16_t rank, bool fail)
 {
 	struct ref_req *q = &S.m.q[r];
-	kva_copy_token t = {hof(r).id, hof(r).gen, q->attempts};
+	kva_copy_token t = {hof(r).id, hof(r).gen, q->attempts, hof(r).slot};
 	TRACE("copy_done %llu attempt %u rank %u %s\n", (unsigned long long)t.id, t.attempt, rank,
 	      fail ? "FAIL" : "ok");
 	CHECK(kva_copy_done(S.e, t, rank, fail ? -5 : 0) == 0);

@@ -128,10 +128,10 @@ static uint32_t pages_for(uint64_t tokens)
 	return (uint32_t)((tokens + S.cfg.page_tokens - 1) / S.cfg.page_tokens);
 }
 
-static int find_h(uint64_t id, uint32_t gen)
+static int find_h(uint64_t id, uint32_t gen, uint32_t slot)
 {
 	for (uint32_t i = 0; i < S.nh; i++)
-		if (S.h[i].h.id == id && S.h[i].h.gen == gen)
+		if (S.h[i].h.id == id && S.h[i].h.gen == gen && S.h[i].h.slot == slot)
 			return (int)i;
 	return -1;
 }
@@ -229,7 +229,7 @@ static void release_pages(int i)
 static int copy_find(kva_copy_token t)
 {
 	for (uint32_t k = 0; k < S.nc; k++)
-		if (S.c[k].tok.id == t.id && S.c[k].tok.gen == t.gen &&
+		if (S.c[k].tok.id == t.id && S.c[k].tok.gen == t.gen && S.c[k].tok.slot == t.slot &&
 		    S.c[k].tok.attempt == t.attempt)
 			return (int)k;
 	return -1;
@@ -263,7 +263,7 @@ static void job_seen(const kva_copy_job *job)
 		c->listed |= 1u << job->rank;
 		return;
 	}
-	int i = find_h(job->handle.id, job->handle.gen);
+	int i = find_h(job->handle.id, job->handle.gen, job->handle.slot);
 	CHECK(i >= 0);
 	struct hreq *r = &S.h[i];
 	CHECK(!r->ended && !r->running && !r->cancel_ok);
@@ -303,7 +303,7 @@ static void on_lookup(void *ctx, uint64_t key, uint32_t prompt, kva_lookup_token
 {
 	(void)ctx;
 	CHECK(S.in_step);
-	int i = find_h(t.id, t.gen);
+	int i = find_h(t.id, t.gen, t.slot);
 	CHECK(i >= 0);
 	CHECK(key != 0 && S.h[i].key == key && S.h[i].prompt == prompt);
 	CHECK(!S.h[i].ended && !S.h[i].running);
@@ -343,7 +343,7 @@ static int on_import(void *ctx, kva_engine *e, const kva_copy_job *job)
 
 static void check_admission(const kva_admission *a, uint32_t *pages_next)
 {
-	int i = find_h(a->handle.id, a->handle.gen);
+	int i = find_h(a->handle.id, a->handle.gen, a->handle.slot);
 	CHECK(i >= 0);
 	struct hreq *r = &S.h[i];
 	CHECK(a->user == (void *)r);
@@ -458,7 +458,7 @@ static void do_step(uint64_t dt)
 	/* terminal outcomes, each exactly once */
 	for (uint32_t k = 0; k < p->n_ended; k++) {
 		const kva_ended *en = &p->ended[k];
-		int i = find_h(en->handle.id, en->handle.gen);
+		int i = find_h(en->handle.id, en->handle.gen, en->handle.slot);
 		CHECK(i >= 0);
 		struct hreq *r = &S.h[i];
 		CHECK(en->user == (void *)r);
@@ -476,7 +476,7 @@ static void do_step(uint64_t dt)
 	uint32_t nnb = 0, pages_next = 0;
 	for (uint32_t k = 0; k < p->n_admitted; k++) {
 		const kva_admission *a = &p->admitted[k];
-		int i = find_h(a->handle.id, a->handle.gen);
+		int i = find_h(a->handle.id, a->handle.gen, a->handle.slot);
 		check_admission(a, &pages_next);
 		struct hreq *r = &S.h[i];
 		/* Past a blocked head only READY restores: a completed import, an
@@ -509,7 +509,7 @@ static void do_step(uint64_t dt)
 
 	for (uint32_t k = 0; k < p->n_fallbacks; k++) {
 		const kva_fallback *f = &p->fallbacks[k];
-		int i = find_h(f->handle.id, f->handle.gen);
+		int i = find_h(f->handle.id, f->handle.gen, f->handle.slot);
 		CHECK(i >= 0);
 		CHECK(f->reason > KVA_REASON_NONE && f->reason < KVA_REASON_COUNT);
 		CHECK(f->reason != KVA_REASON_LEGACY || S.legacy);
@@ -700,7 +700,7 @@ static void op_submit(void)
 	if (S.fault && rc == -ENOMEM)
 		return;
 	CHECK(rc == 0 && r->h.id == q.id);
-	CHECK(find_h(r->h.id, r->h.gen) < 0); /* generations tell incarnations apart */
+	CHECK(find_h(r->h.id, r->h.gen, r->h.slot) < 0); /* generations tell incarnations apart */
 	r->key = q.prefix_key;
 	r->prompt = prompt;
 	r->age = ++S.back_age;

@@ -359,20 +359,20 @@ static void fuzz_inbox(void)
 			inside[i] = true;
 			fifo[n++] = (int)i;
 		} else {
-			CHECK(kva_inbox_drain(&inbox, &batch) == (n > 0));
+			CHECK(kva_inbox_drain_blocking(&inbox, &batch) == (n > 0));
 			CHECK(kva_inbox_empty(&inbox));
 			for (uint32_t k = 0; k < n; k++) {
-				struct kva_inbox_node *x = kva_inbox_batch_pop(&batch);
+				struct kva_inbox_node *x = kva_inbox_batch_pop_blocking(&batch);
 				CHECK(x == &one[fifo[k]].node);
 				inside[fifo[k]] = false;
 			}
-			CHECK(kva_inbox_batch_pop(&batch) == NULL);
+			CHECK(kva_inbox_batch_pop_blocking(&batch) == NULL);
 			n = 0;
 		}
 	}
 	if (n) { /* leave the queue empty for the threaded round */
-		CHECK(kva_inbox_drain(&inbox, &batch));
-		while (kva_inbox_batch_pop(&batch))
+		CHECK(kva_inbox_drain_blocking(&inbox, &batch));
+		while (kva_inbox_batch_pop_blocking(&batch))
 			;
 	}
 
@@ -389,12 +389,12 @@ static void fuzz_inbox(void)
 	while (got < total) {
 		if (yield)
 			sched_yield(); /* let batches grow */
-		if (!kva_inbox_drain(&inbox, &batch)) {
+		if (!kva_inbox_drain_blocking(&inbox, &batch)) {
 			CHECK(++spins < 100000000);
 			continue;
 		}
 		struct kva_inbox_node *x;
-		while ((x = kva_inbox_batch_pop(&batch))) {
+		while ((x = kva_inbox_batch_pop_blocking(&batch))) {
 			struct item *it = caa_container_of(x, struct item, node);
 			CHECK(it->producer < NPROD && it->seq < prod[it->producer].count);
 			CHECK(it == &items[it->producer][it->seq]);
@@ -407,7 +407,7 @@ static void fuzz_inbox(void)
 		pthread_join(prod[p].thread, NULL);
 		CHECK(next[p] == prod[p].count);
 	}
-	CHECK(!kva_inbox_drain(&inbox, &batch) && kva_inbox_empty(&inbox));
+	CHECK(!kva_inbox_drain_blocking(&inbox, &batch) && kva_inbox_empty(&inbox));
 	kva_inbox_fini(&inbox);
 }
 

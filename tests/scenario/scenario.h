@@ -184,7 +184,8 @@ static inline void sc_dir_clear(struct sc *s) { s->n_dir = 0; }
 static inline const kva_admission *sc_admitted(struct sc *s, kva_handle h)
 {
 	for (uint32_t i = 0; i < s->plan.n_admitted; i++)
-		if (s->admitted[i].handle.id == h.id && s->admitted[i].handle.gen == h.gen)
+		if (s->admitted[i].handle.id == h.id && s->admitted[i].handle.gen == h.gen &&
+		    s->admitted[i].handle.slot == h.slot)
 			return &s->admitted[i];
 	return NULL;
 }
@@ -192,7 +193,8 @@ static inline const kva_admission *sc_admitted(struct sc *s, kva_handle h)
 static inline const kva_ended *sc_ended(struct sc *s, kva_handle h)
 {
 	for (uint32_t i = 0; i < s->plan.n_ended; i++)
-		if (s->ended[i].handle.id == h.id && s->ended[i].handle.gen == h.gen)
+		if (s->ended[i].handle.id == h.id && s->ended[i].handle.gen == h.gen &&
+		    s->ended[i].handle.slot == h.slot)
 			return &s->ended[i];
 	return NULL;
 }

@@ -203,7 +203,7 @@ static void submit_duplicate_live_id_is_rejected_and_the_original_lives_on(void 
 	struct sc *s = sc_default();
 	kva_handle orig = sc_submit(s, 5, 0, 16);
 	kva_handle dup = sc_submit(s, 5, 0, 16);
-	assert_int_not_equal(orig.gen, dup.gen);
+	assert_true(orig.slot != dup.slot || orig.gen != dup.gen); /* distinct incarnations */
 	sc_step(s, 0);
 	assert_non_null(sc_admitted(s, orig));
 	assert_null(sc_admitted(s, dup));
@@ -248,7 +248,7 @@ static void cancel_rejects_null_unknown_stale_and_repeated(void **st)
 	kva_handle h = sc_submit(s, 1, 0, 16);
 	assert_int_equal(kva_cancel(NULL, h), -EINVAL);
 	assert_int_equal(kva_cancel(s->e, unknown_handle), -ENOENT);
-	assert_int_equal(kva_cancel(s->e, (kva_handle){h.id, h.gen + 1, 0}), -ENOENT);
+	assert_int_equal(kva_cancel(s->e, (kva_handle){h.id, h.gen + 1, h.slot}), -ENOENT);
 	assert_int_equal(kva_cancel(s->e, (kva_handle){h.id, 0, 0}), -ENOENT);
 	assert_int_equal(kva_cancel(s->e, h), 0);
 	assert_int_equal(kva_cancel(s->e, h), -EALREADY);
@@ -376,13 +376,13 @@ static void lookup_answer_rejects_unknown_stale_and_repeated_tokens(void **st)
 	sc_step(s, 0);
 	kva_lookup_token t = s->lookups[0].token;
 	kva_manifest miss = {.count = 0};
-	assert_int_equal(kva_lookup_answer(s->e, (kva_lookup_token){999, t.gen, t.seq}, &miss),
+	assert_int_equal(kva_lookup_answer(s->e, (kva_lookup_token){999, t.gen, t.seq, t.slot}, &miss),
 			 -ENOENT);
-	assert_int_equal(kva_lookup_answer(s->e, (kva_lookup_token){t.id, t.gen + 1, t.seq}, &miss),
+	assert_int_equal(kva_lookup_answer(s->e, (kva_lookup_token){t.id, t.gen + 2, t.seq, t.slot}, &miss),
 			 -ENOENT);
-	assert_int_equal(kva_lookup_answer(s->e, (kva_lookup_token){t.id, t.gen, t.seq + 1}, &miss),
+	assert_int_equal(kva_lookup_answer(s->e, (kva_lookup_token){t.id, t.gen, t.seq + 1, t.slot}, &miss),
 			 -ESTALE);
-	assert_int_equal(kva_lookup_answer(s->e, (kva_lookup_token){t.id, t.gen, 0}, &miss),
+	assert_int_equal(kva_lookup_answer(s->e, (kva_lookup_token){t.id, t.gen, 0, t.slot}, &miss),
 			 -ESTALE);
 	assert_int_equal(kva_lookup_answer(s->e, t, &miss), 0);
 	sc_step(s, 0);
@@ -433,18 +433,18 @@ static void copy_done_rejects_null_unknown_stale_and_out_of_range(void **st)
 	assert_int_equal(kva_copy_done(NULL, t, 0, 0), -EINVAL);
 	assert_int_equal(kva_copy_done(s->e, t, 1, 0), -ERANGE);
 	assert_int_equal(kva_copy_done(s->e, t, UINT32_MAX, 0), -ERANGE);
-	assert_int_equal(kva_copy_done(s->e, (kva_copy_token){999, t.gen, t.attempt}, 0, 0),
+	assert_int_equal(kva_copy_done(s->e, (kva_copy_token){999, t.gen, t.attempt, t.slot}, 0, 0),
 			 -ENOENT);
-	assert_int_equal(kva_copy_done(s->e, (kva_copy_token){t.id, t.gen + 7, t.attempt}, 0, 0),
+	assert_int_equal(kva_copy_done(s->e, (kva_copy_token){t.id, t.gen + 8, t.attempt, t.slot}, 0, 0),
 			 -ENOENT);
-	assert_int_equal(kva_copy_done(s->e, (kva_copy_token){t.id, t.gen, t.attempt + 1}, 0, 0),
+	assert_int_equal(kva_copy_done(s->e, (kva_copy_token){t.id, t.gen, t.attempt + 1, t.slot}, 0, 0),
 			 -ESTALE);
-	assert_int_equal(kva_copy_done(s->e, (kva_copy_token){t.id, t.gen, 0}, 0, 0), -ESTALE);
+	assert_int_equal(kva_copy_done(s->e, (kva_copy_token){t.id, t.gen, 0, t.slot}, 0, 0), -ESTALE);
 	/* a request that never copied has no attempt to report on */
 	assert_non_null(sc_admitted(s, plain));
-	assert_int_equal(kva_copy_done(s->e, (kva_copy_token){plain.id, plain.gen, 0}, 0, 0),
+	assert_int_equal(kva_copy_done(s->e, (kva_copy_token){plain.id, plain.gen, 0, plain.slot}, 0, 0),
 			 -ESTALE);
-	assert_int_equal(kva_copy_done(s->e, (kva_copy_token){plain.id, plain.gen, 1}, 0, 1),
+	assert_int_equal(kva_copy_done(s->e, (kva_copy_token){plain.id, plain.gen, 1, plain.slot}, 0, 1),
 			 -ESTALE);
 	sc_step(s, 0);
 	assert_int_equal(s->plan.events, 0);
@@ -501,7 +501,7 @@ static void copy_done_for_an_attempt_not_yet_handed_out_is_stale(void **st)
 	kva_handle h = sc_submit(s, 1, KEY, 480);
 	sc_step(s, 0);
 	assert_int_equal(sc_state(s, h), KVA_STATE_IMPORTING);
-	kva_copy_token guess = {h.id, h.gen, 1};
+	kva_copy_token guess = {h.id, h.gen, 1, h.slot};
 	assert_int_equal(kva_copy_done(s->e, guess, 0, 0), -ESTALE);
 	sc_step(s, 0);
 	assert_int_equal(sc_state(s, h), KVA_STATE_IMPORTING);
@@ -714,7 +714,7 @@ static void grow_rejects_bad_handles_zero_and_oversized_requests(void **st)
 	assert_int_equal(kva_grow(s->e, run, 101, ids), -ERANGE);
 	assert_int_equal(kva_grow(s->e, run, UINT32_MAX, ids), -ERANGE);
 	assert_int_equal(kva_grow(s->e, unknown_handle, 1, ids), -ENOENT);
-	assert_int_equal(kva_grow(s->e, (kva_handle){run.id, run.gen + 9, 0}, 1, ids), -ENOENT);
+	assert_int_equal(kva_grow(s->e, (kva_handle){run.id, run.gen + 9, run.slot}, 1, ids), -ENOENT);
 	assert_int_equal(kva_grow(s->e, wait, 1, ids), -EBUSY); /* waiting */
 	assert_int_equal(kva_grow(s->e, imp, 1, ids), -EBUSY);	/* importing */
 	kva_stats before = sc_stats(s);
@@ -760,7 +760,7 @@ static void preempt_rejects_bad_handles_and_non_running_requests(void **st)
 	sc_step(s, 0);
 	assert_int_equal(kva_preempt(NULL, run), -EINVAL);
 	assert_int_equal(kva_preempt(s->e, unknown_handle), -ENOENT);
-	assert_int_equal(kva_preempt(s->e, (kva_handle){run.id, run.gen + 1, 0}), -ENOENT);
+	assert_int_equal(kva_preempt(s->e, (kva_handle){run.id, run.gen + 1, run.slot}), -ENOENT);
 	assert_int_equal(kva_preempt(s->e, wait), -EBUSY);
 	assert_int_equal(kva_preempt(s->e, run), 0);
 	assert_int_equal(kva_preempt(s->e, run), -EBUSY); /* already on its way back */
@@ -791,7 +791,7 @@ static void finish_twice_is_ealready_and_reported_once(void **st)
 	kva_handle run = t.run, imp = t.imp, wait = t.wait;
 	assert_int_equal(kva_finish(NULL, run), -EINVAL);
 	assert_int_equal(kva_finish(s->e, unknown_handle), -ENOENT);
-	assert_int_equal(kva_finish(s->e, (kva_handle){run.id, run.gen + 1, 0}), -ENOENT);
+	assert_int_equal(kva_finish(s->e, (kva_handle){run.id, run.gen + 1, run.slot}), -ENOENT);
 	assert_int_equal(kva_finish(s->e, wait), -EBUSY);
 	assert_int_equal(kva_finish(s->e, imp), -EBUSY);
 	assert_int_equal(kva_grow(s->e, run, 3, NULL), 0);
@@ -865,7 +865,7 @@ static void query_rejects_null_unknown_and_stale_handles(void **st)
 	assert_int_equal(kva_query(NULL, h, &info), -EINVAL);
 	assert_int_equal(kva_query(s->e, h, NULL), -EINVAL);
 	assert_int_equal(kva_query(s->e, unknown_handle, &info), -ENOENT);
-	assert_int_equal(kva_query(s->e, (kva_handle){h.id, h.gen + 1, 0}, &info), -ENOENT);
+	assert_int_equal(kva_query(s->e, (kva_handle){h.id, h.gen + 1, h.slot}, &info), -ENOENT);
 	assert_int_equal(kva_query(s->e, h, &info), 0); /* known before ingest */
 	assert_int_equal(info.state, KVA_STATE_WAITING);
 	sc_step(s, 0);

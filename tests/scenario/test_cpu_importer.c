@@ -220,7 +220,7 @@ static void t_collect(struct t *t)
 static struct adm *t_find(struct t *t, kva_handle h)
 {
 	for (uint32_t i = 0; i < t->n_adm; i++)
-		if (t->adm[i].h.id == h.id && t->adm[i].h.gen == h.gen)
+		if (t->adm[i].h.id == h.id && t->adm[i].h.gen == h.gen && t->adm[i].h.slot == h.slot)
 			return &t->adm[i];
 	return NULL;
 }
@@ -354,7 +354,7 @@ static void rule11_injected_failures_are_retried_and_copy_right_bytes(void **sta
 		uint32_t a = 1;
 		while (
 		    a <= retries + 1 &&
-		    kva_cpu_importer_fails(seed, rate, (kva_copy_token){h[i].id, h[i].gen, a}, 0))
+		    kva_cpu_importer_fails(seed, rate, (kva_copy_token){h[i].id, h[i].gen, a, h[i].slot}, 0))
 			a++;
 		want_failed += a - 1;
 		restores[i] = a <= retries + 1;
@@ -404,9 +404,9 @@ static void rule11_shorter_checkpoint_fallback_copies_the_shorter_bytes(void **s
 		bool ok = true;
 		for (uint32_t a = 1; a <= retries + 1; a++)
 			ok = ok &&
-			     kva_cpu_importer_fails(s, 0.5, (kva_copy_token){h.id, h.gen, a}, 0);
+			     kva_cpu_importer_fails(s, 0.5, (kva_copy_token){h.id, h.gen, a, h.slot}, 0);
 		if (ok &&
-		    !kva_cpu_importer_fails(s, 0.5, (kva_copy_token){h.id, h.gen, retries + 2}, 0))
+		    !kva_cpu_importer_fails(s, 0.5, (kva_copy_token){h.id, h.gen, retries + 2, h.slot}, 0))
 			seed = s;
 	}
 	assert_true(seed != 0);
@@ -620,8 +620,8 @@ static void rule19_world2_one_rank_failing_fails_attempt_and_retry_succeeds(void
 	kva_handle h = sc_submit(t->s, 1, 9, 300);
 	uint64_t seed = 0;
 	for (uint64_t s = 1; s < 100000 && !seed; s++)
-		if (kva_cpu_importer_fails(s, 0.5, (kva_copy_token){h.id, h.gen, 1}, 1) &&
-		    !kva_cpu_importer_fails(s, 0.5, (kva_copy_token){h.id, h.gen, 2}, 1))
+		if (kva_cpu_importer_fails(s, 0.5, (kva_copy_token){h.id, h.gen, 1, h.slot}, 1) &&
+		    !kva_cpu_importer_fails(s, 0.5, (kva_copy_token){h.id, h.gen, 2, h.slot}, 1))
 			seed = s;
 	kva_cpu_importer_set_failures(t->imp[1], 0.5, seed);
 	t_drive(t, 1);

@@ -87,10 +87,10 @@ static void consume(struct shared *s, struct consumer_result *r)
 	struct kva_inbox_batch b;
 
 	while (r->received < total && r->errors == 0) {
-		if (!kva_inbox_drain(&s->q, &b))
+		if (!kva_inbox_drain_blocking(&s->q, &b))
 			continue;
 		r->drains++;
-		for (struct kva_inbox_node *n; (n = kva_inbox_batch_pop(&b));) {
+		for (struct kva_inbox_node *n; (n = kva_inbox_batch_pop_blocking(&b));) {
 			struct item *it = caa_container_of(n, struct item, node);
 			r->received++;
 			if (it->producer >= PRODUCERS) {

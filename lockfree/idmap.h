@@ -1,0 +1,57 @@
+/*
+ * idmap: open-addressing map from a 64-bit id to a 32-bit value, for state
+ * that one thread owns (no atomics, no RCU). Linear probing over a power-of-
+ * two table kept at most 3/4 full, deletion by backward shift (no
+ * tombstones, so churn never degrades probes), ids hashed with the
+ * splitmix64 finalizer (a bijection: distinct ids never share a hash).
+ *
+ * Growth doubles the table; kva_idmap_reserve() lets a caller grow before a
+ * change it must not fail halfway.
+ *
+ * Synchronisation table: single thread; nothing may run concurrently.
+ */
+#ifndef KVA_LOCKFREE_IDMAP_H
+#define KVA_LOCKFREE_IDMAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVA_IDMAP_NONE UINT32_MAX /* reserved: not a storable value */
+
+typedef void *(*kva_idmap_alloc_fn)(size_t bytes);
+typedef void (*kva_idmap_free_fn)(void *p, size_t bytes);
+
+struct kva_idmap {
+	uint64_t *keys;
+	uint32_t *vals; /* KVA_IDMAP_NONE: empty */
+	uint32_t cap;   /* 0 or a power of two */
+	uint32_t count;
+	kva_idmap_alloc_fn mem_alloc;
+	kva_idmap_free_fn mem_free;
+};
+
+static inline uint64_t kva_hash64(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+/* Allocates nothing until the first insert. */
+void kva_idmap_init(struct kva_idmap *m, kva_idmap_alloc_fn a, kva_idmap_free_fn f);
+void kva_idmap_fini(struct kva_idmap *m);
+/* Room for n more entries without growing. 0 or -ENOMEM (map unchanged). */
+int kva_idmap_reserve(struct kva_idmap *m, uint32_t n);
+/* The value slot of id, NULL if absent (valid until the next change). */
+uint32_t *kva_idmap_find(const struct kva_idmap *m, uint64_t id);
+/* 0, -EEXIST (id present, unchanged), -ENOMEM (map unchanged). */
+int kva_idmap_insert(struct kva_idmap *m, uint64_t id, uint32_t val);
+/* true if id was present. */
+bool kva_idmap_remove(struct kva_idmap *m, uint64_t id);
+
+static inline uint32_t kva_idmap_count(const struct kva_idmap *m) { return m->count; }
+
+#endif

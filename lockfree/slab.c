@@ -1,0 +1,324 @@
+/*
+ * slab: indexed slots with generations (see slab.h for the contract).
+ *
+ * Owns the chunks, the shared free stack, the per-thread caches and the
+ * process-wide registry of live slabs, which only the cold paths (a thread
+ * attaching or leaving a cache, init, fini) lock.
+ *
+ * Memory-order labels:
+ *   R1/A1  chunk published with its slot headers -> kva_slab_get
+ *   R2/A2  slot filled, generation made odd -> kva_slab_lookup
+ *   R3/A3  a thread leaves its cache -> the thread that adopts it
+ *   R4/A4  a chain pushed on the free stack -> the thread that pops it
+ *   R5/A5  a cache linked into the slab's list -> a thread walking the list
+ */
+#include "slab.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+
+struct kva_slab_cache {
+	struct kva_slab_cache *next; /* the slab's list of caches, never unlinked */
+	_Atomic int owned;           /* a thread holds it in its TLS */
+	uint32_t n;
+	uint32_t idx[KVA_SLAB_CACHE];
+};
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct kva_slab *registry; /* live slabs */
+static uint64_t registry_serial;
+
+struct tls_cache {
+	uint64_t serial; /* 0 = unused */
+	struct kva_slab_cache *c;
+};
+static _Thread_local struct tls_cache tls_caches[KVA_SLAB_TLS_CACHES];
+static _Thread_local unsigned tls_victim;
+static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t exit_key;
+static int exit_key_err;
+
+static uint32_t chunk_slots(uint32_t c)
+{
+	return c < KVA_SLAB_DOUBLINGS ? 1u << (KVA_SLAB_FIRST_SHIFT + c) : 1u << KVA_SLAB_BIG_SHIFT;
+}
+
+
+static struct kva_slab_hdr *hdr(const struct kva_slab *s, uint32_t idx)
+{
+	return kva_slab_get(s, idx);
+}
+
+int kva_slab_init(struct kva_slab *s, size_t slot_size, size_t rcu_off, kva_slab_alloc_fn a,
+                  kva_slab_free_fn f)
+{
+	if (!s || !a || !f || slot_size % alignof(struct kva_slab_rcu) ||
+	    rcu_off < sizeof(struct kva_slab_hdr) || rcu_off % alignof(struct kva_slab_rcu) ||
+	    rcu_off + sizeof(struct kva_slab_rcu) > slot_size || slot_size > UINT32_MAX)
+		return -EINVAL;
+	memset(s, 0, sizeof(*s));
+	s->slot_size = (uint32_t)slot_size;
+	s->rcu_off = (uint32_t)rcu_off;
+	s->mem_alloc = a;
+	s->mem_free = f;
+	pthread_mutex_lock(&registry_lock);
+	s->serial = ++registry_serial;
+	s->live_next = registry;
+	registry = s;
+	pthread_mutex_unlock(&registry_lock);
+	return 0;
+}
+
+void kva_slab_fini(struct kva_slab *s)
+{
+	if (!s)
+		return;
+	/* After urcu_memb_barrier() (the contract): every callback of this
+	 * slab has run; TSan learns it here (the release in reclaim_batch). */
+	kva_rcu_reclaim_begin();
+	pthread_mutex_lock(&registry_lock);
+	for (struct kva_slab **p = &registry; *p; p = &(*p)->live_next)
+		if (*p == s) {
+			*p = s->live_next;
+			break;
+		}
+	pthread_mutex_unlock(&registry_lock);
+	/* Threads may still name this slab's serial in their TLS: serials are
+	 * never reused, so those entries never match again. */
+	struct kva_slab_cache *c = atomic_load_explicit(&s->caches, memory_order_acquire);
+	while (c) {
+		struct kva_slab_cache *next = c->next;
+		s->mem_free(c, sizeof(*c));
+		c = next;
+	}
+	uint32_t n = atomic_load_explicit(&s->nchunks, memory_order_relaxed);
+	for (uint32_t i = 0; i < n && i < KVA_SLAB_MAX_CHUNKS; i++) {
+		char *base = atomic_load_explicit(&s->chunk[i], memory_order_relaxed);
+		if (base)
+			s->mem_free(base, (size_t)chunk_slots(i) * s->slot_size);
+	}
+}
+
+/* ---- the shared free stack ------------------------------------------------ */
+
+/* A private chain first..last (linked by hdr.next) goes on the stack. */
+static void push_chain(struct kva_slab *s, uint32_t first, uint32_t last)
+{
+	struct kva_slab_hdr *tail = hdr(s, last);
+	uint32_t top = atomic_load_explicit(&s->free_top, memory_order_relaxed);
+	do
+		atomic_store_explicit(&tail->next, top, memory_order_relaxed);
+	/* R4: the chain's links and headers, to the popper (A4). */
+	while (!atomic_compare_exchange_weak_explicit(&s->free_top, &top, first + 1,
+	                                              memory_order_release, memory_order_relaxed));
+}
+
+/* Inside an RCU read-side section. Pops up to `want` slots with one CAS; the
+ * walk between load and CAS is bounded by `want`. No ABA (slab.h): while
+ * this section lasts, a slot seen on top cannot be pushed again. */
+static uint32_t pop_batch(struct kva_slab *s, uint32_t *out, uint32_t want)
+{
+	/* A4: pairs with R4 in push_chain. */
+	uint32_t top = atomic_load_explicit(&s->free_top, memory_order_acquire);
+	for (;;) {
+		if (!top)
+			return 0;
+		uint32_t n = 1, last = top - 1, nx;
+		while (n < want && (nx = atomic_load_explicit(&hdr(s, last)->next, memory_order_relaxed))) {
+			last = nx - 1;
+			n++;
+		}
+		nx = atomic_load_explicit(&hdr(s, last)->next, memory_order_relaxed);
+		if (atomic_compare_exchange_weak_explicit(&s->free_top, &top, nx, memory_order_acquire,
+		                                          memory_order_acquire)) {
+			uint32_t i = top - 1;
+			for (uint32_t k = 0; k < n; k++) {
+				out[k] = i;
+				i = atomic_load_explicit(&hdr(s, i)->next, memory_order_relaxed) - 1;
+			}
+			return n;
+		}
+	}
+}
+
+/* Claims the next chunk number, allocates and publishes it; its first slots
+ * fill the caller's cache and the rest go on the stack. Lock-free: two
+ * threads that grow at once each add a chunk. 0 or -ENOMEM. */
+static int grow(struct kva_slab *s, struct kva_slab_cache *c)
+{
+	uint32_t k = atomic_load_explicit(&s->nchunks, memory_order_relaxed);
+	do {
+		if (k >= KVA_SLAB_MAX_CHUNKS)
+			return -ENOMEM;
+	} while (!atomic_compare_exchange_weak_explicit(&s->nchunks, &k, k + 1, memory_order_relaxed,
+	                                                memory_order_relaxed));
+	uint32_t n = chunk_slots(k), base = kva__slab_chunk_base(k);
+	char *mem = s->mem_alloc((size_t)n * s->slot_size);
+	if (!mem)
+		return -ENOMEM; /* chunk k stays a hole: its indices are never handed out */
+	for (uint32_t i = 0; i < n; i++) {
+		struct kva_slab_hdr *h = (struct kva_slab_hdr *)(mem + (size_t)i * s->slot_size);
+		atomic_init(&h->gen, 0);
+		atomic_init(&h->next, i + 1 < n ? base + i + 2 : 0);
+	}
+	uint32_t keep = KVA_SLAB_CACHE - c->n;
+	if (keep > n)
+		keep = n;
+	for (uint32_t i = 0; i < keep; i++)
+		c->idx[c->n++] = base + i;
+	/* R1: the headers above, to every reader of this chunk (A1). */
+	atomic_store_explicit(&s->chunk[k], mem, memory_order_release);
+	atomic_fetch_add_explicit(&s->slots, n, memory_order_relaxed);
+	if (keep < n)
+		push_chain(s, base + keep, base + n - 1);
+	return 0;
+}
+
+/* ---- per-thread caches ------------------------------------------------------ */
+
+static bool slab_live(uint64_t serial)
+{
+	for (struct kva_slab *x = registry; x; x = x->live_next)
+		if (x->serial == serial)
+			return true;
+	return false;
+}
+
+/* The thread stops using a cache; its slots stay in it for the next thread
+ * that attaches to the slab. The slab may be gone: then nothing is touched. */
+static void detach(struct tls_cache *t)
+{
+	pthread_mutex_lock(&registry_lock);
+	/* R3: the cache's slots, to the thread that adopts it (A3). */
+	if (slab_live(t->serial))
+		atomic_store_explicit(&t->c->owned, 0, memory_order_release);
+	pthread_mutex_unlock(&registry_lock);
+	t->serial = 0;
+	t->c = NULL;
+}
+
+static void detach_all_at_exit(void *arg)
+{
+	(void)arg;
+	for (unsigned i = 0; i < KVA_SLAB_TLS_CACHES; i++)
+		if (tls_caches[i].serial)
+			detach(&tls_caches[i]);
+}
+
+static void make_exit_key(void)
+{
+	exit_key_err = pthread_key_create(&exit_key, detach_all_at_exit);
+}
+
+static struct kva_slab_cache *attach(struct kva_slab *s)
+{
+	(void)pthread_once(&exit_key_once, make_exit_key);
+	/* Without the exit hook a thread's slots would stay owned forever. */
+	if (exit_key_err || pthread_setspecific(exit_key, (void *)1))
+		return NULL;
+	struct kva_slab_cache *c;
+	/* A5: pairs with R5 below — the cache's next link. */
+	for (c = atomic_load_explicit(&s->caches, memory_order_acquire); c; c = c->next) {
+		int free_ = 0;
+		/* A3: pairs with R3 in detach — adopts its slots. */
+		if (!atomic_load_explicit(&c->owned, memory_order_relaxed) &&
+		    atomic_compare_exchange_strong_explicit(&c->owned, &free_, 1, memory_order_acquire,
+		                                            memory_order_relaxed))
+			break;
+	}
+	if (!c) {
+		c = s->mem_alloc(sizeof(*c));
+		if (!c)
+			return NULL;
+		c->n = 0;
+		atomic_init(&c->owned, 1);
+		c->next = atomic_load_explicit(&s->caches, memory_order_relaxed);
+		/* R5: the cache, to threads walking the list (A5). */
+		while (!atomic_compare_exchange_weak_explicit(&s->caches, &c->next, c,
+		                                              memory_order_release, memory_order_relaxed))
+			;
+	}
+	unsigned i = 0;
+	while (i < KVA_SLAB_TLS_CACHES && tls_caches[i].serial)
+		i++;
+	if (i == KVA_SLAB_TLS_CACHES) {
+		i = tls_victim++ % KVA_SLAB_TLS_CACHES;
+		detach(&tls_caches[i]);
+	}
+	tls_caches[i] = (struct tls_cache){s->serial, c};
+	return c;
+}
+
+static inline struct kva_slab_cache *my_cache(struct kva_slab *s)
+{
+	for (unsigned i = 0; i < KVA_SLAB_TLS_CACHES; i++)
+		if (tls_caches[i].serial == s->serial)
+			return tls_caches[i].c;
+	return attach(s);
+}
+
+/* ---- allocation and retirement ------------------------------------------------ */
+
+void *kva_slab_alloc(struct kva_slab *s, uint32_t *idx)
+{
+	struct kva_slab_cache *c = my_cache(s);
+	if (!c)
+		return NULL;
+	if (!c->n) {
+		kva_rcu_read_lock();
+		c->n = pop_batch(s, c->idx, KVA_SLAB_REFILL);
+		kva_rcu_read_unlock();
+		if (!c->n && grow(s, c) != 0)
+			return NULL;
+	}
+	*idx = c->idx[--c->n];
+	return hdr(s, *idx);
+}
+
+uint32_t kva_slab_publish(struct kva_slab *s, void *slot)
+{
+	(void)s;
+	struct kva_slab_hdr *h = slot;
+	uint32_t g = atomic_load_explicit(&h->gen, memory_order_relaxed);
+	g += (g & 1u) ? 2u : 1u; /* free slots are even: the next odd value */
+	/* R2: everything the owner wrote, to whoever matches g (A2). */
+	atomic_store_explicit(&h->gen, g, memory_order_release);
+	return g;
+}
+
+static void reclaim_batch(struct rcu_head *head)
+{
+	kva_rcu_reclaim_begin();
+	struct kva_slab_rcu *r = caa_container_of(head, struct kva_slab_rcu, head);
+	push_chain(r->slab, r->first, r->last);
+	/* For TSan: this callback's use of the slab, to kva_slab_fini after
+	 * urcu_memb_barrier() (which TSan cannot see). */
+	KVA__TSAN_RELEASE(&kva__rcu_tsan_gp);
+}
+
+void kva_slab_retire(struct kva_slab *s, struct kva_slab_retired *b, uint32_t idx)
+{
+	struct kva_slab_hdr *h = hdr(s, idx);
+	uint32_t g = atomic_load_explicit(&h->gen, memory_order_relaxed);
+	/* Even: from now on no lookup matches this incarnation (A2 loads). */
+	atomic_store_explicit(&h->gen, g + (g & 1u), memory_order_release);
+	atomic_store_explicit(&h->next, b->first, memory_order_relaxed);
+	b->first = idx + 1;
+	if (!b->last)
+		b->last = idx + 1;
+	if (++b->n >= KVA_SLAB_RETIRE_BATCH)
+		kva_slab_flush(s, b);
+}
+
+void kva_slab_flush(struct kva_slab *s, struct kva_slab_retired *b)
+{
+	if (!b->n)
+		return;
+	struct kva_slab_rcu *r = (struct kva_slab_rcu *)((char *)hdr(s, b->first - 1) + s->rcu_off);
+	r->slab = s;
+	r->first = b->first - 1;
+	r->last = b->last - 1;
+	*b = (struct kva_slab_retired){0, 0, 0};
+	kva_rcu_call(&r->head, reclaim_batch);
+}

@@ -1,0 +1,184 @@
+/*
+ * slab: fixed-size slots addressed by index, each with a generation, for
+ * records that any thread reaches by handle {index, generation} with a bounds
+ * check and one compare — no search, no hash table.
+ *
+ * Memory: slots live in chunks (256 slots first, doubling up to 64 Ki slots,
+ * then 64 Ki each) that are never returned while the slab lives, so a stale
+ * index always points at valid memory. Every slot starts with a
+ * struct kva_slab_hdr owned by the slab.
+ *
+ * Generations: even = free, odd = a live incarnation. kva_slab_publish()
+ * makes a filled slot live (odd), kva_slab_retire() makes it free again
+ * (even) and hands it back only after an RCU grace period, so a reader that
+ * matched the old generation inside its read-side section never sees the
+ * slot reused, and a handle never matches a slot in transit. A slot wraps
+ * after 2^31 incarnations of that one slot.
+ *
+ * Free slots: each thread allocates from its own cache (64 indices), refilled
+ * in batches of up to 32 from a shared Treiber stack with one CAS. The stack
+ * has no ABA by design, without a tag: it is popped only inside an RCU
+ * read-side section and pushed only by call_rcu callbacks (retired slots),
+ * so a slot a popper saw on top cannot come back to the top before that
+ * popper's section ends. Fresh chunks are pushed directly: their slots were
+ * never on the stack. A thread that exits (or uses more than
+ * KVA_SLAB_TLS_CACHES slabs at once) leaves its cache, slots included, for
+ * the next thread to adopt: nothing is lost, nothing passes through the
+ * shared stack early.
+ *
+ * Synchronisation table:
+ *   call                         | may run concurrently with
+ *   -----------------------------+---------------------------------------
+ *   kva_slab_alloc / _publish    | everything but init/fini (any threads)
+ *   kva_slab_lookup / _get       | everything but init/fini (RCU reader)
+ *   kva_slab_retire / _flush     | everything but itself (one retirer)
+ *   kva_slab_init / _fini        | nothing; fini after rcu_barrier
+ */
+#ifndef KVA_LOCKFREE_SLAB_H
+#define KVA_LOCKFREE_SLAB_H
+
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rcu_thread.h"
+
+#define KVA_SLAB_FIRST_SHIFT 8u  /* first chunk: 256 slots */
+#define KVA_SLAB_DOUBLINGS 9u    /* chunks 0..8 double: 256 .. 64 Ki */
+#define KVA_SLAB_BIG_SHIFT 16u   /* later chunks: 64 Ki slots each */
+#define KVA_SLAB_SMALL_TOTAL (((1u << KVA_SLAB_DOUBLINGS) - 1) << KVA_SLAB_FIRST_SHIFT)
+#define KVA_SLAB_MAX_SLOTS (1u << 28)
+#define KVA_SLAB_MAX_CHUNKS                                                                        \
+	(KVA_SLAB_DOUBLINGS + ((KVA_SLAB_MAX_SLOTS - KVA_SLAB_SMALL_TOTAL) >> KVA_SLAB_BIG_SHIFT))
+/* One past the last index the chunks can hold: MAX_SLOTS rounded down to
+ * whole chunks (an index at or above would name chunk[KVA_SLAB_MAX_CHUNKS]). */
+#define KVA_SLAB_INDEX_END                                                                         \
+	(KVA_SLAB_SMALL_TOTAL + ((KVA_SLAB_MAX_CHUNKS - KVA_SLAB_DOUBLINGS) << KVA_SLAB_BIG_SHIFT))
+#define KVA_SLAB_CACHE 64u       /* slot indices one thread keeps per slab */
+#define KVA_SLAB_REFILL 32u      /* taken from the shared stack at once */
+#define KVA_SLAB_RETIRE_BATCH 64u
+#define KVA_SLAB_TLS_CACHES 4u   /* slabs one thread keeps a cache for */
+
+/* First member of every slot. */
+struct kva_slab_hdr {
+	_Atomic uint32_t gen;  /* even: free; odd: live */
+	_Atomic uint32_t next; /* free-stack link: index + 1, 0 = none */
+};
+
+/* The area of a slot that the slab uses while a retired slot waits for its
+ * grace period. The user places it where no reader looks (a union with
+ * owner-private fields). */
+struct kva_slab_rcu {
+	struct rcu_head head;
+	struct kva_slab *slab;
+	uint32_t first, last; /* the batch this slot heads, linked by hdr.next */
+};
+
+/* Slots retired and not yet flushed: private to the one retiring thread. */
+struct kva_slab_retired {
+	uint32_t first, last; /* index + 1, 0 = empty */
+	uint32_t n;
+};
+
+struct kva_slab_cache; /* a thread's free slots, in slab.c */
+
+typedef void *(*kva_slab_alloc_fn)(size_t bytes);
+typedef void (*kva_slab_free_fn)(void *p, size_t bytes);
+
+struct kva_slab {
+	uint32_t slot_size;
+	uint32_t rcu_off; /* offset of the slot's struct kva_slab_rcu */
+	uint64_t serial;  /* unique per slab in the process: names it in thread caches */
+	kva_slab_alloc_fn mem_alloc;
+	kva_slab_free_fn mem_free;
+	struct kva_slab *live_next; /* registry of live slabs (slab.c) */
+	alignas(64) _Atomic uint32_t nchunks;       /* chunk numbers claimed */
+	_Atomic(struct kva_slab_cache *) caches;    /* every cache of this slab */
+	alignas(64) _Atomic uint32_t free_top;      /* index + 1, 0 = empty */
+	alignas(64) _Atomic uint32_t slots;         /* slots in published chunks (statistic) */
+	_Atomic(char *) chunk[KVA_SLAB_MAX_CHUNKS]; /* R1 of slab.c publishes each */
+};
+
+/* 0, -EINVAL (slot_size too small for the header or rcu_off misplaced). The
+ * allocator hooks provide chunk memory (e.g. a dedicated arena). */
+int kva_slab_init(struct kva_slab *s, size_t slot_size, size_t rcu_off, kva_slab_alloc_fn a,
+                  kva_slab_free_fn f);
+/* Frees every chunk. No call_rcu of this slab may be pending
+ * (urcu_memb_barrier() first) and no other thread may use it. */
+void kva_slab_fini(struct kva_slab *s);
+
+/* Any thread. A free slot (its generation even), its index in *idx; NULL
+ * when no memory is left for a new chunk. Owned by the caller until it is
+ * published or retired. */
+void *kva_slab_alloc(struct kva_slab *s, uint32_t *idx);
+/* The owner filled the slot: it becomes live under a new odd generation,
+ * which is returned. Everything written before is visible to whoever
+ * matches that generation (R2 of slab.c). */
+uint32_t kva_slab_publish(struct kva_slab *s, void *slot);
+
+static inline uint32_t kva__slab_chunk_of(uint32_t idx, uint32_t *off)
+{
+	if (idx < KVA_SLAB_SMALL_TOTAL) {
+		uint32_t c = 31u - (uint32_t)__builtin_clz((idx >> KVA_SLAB_FIRST_SHIFT) + 1);
+		*off = idx - (((1u << c) - 1) << KVA_SLAB_FIRST_SHIFT);
+		return c;
+	}
+	uint32_t rel = idx - KVA_SLAB_SMALL_TOTAL;
+	*off = rel & ((1u << KVA_SLAB_BIG_SHIFT) - 1);
+	return KVA_SLAB_DOUBLINGS + (rel >> KVA_SLAB_BIG_SHIFT);
+}
+
+static inline uint32_t kva__slab_chunk_base(uint32_t c)
+{
+	return c < KVA_SLAB_DOUBLINGS
+	               ? ((1u << c) - 1) << KVA_SLAB_FIRST_SHIFT
+	               : KVA_SLAB_SMALL_TOTAL + ((c - KVA_SLAB_DOUBLINGS) << KVA_SLAB_BIG_SHIFT);
+}
+
+/* One past the highest index ever handed out (indices of chunks that failed
+ * to allocate in between: kva_slab_get returns NULL). For walks at fini. */
+static inline uint32_t kva_slab_end(const struct kva_slab *s)
+{
+	uint32_t n = atomic_load_explicit(&((struct kva_slab *)s)->nchunks, memory_order_relaxed);
+	return kva__slab_chunk_base(n < KVA_SLAB_MAX_CHUNKS ? n : KVA_SLAB_MAX_CHUNKS);
+}
+
+/* Any thread. The slot at idx, live or not; NULL if idx was never handed
+ * out. */
+static inline void *kva_slab_get(const struct kva_slab *s, uint32_t idx)
+{
+	if (idx >= KVA_SLAB_INDEX_END)
+		return NULL;
+	uint32_t off, c = kva__slab_chunk_of(idx, &off);
+	/* A1: pairs with R1 in grow() — the chunk's headers are initialised. */
+	char *base = atomic_load_explicit(&((struct kva_slab *)s)->chunk[c], memory_order_acquire);
+	return base ? base + (size_t)off * s->slot_size : NULL;
+}
+
+/* RCU reader (or the slot's owner). The slot at idx if it is live under
+ * generation gen, else NULL. Inside the read-side section the slot stays
+ * that incarnation's memory even if it is retired meanwhile. */
+static inline void *kva_slab_lookup(const struct kva_slab *s, uint32_t idx, uint32_t gen)
+{
+	struct kva_slab_hdr *h = kva_slab_get(s, idx);
+	/* A2: pairs with R2 in kva_slab_publish — sees the filled slot. */
+	if (!h || !(gen & 1) || atomic_load_explicit(&h->gen, memory_order_acquire) != gen)
+		return NULL;
+	return h;
+}
+
+/* The one retiring thread. The slot stops matching its generation now and
+ * joins *batch; the batch is flushed (handed to call_rcu) when full. */
+void kva_slab_retire(struct kva_slab *s, struct kva_slab_retired *batch, uint32_t idx);
+/* The one retiring thread: hands a partial batch to call_rcu. */
+void kva_slab_flush(struct kva_slab *s, struct kva_slab_retired *batch);
+
+/* Slots in published chunks (a statistic). */
+static inline uint32_t kva_slab_slots(const struct kva_slab *s)
+{
+	return atomic_load_explicit(&((struct kva_slab *)s)->slots, memory_order_relaxed);
+}
+
+#endif

@@ -1,0 +1,322 @@
+/*
+ * Admission (see admit.h): the FCFS head's paired reservation (rules 1, 4,
+ * 5, 7, 9), immediate local and ordinary admissions, READY restores passing
+ * a blocked head, the head's timers (rules 8, 18), the prefix-cache reset
+ * (rule 17) and requeueing to the front. Calls copy.c, lookup.c, record.c.
+ */
+#include <string.h>
+
+#include "admit.h"
+#include "copy.h"
+#include "lookup.h"
+
+static bool plan_room(const kva_plan *p, uint32_t pages)
+{
+	return p->n_admitted < p->admitted_cap && p->pages_cap - p->n_pages >= pages;
+}
+
+/* r becomes RUNNING: listed in the plan with its pages; every prompt token
+ * counted once as local, restored or recomputed (rule 16). */
+static void plan_admit(kva_engine *e, struct kva__req *r, uint8_t how, uint32_t local,
+                       uint32_t restored)
+{
+	kva_plan *p = e->plan;
+	struct kva__grant *g = kva__grant(r);
+	uint32_t n = atomic_load_explicit(&g->npages, memory_order_relaxed);
+	kva_admission *a = &p->admitted[p->n_admitted++];
+	a->handle = kva__rec_handle(r);
+	a->user = r->user;
+	a->how = how;
+	a->reason = how == KVA_ADMIT_RECOMPUTE ? r->reason : KVA_REASON_NONE;
+	a->reserved_ = 0;
+	a->local_tokens = local;
+	a->restored_tokens = restored;
+	a->recompute_tokens = r->prompt_tokens - local - restored;
+	a->pages_off = p->n_pages;
+	a->npages = n;
+	a->reserved_pages = atomic_load_explicit(&g->reserved, memory_order_relaxed);
+	memcpy(p->pages + p->n_pages, g->pages, n * sizeof(uint32_t));
+	p->n_pages += n;
+
+	kva__st_add(e, ST_RESERVED_PAGES, -(int64_t)n);
+	kva__st_add(e, ST_IN_USE_PAGES, n);
+	kva__st_sched(e, how == KVA_ADMIT_RESTORE ? ST_ADMIT_RESTORE
+	                 : how == KVA_ADMIT_LOCAL ? ST_ADMIT_LOCAL
+	                                          : ST_ADMIT_RECOMPUTE,
+	              1);
+	kva__st_sched(e, ST_TOK_ADMITTED, r->prompt_tokens);
+	kva__st_sched(e, ST_TOK_LOCAL, local);
+	kva__st_sched(e, ST_TOK_RESTORED, restored);
+	kva__st_sched(e, ST_TOK_RECOMPUTED, a->recompute_tokens);
+	r->flags &= (uint16_t)~KVA__F_BLOCKED;
+	kva__rec_set_state(e, r, KVA_STATE_RUNNING);
+}
+
+/* Takes n page ids for credits r already holds. */
+static void take_pages(kva_engine *e, struct kva__grant *g, uint32_t n, uint32_t total)
+{
+	bool ok = kva_pagepool_take_n(&e->pool, g->pages, n);
+	(void)ok; /* cannot fail: ids in the pool >= credits outstanding (R1/A1 of capacity.c) */
+	atomic_store_explicit(&g->npages, n, memory_order_relaxed);
+	atomic_store_explicit(&g->reserved, total - n, memory_order_relaxed);
+	g->import_pages = n;
+	kva__st_add(e, ST_RESERVED_PAGES, total);
+}
+
+/* ---- the head's timers (rules 8, 18) ----------------------------------------- */
+
+static void head_forget(kva_engine *e, struct kva__req *r)
+{
+	if (!r || e->head_req != r)
+		return;
+	for (int i = 0; i < HT_COUNT; i++)
+		kva_timerwheel_cancel(&e->wheel, &e->head_timer[i]);
+	e->head_req = NULL;
+}
+
+void kva__admit_head_timer(kva_engine *e, int which)
+{
+	struct kva__req *r = e->head_req;
+	if (!r || !(r->flags & KVA__F_RESTORE))
+		return;
+	uint32_t need = kva__pages_for(e, r->prompt_tokens) + e->cfg.decode_headroom_pages;
+	uint32_t free_pages = kva_capacity_free(&e->cap).pages;
+	double waited = (double)(e->now - r->blocked_since) / 1e9;
+	switch (which) {
+	case HT_WAIT:
+		/* rule 8: give up once, say so once, stop holding others as a restore */
+		kva__log(e, KVA_LOG_WARN,
+		         "kvadmit: restore of request %llu waited %.1f s for capacity "
+		         "(needs %u pages, %u free); recomputing instead",
+		         (unsigned long long)r->id, waited, need, free_pages);
+		kva__st_add(e, ST_WAIT_EXPIRED, 1);
+		head_forget(e, r);
+		kva__fallback(e, r, KVA_REASON_WAIT_EXPIRED);
+		break;
+	case HT_LOG:
+		kva__log(e, KVA_LOG_INFO,
+		         "kvadmit: restore of request %llu waiting %.1f s for capacity "
+		         "(needs %u pages, %u free)",
+		         (unsigned long long)r->id, waited, need, free_pages);
+		kva__st_add(e, ST_WAIT_LOGS, 1);
+		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_LOG], e->now + e->cfg.wait_log_interval_ns);
+		break;
+	case HT_REFRESH:
+		if (!(r->flags & KVA__F_REFRESH)) {
+			kva__st_add(e, ST_REFRESHES, 1);
+			kva__lookup_issue(e, r, false);
+		}
+		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_REFRESH], e->now + e->cfg.lookup_refresh_ns);
+		break;
+	}
+}
+
+/* The head could not be admitted this step. Restores blocked on capacity
+ * arm the bounded-wait, log and refresh timers (rules 8, 18). */
+static void head_block(kva_engine *e, struct kva__req *r, bool restore)
+{
+	e->plan->head_blocked = true;
+	if (!(r->flags & KVA__F_BLOCKED)) {
+		r->flags |= KVA__F_BLOCKED;
+		r->blocked_since = e->now;
+	}
+	if (!restore) {
+		head_forget(e, r);
+		return;
+	}
+	kva__st_sched(e, ST_BLOCKED_STEPS, 1);
+	if (e->head_req == r)
+		return;
+	head_forget(e, e->head_req);
+	e->head_req = r;
+	if (e->cfg.max_restore_wait_ns)
+		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_WAIT],
+		                   r->blocked_since + e->cfg.max_restore_wait_ns);
+	if (e->cfg.wait_log_interval_ns)
+		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_LOG], e->now + e->cfg.wait_log_interval_ns);
+	if (e->cfg.lookup_refresh_ns)
+		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_REFRESH], e->now + e->cfg.lookup_refresh_ns);
+}
+
+/* ---- the waiting queue ------------------------------------------------------------ */
+
+void kva__admit_enqueue(kva_engine *e, struct kva__req *r)
+{
+	kva_waitq_push_back(&e->waitq, &r->wq);
+	kva__lookup_issue(e, r, true);
+}
+
+void kva__admit_requeue_front(kva_engine *e, struct kva__req *r)
+{
+	kva__manifest_drop(e, r);
+	r->flags &= (uint16_t) ~(KVA__F_DECIDED | KVA__F_RESTORE | KVA__F_REFRESH | KVA__F_BLOCKED);
+	r->reason = KVA_REASON_NONE;
+	atomic_store_explicit(&r->pub_reason, 0, memory_order_relaxed);
+	kva_timer_init(&r->deadline); /* the union held a list link until now */
+	kva__rec_set_state(e, r, KVA_STATE_WAITING);
+	kva_waitq_push_front(&e->waitq, &r->wq);
+	kva__lookup_issue(e, r, true);
+}
+
+static void leave_waitq(kva_engine *e, struct kva__req *r)
+{
+	kva_waitq_unlink(&e->waitq, &r->wq);
+	head_forget(e, r);
+	kva__lookup_forget(e, r);
+}
+
+void kva__admit_forget_waiting(kva_engine *e, struct kva__req *r)
+{
+	leave_waitq(e, r);
+}
+
+void kva__admit_forget_ready(kva_engine *e, struct kva__req *r)
+{
+	(void)e;
+	cds_list_del(&r->link);
+}
+
+/* ---- admission ------------------------------------------------------------------------ */
+
+/* 1 admitted, 0 blocked, -1 no room in the plan. */
+static int admit_head(kva_engine *e, struct kva__req *r)
+{
+	kva_plan *p = e->plan;
+	if (!(r->flags & KVA__F_DECIDED)) {
+		p->head_blocked = true; /* FCFS: an undecided head holds the line */
+		return 0;
+	}
+	uint32_t prompt_pages = kva__pages_for(e, r->prompt_tokens);
+	if (r->flags & KVA__F_RESTORE) {
+		const kva_checkpoint *c = kva__sel(r);
+		bool local = c->location == KVA_LOC_LOCAL;
+		uint32_t total = prompt_pages + e->cfg.decode_headroom_pages;
+		uint32_t kp = kva__pages_for(e, c->position);
+		if (local && !plan_room(p, kp))
+			return -1;
+		if (kva__grant_ensure(e, r, kp) != 0)
+			return 0; /* out of memory: try again next step, nothing taken */
+		/* rules 4 and 5: everything it needs or nothing, above the watermark */
+		struct kva_credits want = {total, local ? 0 : 1, 1};
+		if (kva_capacity_try_reserve(&e->cap, want, e->cfg.decode_reserve_pages)) {
+			take_pages(e, kva__grant(r), kp, total);
+			/* rule 11: a new reservation (after preemption or reset too)
+			 * gets the whole retry budget; the grant outlives them */
+			kva__grant(r)->retries = 0;
+			leave_waitq(e, r);
+			if (local) {
+				plan_admit(e, r, KVA_ADMIT_LOCAL, c->position, 0);
+			} else {
+				kva__rec_set_state(e, r, KVA_STATE_IMPORTING);
+				kva__copy_start(e, r);
+			}
+			return 1;
+		}
+		/* rule 1: wait, don't recompute. Legacy engines gave up only on
+		 * imports; a local prefix hit waited for capacity there too. */
+		if (e->cfg.policy != KVA_POLICY_LEGACY || local) {
+			head_block(e, r, true);
+			return 0;
+		}
+		head_forget(e, r);
+		kva__fallback(e, r, KVA_REASON_LEGACY);
+	}
+	uint32_t first = kva__pages_for(e, r->prompt_tokens < e->cfg.prefill_chunk_tokens
+	                                           ? r->prompt_tokens
+	                                           : e->cfg.prefill_chunk_tokens);
+	if (first > e->usable_pages)
+		first = e->usable_pages; /* a first chunk larger than the pool could never start */
+	if (!plan_room(p, first))
+		return -1;
+	if (kva__grant_ensure(e, r, first) != 0)
+		return 0;
+	if (!kva_capacity_try_reserve(&e->cap, (struct kva_credits){first, 0, 1},
+	                              e->cfg.decode_reserve_pages)) {
+		head_block(e, r, false);
+		return 0;
+	}
+	take_pages(e, kva__grant(r), first, first);
+	leave_waitq(e, r);
+	plan_admit(e, r, KVA_ADMIT_RECOMPUTE, 0, 0);
+	return 1;
+}
+
+/* A request that owns its capacity (import done, or an owned fallback) is
+ * admitted past a blocked head (rule 7). false when the plan is full. */
+static bool admit_ready(kva_engine *e, struct kva__req *r)
+{
+	struct kva__grant *g = kva__grant(r);
+	if (!plan_room(e->plan, atomic_load_explicit(&g->npages, memory_order_relaxed)))
+		return false;
+	cds_list_del(&r->link);
+	if (r->flags & KVA__F_RESTORE) {
+		const kva_checkpoint *c = kva__sel(r);
+		if (c->location == KVA_LOC_LOCAL)
+			plan_admit(e, r, KVA_ADMIT_LOCAL, c->position, 0);
+		else
+			plan_admit(e, r, KVA_ADMIT_RESTORE, 0, c->position);
+	} else {
+		plan_admit(e, r, KVA_ADMIT_RECOMPUTE, 0, 0);
+	}
+	return true;
+}
+
+static void make_ready(kva_engine *e, struct kva__req *r)
+{
+	kva_capacity_release(&e->cap, (struct kva_credits){0, 1, 0}); /* the copy slot */
+	kva__rec_set_state(e, r, KVA_STATE_READY);
+	cds_list_add_tail(&r->link, &e->ready);
+}
+
+void kva__admit_on_copy(kva_engine *e, struct kva__req *r, struct kva__event *ev)
+{
+	switch (kva__copy_on_report(e, r, ev)) {
+	case KVA__COPY_READY:
+		make_ready(e, r);
+		break;
+	case KVA__COPY_REQUEUE:
+		kva__admit_requeue_front(e, r);
+		break;
+	default:
+		break;
+	}
+}
+
+void kva__admit_reset_ready(kva_engine *e)
+{
+	e->reset_epoch++; /* imports still copying requeue when they drain */
+	/* last READY first, each pushed to the front: relative order kept */
+	while (!cds_list_empty(&e->ready)) {
+		struct kva__req *r = kva__req_of_link(e->ready.prev);
+		cds_list_del(&r->link);
+		kva__touched(e);
+		kva__rec_give_back(e, r, 0, true); /* rule 17: pages back, to the front */
+		kva__admit_requeue_front(e, r);
+	}
+}
+
+void kva__admit_run(kva_engine *e)
+{
+	kva_plan *plan = e->plan;
+	/* rule 7: restores that own their capacity go first, past the head */
+	while (!cds_list_empty(&e->ready)) {
+		plan->records_touched++;
+		if (!admit_ready(e, kva__req_of_link(e->ready.next)))
+			break;
+	}
+	/* FCFS: admit from the head until one is blocked; never look further */
+	struct kva_waitq_node *n;
+	for (bool batch = false; (n = kva_waitq_first(&e->waitq)); batch = true) {
+		plan->records_touched++;
+		/* Admitting a run of heads: start the next record's cache miss
+		 * now. Not for the first head, so a blocked step stays minimal. */
+		struct kva_waitq_node *next = batch ? kva_waitq_next(&e->waitq, n) : NULL;
+		if (next) {
+			__builtin_prefetch(kva__req_of_wq(next));
+			__builtin_prefetch((char *)kva__req_of_wq(next) + 64);
+			__builtin_prefetch((char *)kva__req_of_wq(next) + 128);
+		}
+		if (admit_head(e, kva__req_of_wq(n)) <= 0)
+			break;
+	}
+}

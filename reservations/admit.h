@@ -1,0 +1,31 @@
+/*
+ * admit.c: the admission side — the FCFS waiting queue and its head (rules
+ * 1, 4, 5, 7, 9), the head's bounded-wait, log and refresh timers (rules 8,
+ * 18), READY restores passing a blocked head, the plan's admissions, and
+ * requeueing to the front (preemption, reset: rule 17). Calls copy.c,
+ * lookup.c and record.c. Scheduler thread only.
+ */
+#ifndef KVA_RESERVATIONS_ADMIT_H
+#define KVA_RESERVATIONS_ADMIT_H
+
+#include "engine.h"
+
+/* A newly ingested request joins the back of the queue and is looked up. */
+void kva__admit_enqueue(kva_engine *e, struct kva__req *r);
+/* r, no longer running or importing, goes back to the front as a new wait:
+ * no manifest, no reason, a fresh decisive lookup. */
+void kva__admit_requeue_front(kva_engine *e, struct kva__req *r);
+/* r leaves the waiting queue (cancel). */
+void kva__admit_forget_waiting(kva_engine *e, struct kva__req *r);
+/* r leaves the READY list (cancel). */
+void kva__admit_forget_ready(kva_engine *e, struct kva__req *r);
+/* A copy report: what it means for r's admission. */
+void kva__admit_on_copy(kva_engine *e, struct kva__req *r, struct kva__event *ev);
+/* A head timer fired. */
+void kva__admit_head_timer(kva_engine *e, int which);
+/* rule 17: READY imports give their pages back and requeue in order. */
+void kva__admit_reset_ready(kva_engine *e);
+/* READY restores first, then FCFS from the head until one is blocked. */
+void kva__admit_run(kva_engine *e);
+
+#endif

@@ -1,0 +1,146 @@
+/*
+ * Copy jobs (see copy.h): attempts, collective completion (rule 19),
+ * retries and shorter-checkpoint recovery (rule 11), drain before reuse
+ * (rule 12). Calls lookup.c (selection, fallback) and record.c.
+ *
+ * Memory-order labels:
+ *   R1  an attempt handed out -> kva_copy_done's CAS (A1 of intake.c)
+ */
+#include "copy.h"
+#include "lookup.h"
+
+void kva__copy_start(kva_engine *e, struct kva__req *r)
+{
+	struct kva__grant *g = kva__grant(r);
+	g->attempts++;
+	g->n_reported = 0;
+	g->any_failed = false;
+	g->copying = true;
+	g->copy_queued = true;
+	g->reset_epoch = e->reset_epoch;
+	/* copy_word still names the previous, fully reported attempt: reports
+	 * for this one are refused until kva__copy_dispatch_pending opens it. */
+	cds_list_add_tail(&r->link, &e->copy_pending);
+	kva__st_add(e, ST_COPY_JOBS, 1);
+}
+
+void kva__copy_cancel(kva_engine *e, struct kva__req *r)
+{
+	struct kva__grant *g = kva__grant(r);
+	uint32_t rsv = atomic_load_explicit(&g->reserved, memory_order_relaxed);
+	uint32_t n = atomic_load_explicit(&g->npages, memory_order_relaxed);
+	atomic_store_explicit(&g->reserved, 0, memory_order_relaxed);
+	kva__st_add(e, ST_RESERVED_PAGES, -(int64_t)(rsv + n));
+	struct kva_credits give = {rsv, 1, 1}; /* credits, the copy slot, the run slot */
+	if (g->copy_queued) {
+		/* never dispatched: nothing to drain */
+		cds_list_del(&r->link);
+		g->copy_queued = false;
+		g->copying = false;
+		atomic_store_explicit(&g->npages, 0, memory_order_relaxed);
+		g->import_pages = 0;
+		kva__pages_return(e, g->pages, n, give);
+		return;
+	}
+	/* the destination pages only after every rank reported */
+	kva__st_add(e, ST_DRAINING_PAGES, n);
+	kva_capacity_release(&e->cap, give);
+}
+
+enum kva__copy_outcome kva__copy_on_report(kva_engine *e, struct kva__req *r,
+                                           struct kva__event *ev)
+{
+	struct kva__grant *g = kva__grant(r);
+	g->n_reported++;
+	if (ev->status)
+		g->any_failed = true;
+	if (g->n_reported < g->world)
+		return KVA__COPY_PENDING; /* rule 19: complete only when every rank reported */
+	g->copying = false;
+	uint32_t kp = g->import_pages;
+	if (atomic_load_explicit(&r->state, memory_order_relaxed) == KVA_STATE_CANCELLED) {
+		/* rule 12: drained, the destination pages may be reused now */
+		atomic_store_explicit(&g->npages, 0, memory_order_relaxed);
+		g->import_pages = 0;
+		kva__st_add(e, ST_DRAINING_PAGES, -(int64_t)kp);
+		kva__pages_return(e, g->pages, kp, (struct kva_credits){0, 0, 0});
+		if (r->flags & KVA__F_REPORTED)
+			kva__rec_retire(e, r);
+		return KVA__COPY_DRAINED;
+	}
+	if (g->any_failed)
+		kva__st_add(e, ST_COPY_FAILED, 1);
+	if (g->reset_epoch != e->reset_epoch) {
+		kva__rec_give_back(e, r, 1, true); /* reset while copying: drained now */
+		return KVA__COPY_REQUEUE;
+	}
+	if (!g->any_failed)
+		return KVA__COPY_READY;
+	if (g->retries < e->cfg.max_copy_retries) {
+		g->retries++;
+		kva__st_add(e, ST_COPY_RETRIES, 1);
+		kva__copy_start(e, r); /* same checkpoint, same pages, reservation kept */
+		return KVA__COPY_PENDING;
+	}
+	int sh = kva__select_shorter(r);
+	if (sh >= 0) {
+		/* rule 11: shrink the import; the credits stay as continuation */
+		const kva_checkpoint *c = &kva__ents(r)[sh];
+		uint32_t kp2 = kva__pages_for(e, c->position);
+		kva_pagepool_put_n(&e->pool, g->pages + kp2, kp - kp2); /* ids only: credits kept */
+		atomic_store_explicit(&g->npages, kp2, memory_order_relaxed);
+		atomic_fetch_add_explicit(&g->reserved, kp - kp2, memory_order_relaxed);
+		g->import_pages = kp2;
+		g->retries = 0;
+		kva__st_add(e, ST_SHORTER, 1);
+		kva__select(e, r, sh);
+		if (c->location == KVA_LOC_LOCAL)
+			return KVA__COPY_READY;
+		kva__copy_start(e, r);
+		return KVA__COPY_PENDING;
+	}
+	kva__fallback(e, r, KVA_REASON_RETRIES_EXHAUSTED);
+	return KVA__COPY_READY; /* recomputes with the capacity it already owns */
+}
+
+/* Without importers the plan is the only channel, so a job waits until the
+ * plan has room for all its ranks. */
+void kva__copy_dispatch_pending(kva_engine *e)
+{
+	kva_plan *p = e->plan;
+	uint32_t w = e->cfg.world_size;
+	bool importers = e->cfg.importers[0].submit != NULL;
+	struct cds_list_head *pos, *tmp;
+	cds_list_for_each_safe(pos, tmp, &e->copy_pending) {
+		struct kva__req *r = kva__req_of_link(pos);
+		struct kva__grant *g = kva__grant(r);
+		if (!importers && p->copies_cap - p->n_copies < w)
+			break;
+		cds_list_del(&r->link);
+		g->copy_queued = false;
+		p->records_touched++;
+		/* R1: the attempt is handed out now, no rank reported yet;
+		 * kva_copy_done CASes bits (A1 of intake.c). Not earlier: a queued
+		 * attempt may still be cancelled and its pages returned undrained. */
+		atomic_store_explicit(&g->copy_word, (uint64_t)g->attempts << 32, memory_order_release);
+		const kva_checkpoint *c = kva__sel(r);
+		kva_handle h = kva__rec_handle(r);
+		kva_copy_job job = {
+			.token = {h.id, h.gen, g->attempts, h.slot, 0},
+			.handle = h,
+			.world_size = w,
+			.checkpoint_id = c->id,
+			.checkpoint_epoch = c->epoch,
+			.position = c->position,
+			.npages = g->import_pages,
+			.pages = g->pages,
+		};
+		for (uint32_t rank = 0; rank < w; rank++) {
+			job.rank = rank;
+			if (p->n_copies < p->copies_cap)
+				p->copies[p->n_copies++] = job;
+			if (importers && e->cfg.importers[rank].submit(e->cfg.importers[rank].ctx, e, &job) != 0)
+				kva_copy_done(e, job.token, rank, -1); /* refused: that rank failed */
+		}
+	}
+}

@@ -1,0 +1,92 @@
+/*
+ * The engine's state, one struct for all of reservations/. Who writes what:
+ * "shared" fields are touched by any thread through atomics or lock-free
+ * structures; "scheduler" fields only inside kva_step (and create/destroy).
+ * Each file's header says which functions it owns; the layering (calls go
+ * downward only) is: engine.c -> admit.c -> copy.c -> lookup.c -> record.c,
+ * with intake.c (the any-thread entry points) -> record.c, and stats.c a leaf.
+ */
+#ifndef KVA_RESERVATIONS_ENGINE_H
+#define KVA_RESERVATIONS_ENGINE_H
+
+#include <stdalign.h>
+
+#include "idmap.h"
+#include "pagepool.h"
+#include "record.h"
+
+enum kva__head_timer { HT_WAIT, HT_LOG, HT_REFRESH, HT_COUNT };
+
+#define KVA__SHARDS 16 /* producer-counter shards, one cache line each */
+
+struct kva__shard {
+	alignas(64) _Atomic uint64_t submitted;
+};
+
+struct kva_engine {
+	kva_config cfg;
+	uint32_t usable_pages; /* total - decode watermark: larger reservations are TOO_LARGE */
+
+	/* shared with any thread */
+	struct kva_inbox inbox;
+	struct kva_capacity cap;
+	struct kva_pagepool pool;
+	_Atomic uint8_t reset_requested;
+	struct kva__event reset_ev;
+	alignas(64) _Atomic uint64_t st[ST_COUNT];
+	struct kva__shard shard[KVA__SHARDS]; /* what producers count */
+	struct kva_slab slab;                 /* the records (own cache lines inside) */
+
+	/* scheduler thread only */
+	alignas(64) struct kva_waitq waitq; /* RCU readers: kva_waiting_foreach */
+	struct kva_inbox_batch batch;       /* spliced from the inbox, not yet handled */
+	struct kva_inbox local;             /* produced by the step's own callbacks */
+	struct kva_inbox deferred;          /* cancels retried next step */
+	struct kva__event *stalled;         /* needed memory: handled first next step */
+	struct cds_list_head ready;         /* READY restores, completion order */
+	struct cds_list_head ended;         /* terminal, not yet reported */
+	struct cds_list_head copy_pending;  /* need a copy job dispatched */
+	struct kva_idmap live_ids;          /* id -> slot of its live incarnation */
+	struct kva_idmap ckpt;              /* local checkpoint id -> first selecting slot */
+	struct kva_slab_retired retired;    /* slots waiting for their grace period */
+	struct kva_timerwheel wheel;
+	struct kva__req *head_req; /* request the head timers belong to */
+	uint32_t reset_epoch;      /* bumped by each prefix-cache reset */
+	struct kva_timer head_timer[HT_COUNT];
+	uint64_t now;
+	kva_plan *plan; /* the plan of the step in progress */
+	bool in_step;
+};
+
+/* statistics helpers */
+static inline void kva__st_add(kva_engine *e, enum kva__stat s, int64_t v)
+{
+	atomic_fetch_add_explicit(&e->st[s], (uint64_t)v, memory_order_relaxed);
+}
+/* For counters only the scheduler thread writes: no locked instruction on
+ * the step's path (readers still load them atomically). */
+static inline void kva__st_sched(kva_engine *e, enum kva__stat s, uint64_t v)
+{
+	atomic_store_explicit(&e->st[s], atomic_load_explicit(&e->st[s], memory_order_relaxed) + v,
+	                      memory_order_relaxed);
+}
+static inline uint64_t kva__st_get(const kva_engine *e, enum kva__stat s)
+{
+	return atomic_load_explicit(&e->st[s], memory_order_relaxed);
+}
+
+static inline uint32_t kva__pages_for(const kva_engine *e, uint64_t tokens)
+{
+	return (uint32_t)((tokens + e->cfg.page_tokens - 1) / e->cfg.page_tokens);
+}
+
+static inline void kva__touched(kva_engine *e)
+{
+	if (e->plan)
+		e->plan->records_touched++;
+}
+
+/* stats.c: one line through the host's log callback (scheduler thread). */
+void kva__log(kva_engine *e, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,408 @@
+/*
+ * Intake: every entry point any thread may call. Each reaches its record
+ * through the handle's (or token's) slot and generation — a bounds check and
+ * a compare inside an RCU read-side section, no search — and hands the
+ * scheduler an event; running requests are arbitrated by a CAS on their
+ * state word. Calls only record.c.
+ *
+ * Memory-order labels:
+ *   A1  kva_copy_done's claim on copy_word: pairs with R1 of copy.c
+ *   A2  a reader sees a state and what the scheduler set up before it: pairs
+ *       with R2 of record.c (and R4 below)
+ *   A3  kva_lookup_answer sees the awaited seq: pairs with R1 of lookup.c
+ *   R4/A4  kva_grow hands the page list back -> the next CAS owner
+ *   A5  kva_waiting_foreach sees a record it reaches: pairs with R2 of slab.c
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "engine.h"
+
+#define LW_AWAITING 1u
+
+/* The calling thread's producer-counter shard. */
+static _Thread_local unsigned tls_shard = UINT32_MAX;
+static _Atomic unsigned next_shard;
+
+static struct kva__shard *my_shard(kva_engine *e)
+{
+	if (__builtin_expect(tls_shard == UINT32_MAX, 0))
+		tls_shard = atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed) % KVA__SHARDS;
+	return &e->shard[tls_shard];
+}
+
+/* RCU read lock held. */
+static struct kva__req *find(kva_engine *e, kva_handle h)
+{
+	return kva__rec_find(e, h.slot, h.gen, h.id);
+}
+
+/* ---- submit ------------------------------------------------------------------ */
+
+int kva_submit(kva_engine *e, const kva_request *q, kva_handle *out)
+{
+	if (!e || !q || !out || q->prompt_tokens == 0 || q->flags != 0)
+		return -EINVAL;
+	uint32_t slot;
+	struct kva__req *r = kva__rec_new(e, &slot);
+	if (!r)
+		return -ENOMEM;
+	/* The slot keeps its grant across incarnations: no memset. */
+	kva_inbox_node_init(&r->ev_main.node);
+	r->ev_main.type = KVA__EV_SUBMIT;
+	r->ev_main.slot = slot;
+	r->id = q->id;
+	r->user = q->user;
+	r->prefix_key = q->prefix_key;
+	r->prompt_tokens = q->prompt_tokens;
+	atomic_init(&r->state, KVA_STATE_WAITING);
+	atomic_init(&r->lookup_word, 0);
+	atomic_init(&r->pub_sel, 0);
+	atomic_init(&r->cancel_requested, 0);
+	atomic_init(&r->lookups, 0);
+	atomic_init(&r->pub_reason, 0);
+	r->reason = KVA_REASON_NONE;
+	r->flags = 0;
+	r->sel = -1;
+	r->nents = 0;
+	r->ck_prev = r->ck_next = 0;
+	r->blocked_since = 0;
+	kva_timer_init(&r->deadline);
+	uint32_t gen = kva__rec_publish(e, r);
+	/* Fill the handle first: once pushed, the record belongs to the
+	 * scheduler, which may end and retire it. */
+	*out = (kva_handle){q->id, gen, slot};
+	struct kva__shard *sh = my_shard(e);
+	atomic_store_explicit(&sh->submitted,
+	                      atomic_load_explicit(&sh->submitted, memory_order_relaxed) + 1,
+	                      memory_order_relaxed);
+	/* The inbox push publishes every field above to the scheduler. */
+	kva__event_push(e, &r->ev_main);
+	return 0;
+}
+
+/* ---- cancel ---------------------------------------------------------------- */
+
+int kva_cancel(kva_engine *e, kva_handle h)
+{
+	if (!e)
+		return -EINVAL;
+	/* Allocated before the claim, so a claim is never undone. */
+	struct kva__cancel *c = kva__alloc(sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	int rc = 0;
+	kva_rcu_read_lock();
+	struct kva__req *r = find(e, h);
+	/* A2: pairs with R2 of record.c. */
+	if (!r || kva__state_is_terminal(atomic_load_explicit(&r->state, memory_order_acquire)))
+		rc = -ENOENT;
+	else if (atomic_exchange_explicit(&r->cancel_requested, 1, memory_order_relaxed))
+		rc = -EALREADY;
+	kva_rcu_read_unlock();
+	if (rc) {
+		kva__free(c, sizeof(*c));
+		return rc;
+	}
+	kva_inbox_node_init(&c->ev.node);
+	c->ev.type = KVA__EV_CANCEL;
+	c->h = h;
+	kva__event_push(e, &c->ev);
+	return 0;
+}
+
+/* ---- directory answers ---------------------------------------------------- */
+
+static int manifest_valid(const kva_manifest *m)
+{
+	if (m->count > KVA_MAX_CHECKPOINTS)
+		return -EINVAL;
+	for (uint32_t i = 0; i < m->count; i++) {
+		const kva_checkpoint *c = &m->entries[i];
+		if (c->position == 0 || c->location > KVA_LOC_LOCAL)
+			return -EINVAL;
+		if (i && c->position <= m->entries[i - 1].position)
+			return -EINVAL; /* unsorted or duplicate position */
+		for (uint32_t j = 0; j < i; j++)
+			if (m->entries[j].id == c->id)
+				return -EINVAL; /* duplicate checkpoint id */
+	}
+	return 0;
+}
+
+int kva_lookup_answer(kva_engine *e, kva_lookup_token t, const kva_manifest *m)
+{
+	if (!e || !m)
+		return -EINVAL;
+	int rc = manifest_valid(m);
+	if (rc)
+		return rc;
+	kva_rcu_read_lock();
+	struct kva__req *r = kva__rec_find(e, t.slot, t.gen, t.id);
+	/* A3: pairs with R1 of lookup.c. */
+	uint32_t w = r ? atomic_load_explicit(&r->lookup_word, memory_order_acquire) : 0;
+	if (!r)
+		rc = -ENOENT;
+	else if (w != (t.seq << 1 | LW_AWAITING) ||
+	         /* ended (A2): awaits no lookup */
+	         kva__state_is_terminal(atomic_load_explicit(&r->state, memory_order_acquire)))
+		rc = -ESTALE;
+	kva_rcu_read_unlock();
+	if (rc == -ESTALE)
+		kva__st_add(e, ST_LATE_ANSWERS, 1);
+	if (rc)
+		return rc;
+	struct kva__answer *a = kva__alloc(kva__answer_bytes(m->count));
+	if (!a)
+		return -ENOMEM;
+	kva_inbox_node_init(&a->ev.node);
+	a->ev.type = KVA__EV_ANSWER;
+	a->token = t;
+	a->count = m->count;
+	memcpy(a->entries, m->entries, m->count * sizeof(kva_checkpoint));
+	kva__event_push(e, &a->ev);
+	return 0;
+}
+
+/* ---- copy reports ---------------------------------------------------------- */
+
+int kva_copy_done(kva_engine *e, kva_copy_token t, uint32_t rank, int status)
+{
+	if (!e)
+		return -EINVAL;
+	if (rank >= e->cfg.world_size)
+		return -ERANGE;
+	int rc = 0;
+	kva_rcu_read_lock();
+	struct kva__req *r = kva__rec_find(e, t.slot, t.gen, t.id);
+	struct kva__grant *g = r ? kva__grant(r) : NULL;
+	if (!g) {
+		rc = -ENOENT;
+		goto out;
+	}
+	/* A1: pairs with R1 of copy.c: the attempt and its pages. */
+	uint64_t w = atomic_load_explicit(&g->copy_word, memory_order_acquire);
+	for (;;) {
+		/* attempts count from 1; 0 names none (a grant that never copied) */
+		if (t.attempt == 0 || (uint32_t)(w >> 32) != t.attempt) {
+			rc = -ESTALE;
+			break;
+		}
+		if (w & (1ull << rank)) {
+			rc = -EALREADY;
+			break;
+		}
+		/* One report per rank per attempt: the bit is the claim. */
+		if (atomic_compare_exchange_weak_explicit(&g->copy_word, &w, w | (1ull << rank),
+		                                          memory_order_acq_rel, memory_order_acquire))
+			break;
+	}
+	if (rc) {
+		kva__st_add(e, ST_STALE_COPY, 1);
+		goto out;
+	}
+	g->rank_ev[rank].status = status ? 1 : 0;
+	kva__event_push(e, &g->rank_ev[rank]);
+out:
+	kva_rcu_read_unlock();
+	return rc;
+}
+
+/* ---- evictions and resets -------------------------------------------------- */
+
+int kva_checkpoint_evicted(kva_engine *e, uint64_t checkpoint_id, uint64_t epoch)
+{
+	if (!e)
+		return -EINVAL;
+	struct kva__evict *ev = kva__alloc(sizeof(*ev));
+	if (!ev)
+		return -ENOMEM;
+	kva_inbox_node_init(&ev->ev.node);
+	ev->ev.type = KVA__EV_EVICT;
+	ev->checkpoint_id = checkpoint_id;
+	ev->epoch = epoch;
+	kva__event_push(e, &ev->ev);
+	return 0;
+}
+
+int kva_reset_prefix_cache(kva_engine *e)
+{
+	if (!e)
+		return -EINVAL;
+	/* One queued reset covers every request made before it is handled;
+	 * pairs with the scheduler's release store in engine.c. */
+	if (!atomic_exchange_explicit(&e->reset_requested, 1, memory_order_acq_rel))
+		kva__event_push(e, &e->reset_ev);
+	return 0;
+}
+
+/* ---- running requests ------------------------------------------------------ */
+
+/* RCU read lock held. Moves h's request out of RUNNING into `to` with one
+ * CAS; the winner owns its page list until it stores a new state.
+ * 0, -ENOENT (unknown or ended), -EALREADY (finishing twice), -EBUSY. */
+static int take_running(kva_engine *e, kva_handle h, uint32_t to, struct kva__req **out)
+{
+	struct kva__req *r = find(e, h);
+	if (!r)
+		return -ENOENT;
+	uint32_t s = KVA_STATE_RUNNING;
+	/* A4: pairs with R4 in kva_grow (and R2 of record.c): we own the page list. */
+	if (atomic_compare_exchange_strong_explicit(&r->state, &s, to, memory_order_acquire,
+	                                            memory_order_relaxed)) {
+		*out = r;
+		return 0;
+	}
+	if (to == KVA__STATE_ENDING && (s == KVA__STATE_ENDING || s == KVA_STATE_FINISHED))
+		return -EALREADY;
+	return kva__state_is_terminal(s) ? -ENOENT : -EBUSY;
+}
+
+/* Adds pages to a RUNNING request inside the GROWING ownership window. */
+static int grow_owned(kva_engine *e, struct kva__req *r, uint32_t pages, uint32_t *ids_out)
+{
+	struct kva__grant *g = kva__grant(r);
+	uint32_t n = atomic_load_explicit(&g->npages, memory_order_relaxed);
+	uint32_t rsv = atomic_load_explicit(&g->reserved, memory_order_relaxed);
+	uint32_t own = rsv < pages ? rsv : pages;
+	uint32_t extra = pages - own;
+	if (n + pages < n)
+		return -ERANGE;
+	int rc = kva__grant_ensure(e, r, n + pages);
+	if (rc)
+		return rc;
+	/* Growth may dip below the decode watermark: that is what it is for. */
+	if (extra && !kva_capacity_try_reserve(&e->cap, (struct kva_credits){extra, 0, 0}, 0))
+		return -ENOSPC;
+	if (!kva_pagepool_take_n(&e->pool, g->pages + n, pages)) {
+		/* cannot happen while ids >= credits; never hand out garbage */
+		kva_capacity_release(&e->cap, (struct kva_credits){extra, 0, 0});
+		return -ENOSPC;
+	}
+	atomic_store_explicit(&g->reserved, rsv - own, memory_order_relaxed);
+	atomic_store_explicit(&g->npages, n + pages, memory_order_relaxed);
+	kva__st_add(e, ST_RESERVED_PAGES, -(int64_t)own);
+	kva__st_add(e, ST_IN_USE_PAGES, pages);
+	if (ids_out)
+		memcpy(ids_out, g->pages + n, pages * sizeof(uint32_t));
+	return 0;
+}
+
+int kva_grow(kva_engine *e, kva_handle h, uint32_t pages, uint32_t *ids_out)
+{
+	if (!e || pages == 0)
+		return -EINVAL;
+	if (pages > e->cfg.total_pages)
+		return -ERANGE;
+	struct kva__req *r;
+	kva_rcu_read_lock();
+	int rc = take_running(e, h, KVA__STATE_GROWING, &r);
+	if (!rc) {
+		rc = grow_owned(e, r, pages, ids_out);
+		/* R4: hand the page list back; pairs with A4 of the next owner. */
+		atomic_store_explicit(&r->state, KVA_STATE_RUNNING, memory_order_release);
+	}
+	kva_rcu_read_unlock();
+	return rc;
+}
+
+/* Moves r out of RUNNING into `to`, gives everything back at once and tells
+ * the scheduler. */
+static int release_running(kva_engine *e, kva_handle h, uint32_t to, uint8_t ev_type)
+{
+	if (!e)
+		return -EINVAL;
+	struct kva__req *r;
+	kva_rcu_read_lock();
+	int rc = take_running(e, h, to, &r);
+	if (!rc) {
+		kva__st_add(e, ST_RUNNING, -1);
+		kva__rec_give_back(e, r, 0, false);
+		if (ev_type == KVA__EV_PREEMPTED)
+			kva__st_add(e, ST_PREEMPTED, 1);
+		r->ev_main.type = ev_type;
+		kva__event_push(e, &r->ev_main);
+	}
+	kva_rcu_read_unlock();
+	return rc;
+}
+
+int kva_finish(kva_engine *e, kva_handle h)
+{
+	return release_running(e, h, KVA__STATE_ENDING, KVA__EV_FINISHED);
+}
+
+int kva_preempt(kva_engine *e, kva_handle h)
+{
+	return release_running(e, h, KVA__STATE_PREEMPTED, KVA__EV_PREEMPTED);
+}
+
+/* ---- readers ------------------------------------------------------------------ */
+
+static uint8_t public_state(uint32_t s)
+{
+	switch (s) {
+	case KVA__STATE_GROWING: return KVA_STATE_RUNNING;
+	case KVA__STATE_PREEMPTED: return KVA_STATE_WAITING;
+	case KVA__STATE_ENDING: return KVA_STATE_FINISHED;
+	default: return (uint8_t)s;
+	}
+}
+
+int kva_query(kva_engine *e, kva_handle h, kva_request_info *out)
+{
+	if (!e || !out)
+		return -EINVAL;
+	int rc = 0;
+	kva_rcu_read_lock();
+	struct kva__req *r = find(e, h);
+	if (!r) {
+		rc = -ENOENT;
+	} else {
+		memset(out, 0, sizeof(*out));
+		out->handle = h;
+		out->user = r->user;
+		out->prompt_tokens = r->prompt_tokens;
+		out->state = public_state(atomic_load_explicit(&r->state, memory_order_acquire));
+		out->reason = atomic_load_explicit(&r->pub_reason, memory_order_relaxed);
+		uint32_t sel = atomic_load_explicit(&r->pub_sel, memory_order_relaxed);
+		out->has_selection = sel != 0;
+		out->selected_position = sel >> 1;
+		out->selected_location = (sel & 1) ? KVA_LOC_LOCAL : KVA_LOC_EXTERNAL;
+		out->lookups = atomic_load_explicit(&r->lookups, memory_order_relaxed);
+		struct kva__grant *g = kva__grant(r);
+		if (g) {
+			out->pages_held = atomic_load_explicit(&g->npages, memory_order_relaxed);
+			out->pages_reserved = atomic_load_explicit(&g->reserved, memory_order_relaxed);
+			out->copy_attempts = (uint32_t)(atomic_load_explicit(&g->copy_word,
+			                                                     memory_order_relaxed) >> 32);
+		}
+	}
+	kva_rcu_read_unlock();
+	return rc;
+}
+
+int kva_waiting_foreach(kva_engine *e, kva_waiting_fn fn, void *ctx, size_t max)
+{
+	if (!e || !fn)
+		return -EINVAL;
+	uint32_t pos = 0;
+	struct kva_waitq_node *n;
+	kva_rcu_read_lock();
+	kva_waitq_for_each_rcu(&e->waitq, n) {
+		if (max && pos >= max)
+			break;
+		struct kva__req *r = kva__req_of_wq(n);
+		/* A5: pairs with R2 of slab.c. Even: retired during this walk. */
+		uint32_t gen = atomic_load_explicit(&r->hdr.gen, memory_order_acquire);
+		if (!(gen & 1))
+			continue;
+		kva_waiting_info w = {{r->id, gen, kva__rec_slot(r)}, r->user, pos, r->prompt_tokens};
+		pos++;
+		if (fn(ctx, &w))
+			break;
+	}
+	kva_rcu_read_unlock();
+	return (int)pos;
+}

@@ -1,0 +1,32 @@
+/*
+ * lookup.c: the directory side of a waiting request — one lookup per
+ * incarnation (rule 2), its deadline (rule 3), the retained manifest and the
+ * checkpoint it selects, refresh answers (rule 18), the checkpoint index and
+ * revalidation on eviction (rule 15), and the fallback to recompute. Calls
+ * only record.c. Scheduler thread only.
+ */
+#ifndef KVA_RESERVATIONS_LOOKUP_H
+#define KVA_RESERVATIONS_LOOKUP_H
+
+#include "engine.h"
+
+/* Asks the directory about r. A decisive lookup decides r's path (r blocks
+ * the head until it is answered or times out); a refresh only may replace
+ * the retained manifest. The callback runs with no lock held. */
+void kva__lookup_issue(kva_engine *e, struct kva__req *r, bool decisive);
+/* 0, or -ENOMEM: the answer could not be indexed; nothing changed, retry. */
+int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a);
+void kva__lookup_on_deadline(kva_engine *e, struct kva__req *r);
+void kva__lookup_on_evict(kva_engine *e, struct kva__evict *ev);
+/* r leaves the waiting side: deadline and index entry go. */
+void kva__lookup_forget(kva_engine *e, struct kva__req *r);
+/* Drops r's retained manifest and selection. */
+void kva__manifest_drop(kva_engine *e, struct kva__req *r);
+/* r takes the ordinary (recompute) path for `reason`. */
+void kva__fallback(kva_engine *e, struct kva__req *r, uint8_t reason);
+/* Points r at manifest entry `sel` (indexes it while r waits on a local one). */
+void kva__select(kva_engine *e, struct kva__req *r, int sel);
+/* The next shorter compatible entry than the selected one, -1 if none. */
+int kva__select_shorter(const struct kva__req *r);
+
+#endif

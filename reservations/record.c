@@ -1,0 +1,226 @@
+/*
+ * Records: slots, state, grants, the one give-back path, terminal outcomes,
+ * the live-id map and retirement (see record.h). Calls nothing in
+ * reservations/ but alloc.c and stats.c.
+ *
+ * Memory-order labels:
+ *   R1/A1  a grant fully built -> kva__grant() readers (record.h)
+ *   R2     a new state published -> readers of the state word (A2 of intake.c)
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "engine.h"
+
+/* The memory budget of a waiting request (bench: BM_memory_per_request). */
+_Static_assert(sizeof(struct kva__req) <= 168, "a record grew past 168 bytes");
+
+/* The engine whose kva_step runs on this thread, if any: events it produces
+ * (a directory answering from its callback) belong to the step in progress. */
+static _Thread_local kva_engine *tls_stepping;
+
+void kva__rec_stepping(kva_engine *e) { tls_stepping = e; }
+
+struct kva__req *kva__rec_find(kva_engine *e, uint32_t slot, uint32_t gen, uint64_t id)
+{
+	struct kva__req *r = kva_slab_lookup(&e->slab, slot, gen);
+	return r && r->id == id ? r : NULL;
+}
+
+struct kva__req *kva__rec_new(kva_engine *e, uint32_t *slot)
+{
+	return kva_slab_alloc(&e->slab, slot);
+}
+
+uint32_t kva__rec_publish(kva_engine *e, struct kva__req *r)
+{
+	return kva_slab_publish(&e->slab, r);
+}
+
+void kva__event_push(kva_engine *e, struct kva__event *ev)
+{
+	/* Answers and copy reports the step's own callbacks produce belong to
+	 * it (bounded by the lookups and copies it started); anything else a
+	 * callback does (a submit, a cancel) waits for the next step. */
+	if (tls_stepping == e && (ev->type == KVA__EV_ANSWER || ev->type == KVA__EV_COPY)) {
+		kva_inbox_push(&e->local, &ev->node);
+		return;
+	}
+	if (kva_inbox_push(&e->inbox, &ev->node) && e->cfg.wake)
+		e->cfg.wake(e->cfg.wake_ctx);
+}
+
+size_t kva__answer_bytes(uint32_t count)
+{
+	return sizeof(struct kva__answer) + count * sizeof(kva_checkpoint);
+}
+
+void kva__answer_free(struct kva__answer *a)
+{
+	if (a)
+		kva__free(a, kva__answer_bytes(a->count));
+}
+
+/* A grant, its per-rank events, then inline room for its first page ids. */
+static size_t grant_size(uint32_t world, uint32_t inline_cap)
+{
+	return sizeof(struct kva__grant) + world * sizeof(struct kva__event) +
+	       inline_cap * sizeof(uint32_t);
+}
+
+static uint32_t *grant_inline_pages(struct kva__grant *g)
+{
+	return (uint32_t *)(g->rank_ev + g->world);
+}
+
+static void grant_free(struct kva__grant *g)
+{
+	if (g->pages != grant_inline_pages(g))
+		kva__free(g->pages, g->cap * sizeof(uint32_t));
+	kva__free(g, grant_size(g->world, g->inline_cap));
+}
+
+int kva__grant_ensure(kva_engine *e, struct kva__req *r, uint32_t min_cap)
+{
+	struct kva__grant *g = kva__grant(r);
+	if (!g) {
+		uint32_t w = e->cfg.world_size;
+		/* room for the first admission's pages saves an allocation per admit */
+		uint32_t icap = min_cap < 16 ? 16 : min_cap <= 1024 ? min_cap : 0;
+		g = kva__calloc(grant_size(w, icap));
+		if (!g)
+			return -ENOMEM;
+		g->req = r;
+		g->world = (uint8_t)w;
+		g->inline_cap = icap;
+		g->cap = icap;
+		g->pages = icap ? grant_inline_pages(g) : NULL;
+		for (uint32_t i = 0; i < w; i++) {
+			kva_inbox_node_init(&g->rank_ev[i].node);
+			g->rank_ev[i].type = KVA__EV_COPY;
+			g->rank_ev[i].rank = (uint8_t)i;
+			g->rank_ev[i].slot = kva__rec_slot(r);
+		}
+		/* R1: publish a fully built grant to kva_copy_done / kva_query (A1). */
+		atomic_store_explicit(&r->grant, g, memory_order_release);
+	}
+	if (g->cap < min_cap) {
+		uint32_t cap = g->cap ? g->cap : 4;
+		while (cap < min_cap)
+			cap = cap > UINT32_MAX / 2 ? min_cap : cap * 2;
+		uint32_t *p;
+		if (g->pages && g->pages == grant_inline_pages(g)) {
+			p = kva__alloc(cap * sizeof(uint32_t)); /* leave the inline room */
+			if (p)
+				memcpy(p, g->pages, g->cap * sizeof(uint32_t));
+		} else {
+			p = kva__realloc(g->pages, g->cap * sizeof(uint32_t), cap * sizeof(uint32_t));
+		}
+		if (!p)
+			return -ENOMEM;
+		g->pages = p;
+		g->cap = cap;
+	}
+	return 0;
+}
+
+/* Gauges follow the state; every state change goes through here. */
+static enum kva__stat gauge_of(uint32_t s)
+{
+	switch (s) {
+	case KVA_STATE_WAITING: return ST_WAITING;
+	case KVA_STATE_IMPORTING: return ST_IMPORTING;
+	case KVA_STATE_READY: return ST_READY;
+	case KVA_STATE_RUNNING:
+	case KVA__STATE_GROWING: return ST_RUNNING;
+	default: return ST_COUNT;
+	}
+}
+
+void kva__rec_set_state(kva_engine *e, struct kva__req *r, uint32_t to)
+{
+	uint32_t from = atomic_load_explicit(&r->state, memory_order_relaxed);
+	enum kva__stat gf = gauge_of(from), gt = gauge_of(to);
+	if (gf != ST_COUNT && (r->flags & KVA__F_INGESTED))
+		kva__st_add(e, gf, -1);
+	if (gt != ST_COUNT)
+		kva__st_add(e, gt, 1);
+	/* R2: readers (kva_query, kva_grow's CAS) see the request's new
+	 * ownership only after everything the scheduler set up for it. */
+	atomic_store_explicit(&r->state, to, memory_order_release);
+}
+
+void kva__pages_return(kva_engine *e, const uint32_t *ids, uint32_t n, struct kva_credits extra)
+{
+	kva_pagepool_put_n(&e->pool, ids, n);
+	extra.pages += n;
+	kva_capacity_release(&e->cap, extra);
+}
+
+void kva__rec_give_back(kva_engine *e, struct kva__req *r, uint16_t slots, bool reserved_gauge)
+{
+	struct kva__grant *g = kva__grant(r);
+	uint32_t n = atomic_load_explicit(&g->npages, memory_order_relaxed);
+	uint32_t rsv = atomic_load_explicit(&g->reserved, memory_order_relaxed);
+	if (reserved_gauge) {
+		kva__st_add(e, ST_RESERVED_PAGES, -(int64_t)(n + rsv));
+	} else {
+		kva__st_add(e, ST_RESERVED_PAGES, -(int64_t)rsv);
+		kva__st_add(e, ST_IN_USE_PAGES, -(int64_t)n);
+	}
+	atomic_store_explicit(&g->npages, 0, memory_order_relaxed);
+	atomic_store_explicit(&g->reserved, 0, memory_order_relaxed);
+	g->import_pages = 0;
+	kva__pages_return(e, g->pages, n, (struct kva_credits){rsv, slots, 1});
+}
+
+int kva__rec_claim_id(kva_engine *e, struct kva__req *r)
+{
+	return kva_idmap_insert(&e->live_ids, r->id, kva__rec_slot(r));
+}
+
+void kva__rec_end(kva_engine *e, struct kva__req *r, uint32_t terminal)
+{
+	if (r->flags & KVA__F_INGESTED) {
+		uint32_t *v = kva_idmap_find(&e->live_ids, r->id);
+		if (v && *v == kva__rec_slot(r))
+			kva_idmap_remove(&e->live_ids, r->id); /* the id may be submitted again */
+	}
+	kva__rec_set_state(e, r, terminal);
+	kva__st_add(e, terminal == KVA_STATE_FINISHED   ? ST_FINISHED
+	               : terminal == KVA_STATE_CANCELLED ? ST_CANCELLED
+	                                                 : ST_REJECTED,
+	            1);
+	cds_list_add_tail(&r->link, &e->ended);
+}
+
+static void manifest_free(struct kva__req *r)
+{
+	if (r->nents > 1)
+		kva__answer_free(r->manifest);
+	r->nents = 0;
+}
+
+void kva__rec_retire(kva_engine *e, struct kva__req *r)
+{
+	manifest_free(r);
+	struct kva__grant *g = kva__grant(r);
+	if (g) /* the next incarnation starts without attempts */
+		atomic_store_explicit(&g->copy_word, 0, memory_order_relaxed);
+	kva_slab_retire(&e->slab, &e->retired, kva__rec_slot(r));
+}
+
+void kva__rec_free_all(kva_engine *e)
+{
+	for (uint32_t i = 0, end = kva_slab_end(&e->slab); i < end; i++) {
+		struct kva__req *r = kva_slab_get(&e->slab, i);
+		if (!r)
+			continue; /* a chunk whose allocation failed */
+		if (atomic_load_explicit(&r->hdr.gen, memory_order_relaxed) & 1)
+			manifest_free(r); /* live: never retired */
+		struct kva__grant *g = kva__grant(r);
+		if (g)
+			grant_free(g);
+	}
+}

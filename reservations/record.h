@@ -1,0 +1,258 @@
+/*
+ * Request records and what they own: the slot a request lives in, its state
+ * word, its grant (pages and credits), its embedded events, its terminal
+ * report and retirement. The lowest layer of reservations/: record.c calls
+ * nothing above it.
+ *
+ * Ownership: the scheduler thread (inside kva_step) is the only writer of a
+ * request's waiting-side state (queue links, manifest, timers, selection).
+ * Other threads reach a record through its handle's slot and generation
+ * (kva__rec_find, inside an RCU read-side section) and touch it only through
+ * atomics: the state word (CAS arbitration of RUNNING requests), the lookup
+ * word, the copy report word, the cancel flag and statistics. A slot is
+ * reused only after an RCU grace period (lockfree/slab), so such a reader
+ * never sees a reused record.
+ */
+#ifndef KVA_RESERVATIONS_RECORD_H
+#define KVA_RESERVATIONS_RECORD_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <urcu/list.h>
+
+#include "kvadmit/kvadmit.h"
+#include "capacity.h"
+#include "inbox.h"
+#include "slab.h"
+#include "timerwheel.h"
+#include "waitq.h"
+
+#ifndef KVA_DEBUG
+#define KVA_DEBUG 0
+#endif
+
+/* Internal request states beyond the public ones (transient, CAS-owned). */
+enum {
+	KVA__STATE_GROWING = 16,   /* RUNNING, a kva_grow owns the page list */
+	KVA__STATE_PREEMPTED = 17, /* released, waiting for the step to requeue */
+	KVA__STATE_ENDING = 18,    /* finish/cancel released, step reports it */
+};
+
+enum kva__event_type {
+	KVA__EV_SUBMIT = 1,
+	KVA__EV_CANCEL,
+	KVA__EV_ANSWER,
+	KVA__EV_COPY,
+	KVA__EV_EVICT,
+	KVA__EV_RESET,
+	KVA__EV_FINISHED,  /* kva_finish released a running request */
+	KVA__EV_PREEMPTED, /* kva_preempt released a running request */
+};
+
+struct kva__event {
+	struct kva_inbox_node node;
+	uint8_t type;
+	uint8_t rank;   /* EV_COPY */
+	int16_t status; /* EV_COPY: 0 ok, else failed */
+	uint32_t slot;  /* embedded in a record: that record's slot */
+};
+
+/* A directory answer. Adopted as the retained manifest when it lists more
+ * than one checkpoint; a single entry is copied into the record. */
+struct kva__answer {
+	struct kva__event ev;
+	kva_lookup_token token;
+	uint32_t count;
+	kva_checkpoint entries[];
+};
+
+/* A cancel request: names the incarnation, so a cancel that arrives after
+ * the record was retired (and its slot reused) finds nothing. */
+struct kva__cancel {
+	struct kva__event ev;
+	kva_handle h;
+};
+
+struct kva__evict {
+	struct kva__event ev;
+	uint64_t checkpoint_id;
+	uint64_t epoch;
+};
+
+/* What an admitted (or importing) request owns. Allocated at the slot's
+ * first reservation and kept with the slot across incarnations (reset at
+ * retirement), freed with the engine. */
+struct kva__grant {
+	struct kva__req *req;
+	uint32_t reset_epoch;      /* engine reset epoch when the copy started */
+	uint32_t *pages;           /* materialised page ids: imported first, then grown;
+	                            * starts in the grant's own tail (one allocation) */
+	uint32_t inline_cap;       /* page ids the tail holds */
+	_Atomic uint32_t npages;   /* readers: kva_query */
+	uint32_t cap;
+	_Atomic uint32_t reserved; /* credits owned, not yet materialised */
+	uint32_t import_pages;     /* pages[0 .. import_pages) are copy destinations */
+	uint32_t attempts;         /* copy attempts started for this request */
+	uint32_t retries;          /* failed attempts on the current checkpoint */
+	uint32_t n_reported;       /* scheduler's count for the current attempt */
+	bool any_failed;
+	bool copying;              /* an attempt is in flight (pages must drain) */
+	bool copy_queued;          /* waiting in copy_pending for plan/importer room */
+	uint8_t world;
+	/* attempt << 32 | mask of ranks that reported it. Producers CAS a bit
+	 * in (A1 of intake.c); the scheduler publishes a new attempt with a
+	 * release store (R1 of copy.c) after the previous one fully drained. */
+	_Atomic uint64_t copy_word;
+	struct kva__event rank_ev[]; /* world entries, one per rank */
+};
+
+enum kva__req_flag {
+	KVA__F_DECIDED = 1u << 0,  /* lookup answered or given up: path known */
+	KVA__F_RESTORE = 1u << 1,  /* a checkpoint is selected */
+	KVA__F_REFRESH = 1u << 2,  /* a non-decisive refresh lookup is out */
+	KVA__F_INGESTED = 1u << 3, /* in the waiting order (not a rejected duplicate) */
+	KVA__F_REPORTED = 1u << 4, /* terminal outcome handed to the host */
+	KVA__F_BLOCKED = 1u << 5,  /* blocked_since is valid */
+	KVA__F_INDEXED = 1u << 6,  /* in the checkpoint index (lookup.c) */
+};
+
+/* 168 bytes: with the live-id map's share, under 192 per waiting request. */
+struct kva__req {
+	struct kva_slab_hdr hdr;   /* generation (handles) and the slab's free link */
+	struct kva__event ev_main; /* submit, then finished / preempted; .slot = ours */
+	uint64_t id;
+	void *user;
+	uint64_t prefix_key;
+	uint32_t prompt_tokens;
+	_Atomic uint32_t state;       /* enum kva_state / KVA__STATE_* */
+	_Atomic uint32_t lookup_word; /* seq << 1 | awaiting */
+	_Atomic uint32_t pub_sel;     /* selected position << 1 | local; 0 none (kva_query) */
+	struct kva__grant *_Atomic grant; /* R1/A1 below: published once per slot */
+	_Atomic uint8_t cancel_requested;
+	_Atomic uint8_t lookups;    /* statistic for kva_query (saturating) */
+	_Atomic uint8_t pub_reason; /* reason, published for kva_query */
+	uint8_t reason;             /* enum kva_reason once on the ordinary path */
+	uint16_t flags;             /* enum kva__req_flag, scheduler only */
+	int8_t sel;                 /* selected manifest entry, -1 none */
+	uint8_t nents;              /* entries of the retained manifest */
+	/* The waiting queue: RCU readers (kva_waiting_foreach) walk it, so a
+	 * record never reuses these links for another list while it lives. */
+	struct kva_waitq_node wq;
+	/* Never read by other threads; which member is in use follows state. */
+	union {
+		struct kva_timer deadline; /* WAITING: decisive lookup's deadline */
+		struct cds_list_head link; /* ready, ended or copy_pending list */
+		struct kva_slab_rcu rcu;   /* retired: the slab's grace-period batch */
+	};
+	uint32_t ck_prev, ck_next;  /* checkpoint index list: slot + 1, 0 = none */
+	uint64_t blocked_since;     /* first step it was blocked at the head (F_BLOCKED) */
+	union {
+		kva_checkpoint one;            /* nents == 1 */
+		struct kva__answer *manifest;  /* nents > 1 */
+	};
+};
+
+/* Statistics: producer-written counters live on their own lines (shards). */
+enum kva__stat {
+	ST_INGESTED, ST_REJECTED, ST_FINISHED, ST_CANCELLED, ST_PREEMPTED,
+	ST_WAITING, ST_IMPORTING, ST_READY, ST_RUNNING,
+	ST_ADMIT_RESTORE, ST_ADMIT_LOCAL, ST_ADMIT_RECOMPUTE,
+	ST_TOK_ADMITTED, ST_TOK_LOCAL, ST_TOK_RESTORED, ST_TOK_RECOMPUTED,
+	ST_LOOKUPS, ST_ANSWERED, ST_LOOKUP_TIMEOUTS, ST_LATE_ANSWERS, ST_REFRESHES, ST_REVALIDATIONS,
+	ST_COPY_JOBS, ST_COPY_FAILED, ST_COPY_RETRIES, ST_SHORTER, ST_STALE_COPY,
+	ST_BLOCKED_STEPS, ST_WAIT_LOGS, ST_WAIT_EXPIRED, ST_STEPS, ST_EVENTS,
+	ST_RESERVED_PAGES, ST_IN_USE_PAGES, ST_DRAINING_PAGES,
+	ST_FALLBACK0, /* + enum kva_reason */
+	ST_COUNT = ST_FALLBACK0 + KVA_REASON_COUNT
+};
+
+/* A1: pairs with R1 in kva__grant_ensure: the grant is fully built. */
+static inline struct kva__grant *kva__grant(struct kva__req *r)
+{
+	return atomic_load_explicit(&r->grant, memory_order_acquire);
+}
+
+static inline bool kva__state_is_terminal(uint32_t s)
+{
+	return s == KVA_STATE_FINISHED || s == KVA_STATE_CANCELLED || s == KVA_STATE_REJECTED ||
+	       s == KVA__STATE_ENDING;
+}
+
+static inline struct kva__req *kva__req_of_wq(struct kva_waitq_node *n)
+{
+	return caa_container_of(n, struct kva__req, wq);
+}
+
+static inline struct kva__req *kva__req_of_link(struct cds_list_head *l)
+{
+	return caa_container_of(l, struct kva__req, link);
+}
+
+static inline uint32_t kva__rec_slot(const struct kva__req *r) { return r->ev_main.slot; }
+
+/* The handle of r's current incarnation (owner, or a reader that matched it). */
+static inline kva_handle kva__rec_handle(struct kva__req *r)
+{
+	return (kva_handle){r->id, atomic_load_explicit(&r->hdr.gen, memory_order_relaxed),
+	                    kva__rec_slot(r)};
+}
+
+/* The retained manifest's entries (nents of them). */
+static inline const kva_checkpoint *kva__ents(const struct kva__req *r)
+{
+	return r->nents > 1 ? r->manifest->entries : &r->one;
+}
+
+/* The selected checkpoint; only while r->sel >= 0. */
+static inline const kva_checkpoint *kva__sel(const struct kva__req *r)
+{
+	return &kva__ents(r)[r->sel];
+}
+
+/* ---- record.c ------------------------------------------------------------ */
+
+/* Any thread inside an RCU read-side section (or the scheduler): the live
+ * record of incarnation {slot, gen} with this id, NULL if there is none. */
+struct kva__req *kva__rec_find(kva_engine *e, uint32_t slot, uint32_t gen, uint64_t id);
+/* Any thread: a free slot for a new record, its index in *slot; NULL: -ENOMEM. */
+struct kva__req *kva__rec_new(kva_engine *e, uint32_t *slot);
+/* Any thread: the record, filled, becomes findable under a new generation. */
+uint32_t kva__rec_publish(kva_engine *e, struct kva__req *r);
+/* Scheduler thread: e's step runs on this thread from now (NULL: ended). */
+void kva__rec_stepping(kva_engine *e);
+/* Any thread: hands an event to the scheduler — the inbox (waking the host
+ * when it was empty), or the step's own queue for an answer or copy report
+ * the scheduler thread produces inside kva_step. */
+void kva__event_push(kva_engine *e, struct kva__event *ev);
+
+size_t kva__answer_bytes(uint32_t count);
+void kva__answer_free(struct kva__answer *a);
+
+/* Scheduler thread, or the GROWING owner: r owns a grant whose page array
+ * holds min_cap ids. 0 or -ENOMEM (nothing changed). */
+int kva__grant_ensure(kva_engine *e, struct kva__req *r, uint32_t min_cap);
+
+void kva__rec_set_state(kva_engine *e, struct kva__req *r, uint32_t to);
+
+/* The one way page ids go back: ids to the pool first, then their credits
+ * together with `extra` (R1 of capacity.c: whoever reserves those credits
+ * finds ids). */
+void kva__pages_return(kva_engine *e, const uint32_t *ids, uint32_t n, struct kva_credits extra);
+/* r gives back every page and credit it owns, its run slot and `slots` copy
+ * slots. `reserved_gauge`: its pages were counted as reserved (not running). */
+void kva__rec_give_back(kva_engine *e, struct kva__req *r, uint16_t slots, bool reserved_gauge);
+
+/* Scheduler thread: the live-id map (rule 14). 0, -EEXIST (a live request
+ * has this id), -ENOMEM. */
+int kva__rec_claim_id(kva_engine *e, struct kva__req *r);
+/* Scheduler thread: records the one terminal outcome of r and queues its
+ * report. */
+void kva__rec_end(kva_engine *e, struct kva__req *r, uint32_t terminal);
+/* Scheduler thread: r's slot goes back after a grace period; what r owned
+ * but its grant goes now. */
+void kva__rec_retire(kva_engine *e, struct kva__req *r);
+/* Engine destroy: frees every grant and manifest left in the slab. */
+void kva__rec_free_all(kva_engine *e);
+
+#endif

@@ -1,0 +1,179 @@
+/*
+ * The step's own contract (core v2): it handles only the events enqueued
+ * before it began (plus answers and copy reports its own callbacks produce),
+ * never blocks, wakes an idle host through `wake` when the inbox goes from
+ * empty to non-empty, and lets any thread walk the waiting queue in order.
+ */
+#include "scenario.h"
+
+#define KEY 77
+
+/* A directory that submits a new request every time it is asked, from
+ * inside the step: without a bound, one step would never return. */
+struct chain {
+	struct sc *s;
+	uint64_t next_id;
+	uint32_t asked;
+};
+
+static void chain_lookup(void *ctx, uint64_t key, uint32_t prompt, kva_lookup_token t)
+{
+	struct chain *c = ctx;
+	(void)key, (void)prompt, (void)t;
+	c->asked++;
+	kva_request r = {.id = c->next_id++, .prefix_key = KEY, .prompt_tokens = 32};
+	kva_handle h;
+	assert_int_equal(kva_submit(c->s->e, &r, &h), 0);
+}
+
+static void step_handles_only_events_present_when_it_began(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	struct sc *s = sc_new(&c);
+	struct chain ch = {s, 100, 0};
+	/* swap in the chaining directory */
+	kva_engine_destroy(s->e);
+	s->cfg.lookup = chain_lookup;
+	s->cfg.lookup_ctx = &ch;
+	int err;
+	s->e = kva_engine_create(&s->cfg, &err);
+	assert_non_null(s->e);
+	sc_submit(s, 1, KEY, 32);
+	for (uint32_t i = 1; i <= 5; i++) {
+		sc_step(s, SC_MS);
+		/* each step ingests exactly the one request submitted before it */
+		assert_int_equal(s->plan.events, 1);
+		assert_int_equal(ch.asked, i);
+	}
+	assert_int_equal(sc_stats(s).waiting, 5);
+	sc_free(s);
+}
+
+static void answer_from_the_lookup_callback_is_handled_in_the_same_step(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	sc_dir_set(s, KEY, sc_ckpt(16, 5, 1)); /* answered at once, local hit */
+	kva_handle h = sc_submit(s, 1, KEY, 32);
+	sc_step(s, SC_MS);
+	assert_non_null(sc_admitted(s, h)); /* ingest, answer and admission: one step */
+	assert_int_equal(s->plan.events, 2);
+	sc_free(s);
+}
+
+struct wake_count {
+	unsigned n;
+};
+
+static void count_wake(void *ctx)
+{
+	((struct wake_count *)ctx)->n++;
+}
+
+static void wake_fires_when_the_inbox_goes_from_empty_to_non_empty(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	struct wake_count w = {0};
+	c.wake = count_wake;
+	c.wake_ctx = &w;
+	struct sc *s = sc_new(&c);
+	kva_handle a = sc_submit(s, 1, 0, 16);
+	assert_int_equal(w.n, 1);
+	sc_submit(s, 2, 0, 16);
+	assert_int_equal(kva_cancel(s->e, a), 0);
+	assert_int_equal(w.n, 1); /* not empty any more: no new wakeup */
+	sc_step(s, SC_MS);
+	assert_int_equal(w.n, 1); /* the step's own work wakes nobody */
+	assert_int_equal(kva_reset_prefix_cache(s->e), 0);
+	assert_int_equal(w.n, 2); /* drained, then a new event */
+	sc_free(s);
+}
+
+struct walk {
+	uint32_t n, stop_at;
+	kva_waiting_info seen[64];
+};
+
+static int record_walk(void *ctx, const kva_waiting_info *wi)
+{
+	struct walk *w = ctx;
+	w->seen[w->n++] = *wi;
+	return w->stop_at && w->n == w->stop_at;
+}
+
+static void waiting_foreach_walks_the_queue_in_admission_order(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	sc_occupy(s, 1000, 100); /* nothing else fits: everyone waits */
+	kva_handle h[5];
+	for (int i = 0; i < 5; i++)
+		h[i] = sc_submit(s, 10 + (uint64_t)i, 0, 32);
+	sc_step(s, SC_MS);
+	assert_int_equal(kva_cancel(s->e, h[2]), 0);
+	sc_step(s, SC_MS);
+	struct walk w = {0};
+	assert_int_equal(kva_waiting_foreach(s->e, record_walk, &w, 0), 4);
+	const int order[4] = {0, 1, 3, 4};
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(w.seen[i].handle.id, h[order[i]].id);
+		assert_int_equal(w.seen[i].handle.gen, h[order[i]].gen);
+		assert_int_equal(w.seen[i].handle.slot, h[order[i]].slot);
+		assert_int_equal(w.seen[i].position, i);
+		assert_int_equal(w.seen[i].prompt_tokens, 32);
+		kva_request_info info;
+		assert_int_equal(kva_query(s->e, w.seen[i].handle, &info), 0); /* usable handles */
+		assert_int_equal(info.state, KVA_STATE_WAITING);
+	}
+	struct walk capped = {0};
+	assert_int_equal(kva_waiting_foreach(s->e, record_walk, &capped, 2), 2);
+	struct walk stopped = {.stop_at = 3};
+	assert_int_equal(kva_waiting_foreach(s->e, record_walk, &stopped, 0), 3);
+	assert_int_equal(kva_waiting_foreach(NULL, record_walk, &w, 0), -EINVAL);
+	assert_int_equal(kva_waiting_foreach(s->e, NULL, &w, 0), -EINVAL);
+	sc_free(s);
+}
+
+static void slots_are_reused_with_a_new_generation_and_old_handles_stay_dead(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_handle first = sc_submit(s, 1, 0, 16);
+	sc_step(s, SC_MS);
+	assert_int_equal(kva_finish(s->e, first), 0);
+	sc_step(s, SC_MS); /* reported and retired */
+	sc_step(s, SC_MS);
+	/* submit until the slot comes back (after a grace period) */
+	kva_handle again;
+	uint64_t id = 2;
+	do {
+		again = sc_submit(s, id++, 0, 16);
+		sc_step(s, SC_MS);
+		assert_int_equal(kva_finish(s->e, again), 0);
+		sc_step(s, SC_MS);
+	} while (again.slot != first.slot && id < 100000);
+	assert_int_equal(again.slot, first.slot);
+	assert_int_not_equal(again.gen, first.gen);
+	kva_request_info info;
+	assert_int_equal(kva_query(s->e, first, &info), -ENOENT);
+	assert_int_equal(kva_cancel(s->e, first), -ENOENT);
+	assert_int_equal(kva_finish(s->e, first), -ENOENT);
+	assert_int_equal(kva_query(s->e, (kva_handle){1, first.gen, 1u << 30}, &info), -ENOENT);
+	sc_free(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(step_handles_only_events_present_when_it_began),
+	    cmocka_unit_test(answer_from_the_lookup_callback_is_handled_in_the_same_step),
+	    cmocka_unit_test(wake_fires_when_the_inbox_goes_from_empty_to_non_empty),
+	    cmocka_unit_test(waiting_foreach_walks_the_queue_in_admission_order),
+	    cmocka_unit_test(slots_are_reused_with_a_new_generation_and_old_handles_stay_dead),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
