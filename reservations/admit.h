@@ -8,7 +8,7 @@
 #ifndef KVA_RESERVATIONS_ADMIT_H
 #define KVA_RESERVATIONS_ADMIT_H
 
-#include "engine.h"
+#include "engine_state.h"
 
 /* A newly ingested request joins the back of the queue and is looked up. */
 void kva__admit_enqueue(kva_engine *e, struct kva__req *r);

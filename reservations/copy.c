@@ -4,7 +4,7 @@
  * (rule 12). Calls lookup.c (selection, fallback) and record.c.
  *
  * Memory-order labels:
- *   R1  an attempt handed out -> kva_copy_done's CAS (A1 of intake.c)
+ *   R1  an attempt handed out -> kva_copy_done's CAS (A3 of record.c)
  */
 #include "copy.h"
 #include "lookup.h"
@@ -120,7 +120,7 @@ void kva__copy_dispatch_pending(kva_engine *e)
 		g->copy_queued = false;
 		p->records_touched++;
 		/* R1: the attempt is handed out now, no rank reported yet;
-		 * kva_copy_done CASes bits (A1 of intake.c). Not earlier: a queued
+		 * kva_copy_done CASes bits (A3 of record.c). Not earlier: a queued
 		 * attempt may still be cancelled and its pages returned undrained. */
 		atomic_store_explicit(&g->copy_word, (uint64_t)g->attempts << 32, memory_order_release);
 		const kva_checkpoint *c = kva__sel(r);
@@ -140,7 +140,7 @@ void kva__copy_dispatch_pending(kva_engine *e)
 			if (p->n_copies < p->copies_cap)
 				p->copies[p->n_copies++] = job;
 			if (importers && e->cfg.importers[rank].submit(e->cfg.importers[rank].ctx, e, &job) != 0)
-				kva_copy_done(e, job.token, rank, -1); /* refused: that rank failed */
+				kva__grant_report(e, g, g->attempts, rank, -1); /* refused: that rank failed */
 		}
 	}
 }

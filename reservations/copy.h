@@ -8,7 +8,7 @@
 #ifndef KVA_RESERVATIONS_COPY_H
 #define KVA_RESERVATIONS_COPY_H
 
-#include "engine.h"
+#include "engine_state.h"
 
 /* What a completed copy attempt asks of the admission side. */
 enum kva__copy_outcome {

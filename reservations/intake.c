@@ -6,7 +6,6 @@
  * state word. Calls only record.c.
  *
  * Memory-order labels:
- *   A1  kva_copy_done's claim on copy_word: pairs with R1 of copy.c
  *   A2  a reader sees a state and what the scheduler set up before it: pairs
  *       with R2 of record.c (and R4 below)
  *   A3  kva_lookup_answer sees the awaited seq: pairs with R1 of lookup.c
@@ -17,7 +16,7 @@
 #include <string.h>
 
 #include "alloc.h"
-#include "engine.h"
+#include "engine_state.h"
 
 #define LW_AWAITING 1u
 
@@ -173,38 +172,10 @@ int kva_copy_done(kva_engine *e, kva_copy_token t, uint32_t rank, int status)
 		return -EINVAL;
 	if (rank >= e->cfg.world_size)
 		return -ERANGE;
-	int rc = 0;
 	kva_rcu_read_lock();
 	struct kva__req *r = kva__rec_find(e, t.slot, t.gen, t.id);
 	struct kva__grant *g = r ? kva__grant(r) : NULL;
-	if (!g) {
-		rc = -ENOENT;
-		goto out;
-	}
-	/* A1: pairs with R1 of copy.c: the attempt and its pages. */
-	uint64_t w = atomic_load_explicit(&g->copy_word, memory_order_acquire);
-	for (;;) {
-		/* attempts count from 1; 0 names none (a grant that never copied) */
-		if (t.attempt == 0 || (uint32_t)(w >> 32) != t.attempt) {
-			rc = -ESTALE;
-			break;
-		}
-		if (w & (1ull << rank)) {
-			rc = -EALREADY;
-			break;
-		}
-		/* One report per rank per attempt: the bit is the claim. */
-		if (atomic_compare_exchange_weak_explicit(&g->copy_word, &w, w | (1ull << rank),
-		                                          memory_order_acq_rel, memory_order_acquire))
-			break;
-	}
-	if (rc) {
-		kva__st_add(e, ST_STALE_COPY, 1);
-		goto out;
-	}
-	g->rank_ev[rank].status = status ? 1 : 0;
-	kva__event_push(e, &g->rank_ev[rank]);
-out:
+	int rc = g ? kva__grant_report(e, g, t.attempt, rank, status) : -ENOENT;
 	kva_rcu_read_unlock();
 	return rc;
 }

@@ -8,7 +8,7 @@
 #ifndef KVA_RESERVATIONS_LOOKUP_H
 #define KVA_RESERVATIONS_LOOKUP_H
 
-#include "engine.h"
+#include "engine_state.h"
 
 /* Asks the directory about r. A decisive lookup decides r's path (r blocks
  * the head until it is answered or times out); a refresh only may replace

@@ -6,12 +6,13 @@
  * Memory-order labels:
  *   R1/A1  a grant fully built -> kva__grant() readers (record.h)
  *   R2     a new state published -> readers of the state word (A2 of intake.c)
+ *   A3     a rank's claim on copy_word sees the attempt: pairs with R1 of copy.c
  */
 #include <errno.h>
 #include <string.h>
 
 #include "alloc.h"
-#include "engine.h"
+#include "engine_state.h"
 
 /* The memory budget of a waiting request (bench: BM_memory_per_request). */
 _Static_assert(sizeof(struct kva__req) <= 168, "a record grew past 168 bytes");
@@ -122,6 +123,36 @@ int kva__grant_ensure(kva_engine *e, struct kva__req *r, uint32_t min_cap)
 		g->pages = p;
 		g->cap = cap;
 	}
+	return 0;
+}
+
+int kva__grant_report(kva_engine *e, struct kva__grant *g, uint32_t attempt, uint32_t rank,
+                      int status)
+{
+	int rc = 0;
+	/* A3: pairs with R1 of copy.c: the attempt and its pages. */
+	uint64_t w = atomic_load_explicit(&g->copy_word, memory_order_acquire);
+	for (;;) {
+		/* attempts count from 1; 0 names none (a grant that never copied) */
+		if (attempt == 0 || (uint32_t)(w >> 32) != attempt) {
+			rc = -ESTALE;
+			break;
+		}
+		if (w & (1ull << rank)) {
+			rc = -EALREADY;
+			break;
+		}
+		/* One report per rank per attempt: the bit is the claim. */
+		if (atomic_compare_exchange_weak_explicit(&g->copy_word, &w, w | (1ull << rank),
+		                                          memory_order_acq_rel, memory_order_acquire))
+			break;
+	}
+	if (rc) {
+		kva__st_add(e, ST_STALE_COPY, 1);
+		return rc;
+	}
+	g->rank_ev[rank].status = status ? 1 : 0;
+	kva__event_push(e, &g->rank_ev[rank]);
 	return 0;
 }
 

@@ -101,7 +101,7 @@ struct kva__grant {
 	bool copy_queued;          /* waiting in copy_pending for plan/importer room */
 	uint8_t world;
 	/* attempt << 32 | mask of ranks that reported it. Producers CAS a bit
-	 * in (A1 of intake.c); the scheduler publishes a new attempt with a
+	 * in (A3 of record.c); the scheduler publishes a new attempt with a
 	 * release store (R1 of copy.c) after the previous one fully drained. */
 	_Atomic uint64_t copy_word;
 	struct kva__event rank_ev[]; /* world entries, one per rank */
@@ -232,6 +232,12 @@ void kva__answer_free(struct kva__answer *a);
 /* Scheduler thread, or the GROWING owner: r owns a grant whose page array
  * holds min_cap ids. 0 or -ENOMEM (nothing changed). */
 int kva__grant_ensure(kva_engine *e, struct kva__req *r, uint32_t min_cap);
+
+/* Any thread (caller keeps g's record found, e.g. under RCU): one rank of
+ * copy attempt `attempt` finished. 0, -ESTALE (not the attempt handed out),
+ * -EALREADY (this rank already reported). */
+int kva__grant_report(kva_engine *e, struct kva__grant *g, uint32_t attempt, uint32_t rank,
+                      int status);
 
 void kva__rec_set_state(kva_engine *e, struct kva__req *r, uint32_t to);
 

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine.h"
+#include "engine_state.h"
 
 void kva__log(kva_engine *e, int level, const char *fmt, ...)
 {

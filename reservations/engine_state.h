@@ -1,13 +1,14 @@
 /*
- * The engine's state, one struct for all of reservations/. Who writes what:
+ * The engine's state, one struct for all of reservations/ (no code: it sits
+ * below every file that uses it). Who writes what:
  * "shared" fields are touched by any thread through atomics or lock-free
  * structures; "scheduler" fields only inside kva_step (and create/destroy).
  * Each file's header says which functions it owns; the layering (calls go
  * downward only) is: engine.c -> admit.c -> copy.c -> lookup.c -> record.c,
  * with intake.c (the any-thread entry points) -> record.c, and stats.c a leaf.
  */
-#ifndef KVA_RESERVATIONS_ENGINE_H
-#define KVA_RESERVATIONS_ENGINE_H
+#ifndef KVA_RESERVATIONS_ENGINE_STATE_H
+#define KVA_RESERVATIONS_ENGINE_STATE_H
 
 #include <stdalign.h>
 
