@@ -396,6 +396,7 @@ static void plan_clear(kva_plan *p)
 	p->n_admitted = p->n_pages = p->n_copies = p->n_fallbacks = p->n_ended = 0;
 	p->events = p->timers_fired = p->records_touched = 0;
 	p->head_blocked = false;
+	p->backlog = false;
 }
 
 /* A NULL array must not claim room: the step would write through it. */
@@ -426,6 +427,9 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	kva__admit_run(e);
 	kva__copy_dispatch_pending(e); /* refused ranks: handled next step */
 	kva_slab_flush(&e->slab, &e->retired);
+	plan->backlog = e->stalled || !kva_inbox_batch_empty(&e->batch) ||
+	                !kva_inbox_empty(&e->local) || !kva_inbox_empty(&e->deferred) ||
+	                !cds_list_empty(&e->ended);
 
 	kva__rec_stepping(NULL);
 	kva__st_sched(e, ST_EVENTS, plan->events);

@@ -313,6 +313,11 @@ typedef struct kva_plan {
 	uint32_t timers_fired;
 	uint32_t records_touched; /* request records read or written (rule 20) */
 	bool head_blocked;        /* the FCFS head could not be admitted */
+	/* Work is already waiting for the next step: an event whose producer
+	 * was still linking it, one that needed memory, a deferred cancel, a
+	 * report that did not fit `ended`. A host that sleeps until `wake`
+	 * must step again first: those arrive without a wakeup. */
+	bool backlog;
 } kva_plan;
 
 /* Scheduler thread only. Handle events, expire timers, admit. Returns the

@@ -93,6 +93,26 @@ static void wake_fires_when_the_inbox_goes_from_empty_to_non_empty(void **st)
 	sc_free(s);
 }
 
+static void backlog_says_work_is_left_for_the_next_step(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_handle a = sc_submit(s, 1, 0, 16), b = sc_submit(s, 2, 0, 16);
+	sc_step(s, SC_MS);
+	assert_false(s->plan.backlog);
+	assert_int_equal(kva_finish(s->e, a), 0);
+	assert_int_equal(kva_finish(s->e, b), 0);
+	s->plan.ended_cap = 1; /* room for one report: the other waits */
+	sc_step(s, SC_MS);
+	assert_int_equal(s->plan.n_ended, 1);
+	assert_true(s->plan.backlog); /* no event will wake the host for it */
+	sc_step(s, SC_MS);
+	assert_int_equal(s->plan.n_ended, 1);
+	assert_false(s->plan.backlog);
+	s->plan.ended_cap = SC_MAX;
+	sc_free(s);
+}
+
 struct walk {
 	uint32_t n, stop_at;
 	kva_waiting_info seen[64];
@@ -172,6 +192,7 @@ int main(void)
 	    cmocka_unit_test(step_handles_only_events_present_when_it_began),
 	    cmocka_unit_test(answer_from_the_lookup_callback_is_handled_in_the_same_step),
 	    cmocka_unit_test(wake_fires_when_the_inbox_goes_from_empty_to_non_empty),
+	    cmocka_unit_test(backlog_says_work_is_left_for_the_next_step),
 	    cmocka_unit_test(waiting_foreach_walks_the_queue_in_admission_order),
 	    cmocka_unit_test(slots_are_reused_with_a_new_generation_and_old_handles_stay_dead),
 	};
