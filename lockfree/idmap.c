@@ -13,20 +13,17 @@ void kva_idmap_init(struct kva_idmap *m, kva_idmap_alloc_fn a, kva_idmap_free_fn
 	m->mem_free = f;
 }
 
-static void free_arrays(struct kva_idmap *m, uint64_t *keys, uint32_t *vals, uint32_t cap)
-{
-	if (keys)
-		m->mem_free(keys, (size_t)cap * sizeof(*keys));
-	if (vals)
-		m->mem_free(vals, (size_t)cap * sizeof(*vals));
-}
-
 void kva_idmap_fini(struct kva_idmap *m)
 {
-	free_arrays(m, m->keys, m->vals, m->cap);
-	m->keys = NULL;
-	m->vals = NULL;
+	if (m->ents)
+		m->mem_free(m->ents, (size_t)m->cap * sizeof(*m->ents));
+	m->ents = NULL;
 	m->cap = m->count = 0;
+}
+
+static uint64_t key_of(const struct kva_idmap_entry *x)
+{
+	return (uint64_t)x->key_hi << 32 | x->key_lo;
 }
 
 static uint32_t home(const struct kva_idmap *m, uint64_t id)
@@ -37,32 +34,31 @@ static uint32_t home(const struct kva_idmap *m, uint64_t id)
 static void place(struct kva_idmap *m, uint64_t id, uint32_t val)
 {
 	uint32_t i = home(m, id);
-	while (m->vals[i] != KVA_IDMAP_NONE)
+	while (m->ents[i].val != KVA_IDMAP_NONE)
 		i = (i + 1) & (m->cap - 1);
-	m->keys[i] = id;
-	m->vals[i] = val;
+	m->ents[i].key_lo = (uint32_t)id;
+	m->ents[i].key_hi = (uint32_t)(id >> 32);
+	m->ents[i].val = val;
 	m->count++;
 }
 
 static int resize(struct kva_idmap *m, uint32_t cap)
 {
-	uint64_t *keys = m->mem_alloc((size_t)cap * sizeof(*keys));
-	uint32_t *vals = m->mem_alloc((size_t)cap * sizeof(*vals));
-	if (!keys || !vals) {
-		free_arrays(m, keys, vals, cap);
+	struct kva_idmap_entry *ents = m->mem_alloc((size_t)cap * sizeof(*ents));
+	if (!ents)
 		return -ENOMEM;
-	}
-	memset(vals, 0xff, (size_t)cap * sizeof(*vals)); /* KVA_IDMAP_NONE */
-	uint64_t *ok = m->keys;
-	uint32_t *ov = m->vals, ocap = m->cap;
-	m->keys = keys;
-	m->vals = vals;
+	for (uint32_t i = 0; i < cap; i++)
+		ents[i].val = KVA_IDMAP_NONE;
+	struct kva_idmap_entry *old = m->ents;
+	uint32_t ocap = m->cap;
+	m->ents = ents;
 	m->cap = cap;
 	m->count = 0;
 	for (uint32_t i = 0; i < ocap; i++)
-		if (ov[i] != KVA_IDMAP_NONE)
-			place(m, ok[i], ov[i]);
-	free_arrays(m, ok, ov, ocap);
+		if (old[i].val != KVA_IDMAP_NONE)
+			place(m, key_of(&old[i]), old[i].val);
+	if (old)
+		m->mem_free(old, (size_t)ocap * sizeof(*old));
 	return 0;
 }
 
@@ -82,10 +78,10 @@ uint32_t *kva_idmap_find(const struct kva_idmap *m, uint64_t id)
 	if (!m->count)
 		return NULL;
 	for (uint32_t i = home(m, id);; i = (i + 1) & (m->cap - 1)) {
-		if (m->vals[i] == KVA_IDMAP_NONE)
+		if (m->ents[i].val == KVA_IDMAP_NONE)
 			return NULL;
-		if (m->keys[i] == id)
-			return &m->vals[i];
+		if (key_of(&m->ents[i]) == id)
+			return &m->ents[i].val;
 	}
 }
 
@@ -105,19 +101,19 @@ bool kva_idmap_remove(struct kva_idmap *m, uint64_t id)
 	uint32_t *v = kva_idmap_find(m, id);
 	if (!v)
 		return false;
-	uint32_t mask = m->cap - 1, hole = (uint32_t)(v - m->vals);
+	uint32_t mask = m->cap - 1;
+	uint32_t hole = (uint32_t)((struct kva_idmap_entry *)((char *)v - offsetof(struct kva_idmap_entry, val)) - m->ents);
 	/* Backward shift: move later entries of the run into the hole when
 	 * their home does not lie cyclically in (hole, j]. */
-	for (uint32_t j = (hole + 1) & mask; m->vals[j] != KVA_IDMAP_NONE; j = (j + 1) & mask) {
-		uint32_t h = home(m, m->keys[j]);
+	for (uint32_t j = (hole + 1) & mask; m->ents[j].val != KVA_IDMAP_NONE; j = (j + 1) & mask) {
+		uint32_t h = home(m, key_of(&m->ents[j]));
 		bool stays = hole <= j ? (hole < h && h <= j) : (hole < h || h <= j);
 		if (stays)
 			continue;
-		m->keys[hole] = m->keys[j];
-		m->vals[hole] = m->vals[j];
+		m->ents[hole] = m->ents[j];
 		hole = j;
 	}
-	m->vals[hole] = KVA_IDMAP_NONE;
+	m->ents[hole].val = KVA_IDMAP_NONE;
 	m->count--;
 	return true;
 }

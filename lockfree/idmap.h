@@ -5,7 +5,7 @@
  * tombstones, so churn never degrades probes), ids hashed with the
  * splitmix64 finalizer (a bijection: distinct ids never share a hash).
  *
- * Growth doubles the table; kva_idmap_reserve() lets a caller grow before a
+ * Growth doubles the table (amortised O(1); the copy is one pass); kva_idmap_reserve() lets a caller grow before a
  * change it must not fail halfway.
  *
  * Synchronisation table: single thread; nothing may run concurrently.
@@ -22,10 +22,17 @@
 typedef void *(*kva_idmap_alloc_fn)(size_t bytes);
 typedef void (*kva_idmap_free_fn)(void *p, size_t bytes);
 
+/* Key and value side by side, so one cache line holds both (one miss a
+ * probe); the key in two halves keeps an entry 12 bytes with 4-byte
+ * alignment. */
+struct kva_idmap_entry {
+	uint32_t key_lo, key_hi;
+	uint32_t val; /* KVA_IDMAP_NONE: empty */
+};
+
 struct kva_idmap {
-	uint64_t *keys;
-	uint32_t *vals; /* KVA_IDMAP_NONE: empty */
-	uint32_t cap;   /* 0 or a power of two */
+	struct kva_idmap_entry *ents;
+	uint32_t cap; /* 0 or a power of two */
 	uint32_t count;
 	kva_idmap_alloc_fn mem_alloc;
 	kva_idmap_free_fn mem_free;
@@ -51,6 +58,13 @@ uint32_t *kva_idmap_find(const struct kva_idmap *m, uint64_t id);
 int kva_idmap_insert(struct kva_idmap *m, uint64_t id, uint32_t val);
 /* true if id was present. */
 bool kva_idmap_remove(struct kva_idmap *m, uint64_t id);
+
+/* A hint: starts the cache miss of id's first probe. */
+static inline void kva_idmap_prefetch(const struct kva_idmap *m, uint64_t id)
+{
+	if (m->cap)
+		__builtin_prefetch(&m->ents[(uint32_t)kva_hash64(id) & (m->cap - 1)]);
+}
 
 static inline uint32_t kva_idmap_count(const struct kva_idmap *m) { return m->count; }
 

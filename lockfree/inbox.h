@@ -80,6 +80,24 @@ bool kva_inbox_splice_nonblocking(struct kva_inbox *q, struct kva_inbox_batch *b
  * not linked the node after it): it stays for a later call. */
 struct kva_inbox_node *kva_inbox_batch_pop_nonblocking(struct kva_inbox_batch *batch);
 
+/* Consumer only, a hint for prefetching: the node linked after `n` (NULL:
+ * the batch's first), or NULL if there is none yet. Its contents are only
+ * guaranteed once popped; nothing under ThreadSanitizer (which cannot see
+ * the producers' link stores and would report the early look). */
+static inline struct kva_inbox_node *kva_inbox_batch_peek(struct kva_inbox_batch *batch,
+                                                          struct kva_inbox_node *n)
+{
+#ifdef KVA_TSAN
+	(void)batch;
+	(void)n;
+	return NULL;
+#else
+	struct cds_wfcq_node *w = n ? &n->wfcq : &batch->head.node;
+	w = __atomic_load_n(&w->next, __ATOMIC_ACQUIRE);
+	return w ? caa_container_of(w, struct kva_inbox_node, wfcq) : NULL;
+#endif
+}
+
 static inline bool kva_inbox_batch_empty(struct kva_inbox_batch *batch)
 {
 	return cds_wfcq_empty(&batch->head, &batch->tail);

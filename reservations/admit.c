@@ -89,7 +89,7 @@ void kva__admit_head_timer(kva_engine *e, int which)
 		         "kvadmit: restore of request %llu waited %.1f s for capacity "
 		         "(needs %u pages, %u free); recomputing instead",
 		         (unsigned long long)r->id, waited, need, free_pages);
-		kva__st_add(e, ST_WAIT_EXPIRED, 1);
+		kva__st_sched(e, ST_WAIT_EXPIRED, 1);
 		head_forget(e, r);
 		kva__fallback(e, r, KVA_REASON_WAIT_EXPIRED);
 		break;
@@ -98,12 +98,12 @@ void kva__admit_head_timer(kva_engine *e, int which)
 		         "kvadmit: restore of request %llu waiting %.1f s for capacity "
 		         "(needs %u pages, %u free)",
 		         (unsigned long long)r->id, waited, need, free_pages);
-		kva__st_add(e, ST_WAIT_LOGS, 1);
+		kva__st_sched(e, ST_WAIT_LOGS, 1);
 		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_LOG], e->now + e->cfg.wait_log_interval_ns);
 		break;
 	case HT_REFRESH:
 		if (!(r->flags & KVA__F_REFRESH)) {
-			kva__st_add(e, ST_REFRESHES, 1);
+			kva__st_sched(e, ST_REFRESHES, 1);
 			kva__lookup_issue(e, r, false);
 		}
 		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_REFRESH], e->now + e->cfg.lookup_refresh_ns);

@@ -21,7 +21,7 @@ void kva__copy_start(kva_engine *e, struct kva__req *r)
 	/* copy_word still names the previous, fully reported attempt: reports
 	 * for this one are refused until kva__copy_dispatch_pending opens it. */
 	cds_list_add_tail(&r->link, &e->copy_pending);
-	kva__st_add(e, ST_COPY_JOBS, 1);
+	kva__st_sched(e, ST_COPY_JOBS, 1);
 }
 
 void kva__copy_cancel(kva_engine *e, struct kva__req *r)
@@ -43,7 +43,7 @@ void kva__copy_cancel(kva_engine *e, struct kva__req *r)
 		return;
 	}
 	/* the destination pages only after every rank reported */
-	kva__st_add(e, ST_DRAINING_PAGES, n);
+	kva__st_sched(e, ST_DRAINING_PAGES, n);
 	kva_capacity_release(&e->cap, give);
 }
 
@@ -62,14 +62,14 @@ enum kva__copy_outcome kva__copy_on_report(kva_engine *e, struct kva__req *r,
 		/* rule 12: drained, the destination pages may be reused now */
 		atomic_store_explicit(&g->npages, 0, memory_order_relaxed);
 		g->import_pages = 0;
-		kva__st_add(e, ST_DRAINING_PAGES, -(int64_t)kp);
+		kva__st_sched(e, ST_DRAINING_PAGES, (uint64_t)-(int64_t)kp);
 		kva__pages_return(e, g->pages, kp, (struct kva_credits){0, 0, 0});
 		if (r->flags & KVA__F_REPORTED)
 			kva__rec_retire(e, r);
 		return KVA__COPY_DRAINED;
 	}
 	if (g->any_failed)
-		kva__st_add(e, ST_COPY_FAILED, 1);
+		kva__st_sched(e, ST_COPY_FAILED, 1);
 	if (g->reset_epoch != e->reset_epoch) {
 		kva__rec_give_back(e, r, 1, true); /* reset while copying: drained now */
 		return KVA__COPY_REQUEUE;
@@ -78,7 +78,7 @@ enum kva__copy_outcome kva__copy_on_report(kva_engine *e, struct kva__req *r,
 		return KVA__COPY_READY;
 	if (g->retries < e->cfg.max_copy_retries) {
 		g->retries++;
-		kva__st_add(e, ST_COPY_RETRIES, 1);
+		kva__st_sched(e, ST_COPY_RETRIES, 1);
 		kva__copy_start(e, r); /* same checkpoint, same pages, reservation kept */
 		return KVA__COPY_PENDING;
 	}
@@ -92,7 +92,7 @@ enum kva__copy_outcome kva__copy_on_report(kva_engine *e, struct kva__req *r,
 		atomic_fetch_add_explicit(&g->reserved, kp - kp2, memory_order_relaxed);
 		g->import_pages = kp2;
 		g->retries = 0;
-		kva__st_add(e, ST_SHORTER, 1);
+		kva__st_sched(e, ST_SHORTER, 1);
 		kva__select(e, r, sh);
 		if (c->location == KVA_LOC_LOCAL)
 			return KVA__COPY_READY;

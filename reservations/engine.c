@@ -174,13 +174,13 @@ static int handle_submit(kva_engine *e, struct kva__req *r)
 	int rc = kva__rec_claim_id(e, r);
 	if (rc == -ENOMEM)
 		return rc;
-	kva__st_add(e, ST_INGESTED, 1);
+	kva__st_sched(e, ST_INGESTED, 1);
 	if (rc == -EEXIST) { /* rule 14: a live incarnation has this id */
 		kva__rec_end(e, r, KVA_STATE_REJECTED);
 		return 0;
 	}
 	r->flags |= KVA__F_INGESTED;
-	kva__st_add(e, ST_WAITING, 1);
+	kva__st_sched(e, ST_WAITING, 1);
 	kva__admit_enqueue(e, r);
 	return 0;
 }
@@ -287,12 +287,55 @@ static int dispatch_event(kva_engine *e, struct kva__event *ev)
 	return 0;
 }
 
+/* How far ahead of the event being handled prefetch_ahead looks. */
+#define PREFETCH_AHEAD 3
+
+/* The record an event names, or NULL; a guess before the event is popped. */
+static struct kva__req *event_req_hint(kva_engine *e, struct kva_inbox_node *n)
+{
+	struct kva__event *ev = caa_container_of(n, struct kva__event, node);
+	switch (ev->type) {
+	case KVA__EV_CANCEL:
+		return kva_slab_get(&e->slab, caa_container_of(ev, struct kva__cancel, ev)->h.slot);
+	case KVA__EV_ANSWER:
+		return kva_slab_get(&e->slab, caa_container_of(ev, struct kva__answer, ev)->token.slot);
+	case KVA__EV_EVICT:
+	case KVA__EV_RESET:
+		return NULL;
+	default:
+		return kva_slab_get(&e->slab, ev->slot);
+	}
+}
+
+/* Starts the cache misses of the events after the one about to be handled,
+ * so a batch of events on records scattered over a large engine overlaps
+ * them: the record PREFETCH_AHEAD events ahead, and the queue neighbours and
+ * live-id entry of the one before it (whose record the previous round
+ * brought in). Hints only. */
+static void prefetch_ahead(kva_engine *e, struct kva_inbox_batch *b)
+{
+	struct kva_inbox_node *n = kva_inbox_batch_peek(b, NULL);
+	struct kva__req *r;
+	for (int ahead = 1; n && ahead <= PREFETCH_AHEAD; ahead++) {
+		n = kva_inbox_batch_peek(b, n);
+		if (!n || !(r = event_req_hint(e, n)))
+			continue;
+		if (ahead == PREFETCH_AHEAD) {
+			__builtin_prefetch(&r->wq);
+		} else if (ahead == PREFETCH_AHEAD - 1) {
+			__builtin_prefetch(r->wq.link.prev);
+			__builtin_prefetch(r->wq.link.next);
+			kva_idmap_prefetch(&e->live_ids, r->id);
+		}
+	}
+}
+
 /* Handles a batch's events in order; false when one needed memory: it waits
  * in e->stalled, the rest in the batch, for the next step. */
 static bool handle_batch(kva_engine *e, struct kva_inbox_batch *b)
 {
 	struct kva_inbox_node *n;
-	while ((n = kva_inbox_batch_pop_nonblocking(b))) {
+	while ((prefetch_ahead(e, b), n = kva_inbox_batch_pop_nonblocking(b))) {
 		struct kva__event *ev = caa_container_of(n, struct kva__event, node);
 		if (dispatch_event(e, ev) != 0) {
 			e->stalled = ev;

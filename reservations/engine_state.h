@@ -59,7 +59,9 @@ struct kva_engine {
 	bool in_step;
 };
 
-/* statistics helpers */
+/* statistics helpers: kva__st_add for counters other threads also write
+ * (running, preempted, reserved/in-use pages, late answers, stale copies),
+ * kva__st_sched for the rest */
 static inline void kva__st_add(kva_engine *e, enum kva__stat s, int64_t v)
 {
 	atomic_fetch_add_explicit(&e->st[s], (uint64_t)v, memory_order_relaxed);

@@ -65,7 +65,6 @@ int kva_submit(kva_engine *e, const kva_request *q, kva_handle *out)
 	r->flags = 0;
 	r->sel = -1;
 	r->nents = 0;
-	r->ck_prev = r->ck_next = 0;
 	r->blocked_since = 0;
 	kva_timer_init(&r->deadline);
 	uint32_t gen = kva__rec_publish(e, r);

@@ -8,7 +8,7 @@
  *
  * The checkpoint index (rule 15) is scheduler-private: a map from a local
  * checkpoint id to the first of the waiting records that selected it, the
- * rest linked through the records (ck_prev/ck_next), so k sharers cost O(1)
+ * rest linked through the records (ck.prev/ck.next), so k sharers cost O(1)
  * each to add and remove and an eviction walks only its own sharers.
  *
  * Memory-order labels:
@@ -32,19 +32,19 @@ static void ckpt_unindex(kva_engine *e, struct kva__req *r)
 	if (!(r->flags & KVA__F_INDEXED))
 		return;
 	r->flags &= (uint16_t)~KVA__F_INDEXED;
-	struct kva__req *prev = at_slot(e, r->ck_prev), *next = at_slot(e, r->ck_next);
+	struct kva__req *prev = at_slot(e, r->ck.prev), *next = at_slot(e, r->ck.next);
 	if (next)
-		next->ck_prev = r->ck_prev;
+		next->ck.prev = r->ck.prev;
 	if (prev) {
-		prev->ck_next = r->ck_next;
+		prev->ck.next = r->ck.next;
 	} else {
 		uint64_t id = kva__sel(r)->id;
 		if (next)
-			*kva_idmap_find(&e->ckpt, id) = r->ck_next - 1;
+			*kva_idmap_find(&e->ckpt, id) = r->ck.next - 1;
 		else
 			kva_idmap_remove(&e->ckpt, id);
 	}
-	r->ck_prev = r->ck_next = 0;
+	r->ck.prev = r->ck.next = 0;
 }
 
 /* Room was reserved by the caller (kva__lookup_on_answer): cannot fail. */
@@ -52,12 +52,12 @@ static void ckpt_index(kva_engine *e, struct kva__req *r, uint64_t id)
 {
 	uint32_t me = kva__rec_slot(r);
 	uint32_t *first = kva_idmap_find(&e->ckpt, id);
-	r->ck_prev = 0;
-	r->ck_next = 0;
+	r->ck.prev = 0;
+	r->ck.next = 0;
 	if (first) {
 		struct kva__req *old = kva_slab_get(&e->slab, *first);
-		old->ck_prev = me + 1;
-		r->ck_next = *first + 1;
+		old->ck.prev = me + 1;
+		r->ck.next = *first + 1;
 		*first = me;
 	} else {
 		(void)kva_idmap_insert(&e->ckpt, id, me);
@@ -96,7 +96,7 @@ void kva__fallback(kva_engine *e, struct kva__req *r, uint8_t reason)
 	r->reason = reason;
 	r->flags |= KVA__F_DECIDED;
 	atomic_store_explicit(&r->pub_reason, reason, memory_order_relaxed);
-	kva__st_add(e, (enum kva__stat)(ST_FALLBACK0 + reason), 1);
+	kva__st_sched(e, (enum kva__stat)(ST_FALLBACK0 + reason), 1);
 	plan_fallback(e, r, reason);
 }
 
@@ -120,7 +120,7 @@ void kva__lookup_issue(kva_engine *e, struct kva__req *r, bool decisive)
 	uint8_t n = atomic_load_explicit(&r->lookups, memory_order_relaxed);
 	if (n < UINT8_MAX)
 		atomic_store_explicit(&r->lookups, n + 1, memory_order_relaxed);
-	kva__st_add(e, ST_LOOKUPS, 1);
+	kva__st_sched(e, ST_LOOKUPS, 1);
 	kva_lookup_token t = {r->id, atomic_load_explicit(&r->hdr.gen, memory_order_relaxed), seq,
 	                      kva__rec_slot(r), 0};
 	e->cfg.lookup(e->cfg.lookup_ctx, r->prefix_key, r->prompt_tokens, t);
@@ -195,7 +195,7 @@ int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a)
 	if (any_local(a) && kva_idmap_reserve(&e->ckpt, 1) != 0)
 		return -ENOMEM;
 	atomic_store_explicit(&r->lookup_word, a->token.seq << 1, memory_order_relaxed);
-	kva__st_add(e, ST_ANSWERED, 1);
+	kva__st_sched(e, ST_ANSWERED, 1);
 	int sel = select_entry(a->entries, a->count, r->prompt_tokens, UINT32_MAX);
 
 	if (r->flags & KVA__F_REFRESH) {
@@ -233,7 +233,7 @@ void kva__lookup_on_deadline(kva_engine *e, struct kva__req *r)
 	if (!(w & LW_AWAITING) || (r->flags & KVA__F_REFRESH))
 		return;
 	atomic_store_explicit(&r->lookup_word, w & ~LW_AWAITING, memory_order_relaxed);
-	kva__st_add(e, ST_LOOKUP_TIMEOUTS, 1);
+	kva__st_sched(e, ST_LOOKUP_TIMEOUTS, 1);
 	kva__fallback(e, r, KVA_REASON_LOOKUP_TIMEOUT);
 }
 
@@ -244,10 +244,10 @@ void kva__lookup_on_evict(kva_engine *e, struct kva__evict *ev)
 	uint32_t *first = kva_idmap_find(&e->ckpt, ev->checkpoint_id);
 	struct kva__req *r = first ? kva_slab_get(&e->slab, *first) : NULL;
 	while (r) {
-		struct kva__req *next = at_slot(e, r->ck_next);
+		struct kva__req *next = at_slot(e, r->ck.next);
 		kva__touched(e);
 		if (kva__sel(r)->epoch < ev->epoch) {
-			kva__st_add(e, ST_REVALIDATIONS, 1);
+			kva__st_sched(e, ST_REVALIDATIONS, 1);
 			kva__manifest_drop(e, r);
 			kva__lookup_issue(e, r, true);
 		}

@@ -15,7 +15,7 @@
 #include "engine_state.h"
 
 /* The memory budget of a waiting request (bench: BM_memory_per_request). */
-_Static_assert(sizeof(struct kva__req) <= 168, "a record grew past 168 bytes");
+_Static_assert(sizeof(struct kva__req) <= 160, "a record grew past 160 bytes");
 
 /* The engine whose kva_step runs on this thread, if any: events it produces
  * (a directory answering from its callback) belong to the step in progress. */
@@ -173,10 +173,11 @@ void kva__rec_set_state(kva_engine *e, struct kva__req *r, uint32_t to)
 {
 	uint32_t from = atomic_load_explicit(&r->state, memory_order_relaxed);
 	enum kva__stat gf = gauge_of(from), gt = gauge_of(to);
+	/* RUNNING is also left by kva_finish/kva_preempt on other threads */
 	if (gf != ST_COUNT && (r->flags & KVA__F_INGESTED))
-		kva__st_add(e, gf, -1);
+		gf == ST_RUNNING ? kva__st_add(e, gf, -1) : kva__st_sched(e, gf, (uint64_t)-1);
 	if (gt != ST_COUNT)
-		kva__st_add(e, gt, 1);
+		gt == ST_RUNNING ? kva__st_add(e, gt, 1) : kva__st_sched(e, gt, 1);
 	/* R2: readers (kva_query, kva_grow's CAS) see the request's new
 	 * ownership only after everything the scheduler set up for it. */
 	atomic_store_explicit(&r->state, to, memory_order_release);
@@ -219,7 +220,7 @@ void kva__rec_end(kva_engine *e, struct kva__req *r, uint32_t terminal)
 			kva_idmap_remove(&e->live_ids, r->id); /* the id may be submitted again */
 	}
 	kva__rec_set_state(e, r, terminal);
-	kva__st_add(e, terminal == KVA_STATE_FINISHED   ? ST_FINISHED
+	kva__st_sched(e, terminal == KVA_STATE_FINISHED   ? ST_FINISHED
 	               : terminal == KVA_STATE_CANCELLED ? ST_CANCELLED
 	                                                 : ST_REJECTED,
 	            1);

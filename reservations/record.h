@@ -117,7 +117,8 @@ enum kva__req_flag {
 	KVA__F_INDEXED = 1u << 6,  /* in the checkpoint index (lookup.c) */
 };
 
-/* 168 bytes: with the live-id map's share, under 192 per waiting request. */
+/* 160 bytes: 64 Ki of them fill a 10 MiB chunk (an exact jemalloc size
+ * class), and with the live-id map's share a waiting request costs under 192. */
 struct kva__req {
 	struct kva_slab_hdr hdr;   /* generation (handles) and the slab's free link */
 	struct kva__event ev_main; /* submit, then finished / preempted; .slot = ours */
@@ -142,10 +143,18 @@ struct kva__req {
 	/* Never read by other threads; which member is in use follows state. */
 	union {
 		struct kva_timer deadline; /* WAITING: decisive lookup's deadline */
+		/* WAITING with a local selection (F_INDEXED): the checkpoint index
+		 * list, slot + 1, 0 = none. Never while the deadline is armed (a
+		 * selection means the decisive lookup was answered), and laid over
+		 * the timer's expiry so its links stay NULL: cancelling the
+		 * unarmed timer is a no-op. */
+		struct {
+			void *unarmed_[2];
+			uint32_t prev, next;
+		} ck;
 		struct cds_list_head link; /* ready, ended or copy_pending list */
 		struct kva_slab_rcu rcu;   /* retired: the slab's grace-period batch */
 	};
-	uint32_t ck_prev, ck_next;  /* checkpoint index list: slot + 1, 0 = none */
 	uint64_t blocked_since;     /* first step it was blocked at the head (F_BLOCKED) */
 	union {
 		kva_checkpoint one;            /* nents == 1 */

@@ -162,27 +162,34 @@ static void slots_are_reused_with_a_new_generation_and_old_handles_stay_dead(voi
 {
 	(void)st;
 	struct sc *s = sc_default();
-	kva_handle first = sc_submit(s, 1, 0, 16);
-	sc_step(s, SC_MS);
-	assert_int_equal(kva_finish(s->e, first), 0);
-	sc_step(s, SC_MS); /* reported and retired */
-	sc_step(s, SC_MS);
-	/* submit until the slot comes back (after a grace period) */
-	kva_handle again;
-	uint64_t id = 2;
-	do {
-		again = sc_submit(s, id++, 0, 16);
+	static kva_handle by_slot[1 << 16];
+	static bool seen[1 << 16];
+	memset(seen, 0, sizeof(seen));
+	/* run requests to the end until one lands in a slot used before (after
+	 * its grace period) */
+	kva_handle old = {0}, again = {0};
+	for (uint64_t id = 1; id < 1000000; id++) {
+		again = sc_submit(s, id, 0, 16);
+		assert_true(again.slot < (1u << 16));
+		if (seen[again.slot]) {
+			old = by_slot[again.slot];
+			break;
+		}
+		seen[again.slot] = true;
+		by_slot[again.slot] = again;
 		sc_step(s, SC_MS);
 		assert_int_equal(kva_finish(s->e, again), 0);
 		sc_step(s, SC_MS);
-	} while (again.slot != first.slot && id < 100000);
-	assert_int_equal(again.slot, first.slot);
-	assert_int_not_equal(again.gen, first.gen);
+	}
+	assert_int_equal(again.slot, old.slot);
+	assert_true(again.gen & 1);
+	assert_int_not_equal(again.gen, old.gen);
 	kva_request_info info;
-	assert_int_equal(kva_query(s->e, first, &info), -ENOENT);
-	assert_int_equal(kva_cancel(s->e, first), -ENOENT);
-	assert_int_equal(kva_finish(s->e, first), -ENOENT);
-	assert_int_equal(kva_query(s->e, (kva_handle){1, first.gen, 1u << 30}, &info), -ENOENT);
+	assert_int_equal(kva_query(s->e, old, &info), -ENOENT);
+	assert_int_equal(kva_cancel(s->e, old), -ENOENT);
+	assert_int_equal(kva_finish(s->e, old), -ENOENT);
+	assert_int_equal(kva_query(s->e, again, &info), 0);
+	assert_int_equal(kva_query(s->e, (kva_handle){1, old.gen, 1u << 30}, &info), -ENOENT);
 	sc_free(s);
 }
 
