@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "hash.h"
 #include "import_common.h"
 
 uint64_t kva__imp_now_ns(void)
@@ -185,27 +186,16 @@ void kva__imp_report(kva_report_fn fn, void *ctx, struct kva__imp_stats *s, stru
 
 /* ---- deterministic failure injection ---------------------------------------- */
 
-static inline uint64_t mix64(uint64_t x)
-{
-	/* splitmix64's finaliser */
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	x ^= x >> 31;
-	return x;
-}
-
 bool kva_cpu_importer_fails(uint64_t seed, double fail_rate, kva_copy_token t, uint32_t rank)
 {
 	if (!(fail_rate > 0.0))
 		return false;
 	if (fail_rate >= 1.0)
 		return true;
-	uint64_t h = mix64(seed ^ 0x9e3779b97f4a7c15ull);
-	h = mix64(h ^ t.id);
-	h = mix64(h ^ ((uint64_t)t.gen << 32 | t.attempt));
-	h = mix64(h ^ rank);
+	uint64_t h = kva_hash64(seed ^ 0x9e3779b97f4a7c15ull);
+	h = kva_hash64(h ^ t.id);
+	h = kva_hash64(h ^ ((uint64_t)t.gen << 32 | t.attempt));
+	h = kva_hash64(h ^ rank);
 	/* top 53 bits as a uniform double in [0, 1) */
 	return (double)(h >> 11) * 0x1.0p-53 < fail_rate;
 }

@@ -2,8 +2,8 @@
  * idmap: open-addressing map from a 64-bit id to a 32-bit value, for state
  * that one thread owns (no atomics, no RCU). Linear probing over a power-of-
  * two table kept at most 3/4 full, deletion by backward shift (no
- * tombstones, so churn never degrades probes), ids hashed with the
- * splitmix64 finalizer (a bijection: distinct ids never share a hash).
+ * tombstones, so churn never degrades probes), ids hashed with kva_hash64
+ * (a bijection: distinct ids never share a hash).
  *
  * Growth doubles the table (amortised O(1); the copy is one pass); kva_idmap_reserve() lets a caller grow before a
  * change it must not fail halfway.
@@ -16,6 +16,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "hash.h"
 
 #define KVA_IDMAP_NONE UINT32_MAX /* reserved: not a storable value */
 
@@ -37,15 +39,6 @@ struct kva_idmap {
 	kva_idmap_alloc_fn mem_alloc;
 	kva_idmap_free_fn mem_free;
 };
-
-static inline uint64_t kva_hash64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
 
 /* Allocates nothing until the first insert. */
 void kva_idmap_init(struct kva_idmap *m, kva_idmap_alloc_fn a, kva_idmap_free_fn f);
