@@ -13,9 +13,12 @@
  * timers) -> terminal reports (record retirement) -> admit.c's admission run
  * -> copy.c's dispatch.
  *
- * Never blocks: the inbox is spliced without waiting once per step; an event
- * whose producer is still linking it waits for the next step with all after
- * it. Events the step's own callbacks produce (a directory answering from its
+ * Never blocks: the inbox (one lane per producer thread) is spliced without
+ * waiting once per step; an event whose producer is still linking it waits
+ * for the next step with all after it in its lane. Lanes have no order
+ * between them: the one event that can overtake what it depends on, a cancel
+ * of a request submitted on another thread, is retried until the submit
+ * was ingested. Events the step's own callbacks produce (a directory answering from its
  * callback, an importer refusing) go to a private queue handled in this step.
  * No RCU read-side section is held here: the scheduler is the only writer of
  * everything it walks, and the only thread that retires records.
@@ -92,7 +95,7 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	kva_idmap_init(&e->ckpt, kva__alloc, kva__free);
 	kva_capacity_init(&e->cap, (struct kva_credits){cfg->total_pages, cfg->copy_slots,
 	                                                cfg->max_running});
-	kva_inbox_init(&e->inbox);
+	kva_fanin_init(&e->inbox);
 	kva_inbox_init(&e->local);
 	kva_inbox_init(&e->deferred);
 	kva_inbox_batch_init(&e->batch);
@@ -147,7 +150,8 @@ void kva_engine_destroy(kva_engine *e)
 	/* No producer runs any more (the contract): nothing is half-linked. */
 	if (e->stalled)
 		discard_event(e->stalled);
-	discard_queue(&e->inbox, &e->batch);
+	kva_fanin_splice_nonblocking(&e->inbox, &e->batch);
+	discard_queue(NULL, &e->batch);
 	struct kva_inbox_batch b;
 	kva_inbox_batch_init(&b);
 	discard_queue(&e->local, &b);
@@ -160,7 +164,7 @@ void kva_engine_destroy(kva_engine *e)
 	kva_idmap_fini(&e->live_ids);
 	kva_idmap_fini(&e->ckpt);
 	kva_pagepool_fini(&e->pool);
-	kva_inbox_fini(&e->inbox);
+	kva_fanin_fini(&e->inbox);
 	kva_inbox_fini(&e->local);
 	kva_inbox_fini(&e->deferred);
 	kva__free(e, sizeof(*e));
@@ -190,8 +194,10 @@ static bool handle_cancel(kva_engine *e, struct kva__req *r)
 {
 	switch (atomic_load_explicit(&r->state, memory_order_acquire)) {
 	case KVA_STATE_WAITING:
+		/* Not ingested yet: its submit came from another thread's lane and
+		 * is later in this batch, or not spliced yet. Retry. */
 		if (!(r->flags & KVA__F_INGESTED))
-			return true; /* rejected duplicate: already ended */
+			return false;
 		kva__admit_forget_waiting(e, r);
 		break;
 	case KVA_STATE_IMPORTING:
@@ -393,7 +399,7 @@ static void handle_events(kva_engine *e)
 		dispatch_event(e, caa_container_of(n, struct kva__event, node)); /* cancels never stall */
 	/* Everything linked by now; a producer still linking waits for the
 	 * next step together with whatever follows it. */
-	kva_inbox_splice_nonblocking(&e->inbox, &e->batch);
+	kva_fanin_splice_nonblocking(&e->inbox, &e->batch);
 	if (handle_batch(e, &e->batch))
 		handle_local(e);
 }

@@ -12,13 +12,14 @@
 
 #include <stdalign.h>
 
+#include "fanin.h"
 #include "idmap.h"
 #include "pagepool.h"
 #include "record.h"
 
 enum kva__head_timer { HT_WAIT, HT_LOG, HT_REFRESH, HT_COUNT };
 
-#define KVA__SHARDS 16 /* producer-counter shards, one cache line each */
+#define KVA__SHARDS KVA_FANIN_LANES /* producer-counter shards, one line each */
 
 struct kva__shard {
 	alignas(64) _Atomic uint64_t submitted;
@@ -29,7 +30,7 @@ struct kva_engine {
 	uint32_t usable_pages; /* total - decode watermark: larger reservations are TOO_LARGE */
 
 	/* shared with any thread */
-	struct kva_inbox inbox;
+	struct kva_fanin inbox; /* one lane per producer thread */
 	struct kva_capacity cap;
 	struct kva_pagepool pool;
 	_Atomic uint8_t reset_requested;

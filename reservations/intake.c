@@ -20,15 +20,10 @@
 
 #define LW_AWAITING 1u
 
-/* The calling thread's producer-counter shard. */
-static _Thread_local unsigned tls_shard = UINT32_MAX;
-static _Atomic unsigned next_shard;
-
+/* The calling thread's producer-counter shard: its inbox lane's. */
 static struct kva__shard *my_shard(kva_engine *e)
 {
-	if (__builtin_expect(tls_shard == UINT32_MAX, 0))
-		tls_shard = atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed) % KVA__SHARDS;
-	return &e->shard[tls_shard];
+	return &e->shard[kva_fanin_lane() % KVA__SHARDS];
 }
 
 /* RCU read lock held. */

@@ -48,7 +48,7 @@ void kva__event_push(kva_engine *e, struct kva__event *ev)
 		kva_inbox_push(&e->local, &ev->node);
 		return;
 	}
-	if (kva_inbox_push(&e->inbox, &ev->node) && e->cfg.wake)
+	if (kva_fanin_push(&e->inbox, &ev->node) && e->cfg.wake)
 		e->cfg.wake(e->cfg.wake_ctx);
 }
 

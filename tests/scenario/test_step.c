@@ -4,6 +4,8 @@
  * never blocks, wakes an idle host through `wake` when the inbox goes from
  * empty to non-empty, and lets any thread walk the waiting queue in order.
  */
+#include <pthread.h>
+
 #include "scenario.h"
 
 #define KEY 77
@@ -113,6 +115,53 @@ static void backlog_says_work_is_left_for_the_next_step(void **st)
 	sc_free(s);
 }
 
+struct submitter {
+	kva_engine *e;
+	uint64_t id;
+	kva_handle h;
+	int rc;
+};
+
+static void *submit_from_other_thread(void *arg)
+{
+	struct submitter *x = arg;
+	kva_request r = {.id = x->id, .prompt_tokens = 16};
+	x->rc = kva_submit(x->e, &r, &x->h);
+	return NULL;
+}
+
+/* Producer threads push onto their own lanes, and lanes have no order among
+ * them: a cancel from this thread may be spliced before the submit it names
+ * (made on another thread, whose lane comes later). It must still cancel
+ * (retried until the submit is ingested), once. New threads take successive
+ * lanes, so both orders occur. */
+static void cancel_from_another_thread_never_overtakes_its_submit(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	sc_occupy(s, 1000, 100); /* nothing else fits: requests stay waiting */
+	for (uint64_t k = 0; k < 20; k++) {
+		struct submitter x = {s->e, 1 + k, {0}, 1};
+		pthread_t t;
+		assert_int_equal(pthread_create(&t, NULL, submit_from_other_thread, &x), 0);
+		pthread_join(t, NULL);
+		assert_int_equal(x.rc, 0);
+		assert_int_equal(kva_cancel(s->e, x.h), 0);
+		uint32_t reports = 0;
+		for (int i = 0; i < 3; i++) {
+			sc_step(s, SC_MS);
+			const kva_ended *en = sc_ended(s, x.h);
+			if (en) {
+				assert_int_equal(en->state, KVA_STATE_CANCELLED);
+				reports++;
+			}
+		}
+		assert_int_equal(reports, 1);
+	}
+	assert_int_equal(sc_stats(s).waiting, 0);
+	sc_free(s);
+}
+
 struct walk {
 	uint32_t n, stop_at;
 	kva_waiting_info seen[64];
@@ -200,6 +249,7 @@ int main(void)
 	    cmocka_unit_test(answer_from_the_lookup_callback_is_handled_in_the_same_step),
 	    cmocka_unit_test(wake_fires_when_the_inbox_goes_from_empty_to_non_empty),
 	    cmocka_unit_test(backlog_says_work_is_left_for_the_next_step),
+	    cmocka_unit_test(cancel_from_another_thread_never_overtakes_its_submit),
 	    cmocka_unit_test(waiting_foreach_walks_the_queue_in_admission_order),
 	    cmocka_unit_test(slots_are_reused_with_a_new_generation_and_old_handles_stay_dead),
 	};

@@ -1,7 +1,10 @@
 /*
- * Stress test for lockfree/inbox: several producers push stamped items while
- * one consumer drains with splice. Every item must arrive exactly once, with
- * the fields its producer wrote, and each producer's items in push order.
+ * Stress test for lockfree/inbox and lockfree/fanin: several producers push
+ * stamped items while one consumer drains with splice (the inbox with the
+ * blocking consumer, the fan-in with the non-blocking one the engine's step
+ * uses, keeping what it could not detach for its next round). Every item
+ * must arrive exactly once, with the fields its producer wrote, and each
+ * producer's items in push order.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +18,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "fanin.h"
 #include "inbox.h"
 #include "kva_test.h"
 
@@ -30,6 +34,8 @@ struct item {
 
 struct shared {
 	struct kva_inbox q;
+	struct kva_fanin f;
+	bool fanin; /* producers push onto f, the consumer is non-blocking */
 	struct item *items[PRODUCERS];
 	uint64_t per_producer;
 	atomic_int go;
@@ -68,7 +74,8 @@ static void *producer_main(void *p)
 		it->seq = i;
 		it->check = check_of(a->id, i);
 		kva_inbox_node_init(&it->node);
-		a->was_empty += kva_inbox_push(&s->q, &it->node);
+		a->was_empty += s->fanin ? kva_fanin_push(&s->f, &it->node)
+					 : kva_inbox_push(&s->q, &it->node);
 	}
 	return NULL;
 }
@@ -86,11 +93,17 @@ static void consume(struct shared *s, struct consumer_result *r)
 	uint64_t total = s->per_producer * PRODUCERS;
 	struct kva_inbox_batch b;
 
+	kva_inbox_batch_init(&b);
 	while (r->received < total && r->errors == 0) {
-		if (!kva_inbox_drain_blocking(&s->q, &b))
-			continue;
-		r->drains++;
-		for (struct kva_inbox_node *n; (n = kva_inbox_batch_pop_blocking(&b));) {
+		if (s->fanin) {
+			r->drains += kva_fanin_splice_nonblocking(&s->f, &b);
+		} else {
+			if (!kva_inbox_drain_blocking(&s->q, &b))
+				continue;
+			r->drains++;
+		}
+		for (struct kva_inbox_node *n;
+		     (n = s->fanin ? kva_inbox_batch_pop_nonblocking(&b) : kva_inbox_batch_pop_blocking(&b));) {
 			struct item *it = caa_container_of(n, struct item, node);
 			r->received++;
 			if (it->producer >= PRODUCERS) {
@@ -115,16 +128,16 @@ static void consume(struct shared *s, struct consumer_result *r)
 		}
 }
 
-static void test_every_item_arrives_once_in_producer_order(void **state)
+static void run(bool fanin)
 {
-	(void)state;
-	struct shared s = {.per_producer = kva_test_scaled(ITEMS_FULL)};
+	struct shared s = {.per_producer = kva_test_scaled(ITEMS_FULL), .fanin = fanin};
 	struct producer_arg args[PRODUCERS];
 	pthread_t th[PRODUCERS];
 	struct consumer_result r = {0};
 	struct timespec t0, t1;
 
 	kva_inbox_init(&s.q);
+	kva_fanin_init(&s.f);
 	atomic_init(&s.go, 0);
 	for (int p = 0; p < PRODUCERS; p++) {
 		s.items[p] = calloc(s.per_producer, sizeof(struct item));
@@ -143,26 +156,41 @@ static void test_every_item_arrives_once_in_producer_order(void **state)
 	uint64_t was_empty = 0;
 	for (int p = 0; p < PRODUCERS; p++)
 		was_empty += args[p].was_empty;
-	printf("inbox stress: %d x %llu items in %.3f s, %llu drains, %llu pushes found it empty\n",
-	       PRODUCERS, (unsigned long long)s.per_producer,
+	printf("%s stress: %d x %llu items in %.3f s, %llu drains, %llu pushes found it empty\n",
+	       fanin ? "fanin" : "inbox", PRODUCERS, (unsigned long long)s.per_producer,
 	       (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9,
 	       (unsigned long long)r.drains, (unsigned long long)was_empty);
 	if (r.errors)
 		fail_msg("%llu errors, first: %s", (unsigned long long)r.errors, r.first_error);
 	assert_int_equal(r.received, s.per_producer * PRODUCERS);
 	assert_true(kva_inbox_empty(&s.q));
+	assert_true(kva_fanin_empty(&s.f));
 	/* Every drain that found items was preceded by a push onto an empty
 	 * queue, so the wakeup hint never undercounts. */
 	assert_true(was_empty >= r.drains);
 	kva_inbox_fini(&s.q);
+	kva_fanin_fini(&s.f);
 	for (int p = 0; p < PRODUCERS; p++)
 		free(s.items[p]);
+}
+
+static void test_every_item_arrives_once_in_producer_order(void **state)
+{
+	(void)state;
+	run(false);
+}
+
+static void test_fanin_nonblocking_consumer_gets_every_item_once_in_producer_order(void **state)
+{
+	(void)state;
+	run(true);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_every_item_arrives_once_in_producer_order),
+	    cmocka_unit_test(test_fanin_nonblocking_consumer_gets_every_item_once_in_producer_order),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
