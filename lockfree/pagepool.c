@@ -1,73 +1,128 @@
 /*
- * pagepool: a Treiber stack of page ids with an ABA tag.
+ * pagepool: page ids on one chain that moves whole in and out of `top`.
  *
- * This file owns the `top` word and the `next[]` links. top packs a 32-bit
- * tag (bumped by every successful CAS) above `id + 1` of the top id (0 =
- * empty); next[id] holds `below + 1` while id is in the pool. A link is
- * written only by the thread that owns the id (after taking it, before
- * putting it back), always before the release CAS that publishes it (R1), and
- * read only by takers after an acquire of top (A1).
+ * This file owns `top` (avail << 32 | head + 1) and link[]. link[id].next
+ * is "id below + 1" (0 = end of chain); link[id].last is the chain's last
+ * id, meaningful while id heads a chain. The links are plain memory: an
+ * id's links are read and written only by whoever holds the id: its owner
+ * (taken, not put back), or the thread that holds the chain it is on, from
+ * the CAS that took the chain off `top` to the CAS that installs a chain
+ * again.
  *
- * Why the chain below an unchanged (tag, top) is unchanged: every change of
- * the stack is a successful CAS on top, and every such CAS bumps the tag.
- * While top still holds the value T a taker loaded, no id has left or
- * entered the stack since T was installed, so every id on the chain below T
- * is still in the pool and nobody owns it, so nobody may write its link. All
- * the links were written before the CASes that pushed those ids, which head
- * release sequences read by our acquire of T, so the walk sees exactly those
- * links. If instead the stack changed between our load and our CAS, the
- * walk may have read a newer link (written by a later owner), but then top
- * is no longer T and the CAS fails. A stale walk therefore never takes
- * effect. The tag wraps after 2^32 changes, so the argument assumes that no
- * thread is descheduled between its load and its CAS for 2^32 operations
- * of the pool.
+ * Memory-order labels:
+ *   R1/A1  a chain installed on top -> the take that claims and swaps it out
+ *   R1/A2  a chain installed on top -> the install that takes it over
+ *   R1/A3  a chain installed on top -> a take that claimed and needs more
  *
- * `count` is a statistic: put adds before publishing, take subtracts after
- * unlinking, so it never underflows and is never below the real size; it is
- * exact whenever no call is in flight.
+ * No ABA: the head in `top` changes only by install (no chain -> a chain)
+ * and by take-over (a chain -> none), each a CAS of the whole word. An
+ * install relies on nothing but the word it compares (no chain on top, and
+ * avail); a take-over reads the chain only after its CAS succeeded, and
+ * then the chain is whatever was installed last, published by that install
+ * (R1). No CAS acts on something read through an earlier value of `top`,
+ * so none can be fooled by a value that came back.
+ *
+ * Why a take that has claimed always gets its ids: let S be the ids in the
+ * pool (on `top`, or in transit: held by a take between taking the chain
+ * and giving the rest back, or by an install that took a chain over) and D
+ * the ids still owed to takes that have claimed. Then S >= avail + D: a put
+ * adds to S and avail at once, a claim moves n from avail to D, a fetch
+ * takes m from S and D alike. A take owed ids therefore finds S >= D > 0:
+ * ids are on `top`, or in a transit that ends after the holder's private
+ * step (at most KVA_PAGEPOOL_ROUND links, or O(1) for a join).
  */
 #include "pagepool.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
+#include <urcu/arch.h>
 
 #ifndef KVA_DEBUG
 #define KVA_DEBUG 0
 #endif
 
-#define TOP_LINK(w) ((uint32_t)(w))
-#define TOP_TAG(w) ((uint32_t)((w) >> 32))
+/* Busy-waits between yields while the ids a take needs are in transit. */
+#define SPINS_PER_YIELD 64u
 
-static inline uint64_t top_make(uint32_t tag, uint32_t link)
+#define AVAIL(w) ((uint32_t)((w) >> 32))
+#define HEAD(w) ((uint32_t)(w)) /* id + 1, 0 = no chain */
+
+static inline uint64_t word(uint32_t avail, uint32_t head)
 {
-	return (uint64_t)tag << 32 | link;
+	return (uint64_t)avail << 32 | head;
 }
+
+struct kva_pagepool_link {
+	uint32_t next; /* id below + 1, 0 = none */
+	uint32_t last; /* at a chain's head: the chain's last id */
+};
 
 int kva_pagepool_init(struct kva_pagepool *p, uint32_t n)
 {
-	p->n = n;
-	p->next = NULL;
-	atomic_init(&p->count, (size_t)n);
-	atomic_init(&p->top, top_make(0, 0));
+	p->n = 0;
+	p->link = NULL;
+	atomic_init(&p->top, word(0, 0));
 	if (n == 0)
 		return 0;
-	p->next = malloc((size_t)n * sizeof(*p->next));
-	if (!p->next)
+	p->link = malloc((size_t)n * sizeof(*p->link));
+	if (!p->link)
 		return -ENOMEM;
-	/* Take order starts at id 0: top = 0, next[i] = i + 1 (stored + 1). */
+	/* Take order starts at id 0: one chain 0 -> 1 -> ... -> n-1. */
 	for (uint32_t i = 0; i < n; i++)
-		atomic_init(&p->next[i], i + 1 < n ? i + 2 : 0);
-	atomic_init(&p->top, top_make(0, 1));
+		p->link[i] = (struct kva_pagepool_link){i + 1 < n ? i + 2 : 0, n - 1};
+	p->n = n;
+	atomic_init(&p->top, word(n, 1));
 	return 0;
 }
 
 void kva_pagepool_fini(struct kva_pagepool *p)
 {
-	free(p->next);
-	p->next = NULL;
+	free(p->link);
+	p->link = NULL;
 	p->n = 0;
-	atomic_store_explicit(&p->top, top_make(0, 0), memory_order_relaxed);
-	atomic_store_explicit(&p->count, 0, memory_order_relaxed);
+	atomic_store_explicit(&p->top, word(0, 0), memory_order_relaxed);
+}
+
+/* Puts the chain first..last, which this thread holds (linked from first to
+ * last), on top and adds `count` to avail. If top holds another chain, takes
+ * that over and hangs it below ours: a chain's last id is kept at its head,
+ * so a join is O(1). Lock-free: a CAS fails only when another succeeded. */
+static void install(struct kva_pagepool *p, uint32_t first, uint32_t last, uint32_t count)
+{
+	p->link[last].next = 0;
+	/* Relaxed: only compared by the CASes below, which order what we read. */
+	uint64_t w = atomic_load_explicit(&p->top, memory_order_relaxed);
+	for (;;) {
+		if (!HEAD(w)) {
+			p->link[first].last = last;
+			/* R1: pairs with A1/A3 in take_n and A2 below — the chain's
+			 * links, and whatever owners wrote into those pages
+			 * before putting them. Failure relaxed: only compared. */
+			if (atomic_compare_exchange_weak_explicit(
+				&p->top, &w, word(AVAIL(w) + count, first + 1),
+				memory_order_release, memory_order_relaxed))
+				return;
+			continue;
+		}
+		/* A2: pairs with R1 above (another install) — that chain's links
+		 * are ours once the CAS succeeds. */
+		if (atomic_compare_exchange_weak_explicit(&p->top, &w, word(AVAIL(w), 0),
+							  memory_order_acquire,
+							  memory_order_relaxed)) {
+			p->link[last].next = HEAD(w);
+			last = p->link[HEAD(w) - 1].last;
+			w = word(AVAIL(w), 0); /* what we left; the next CAS checks it */
+		}
+	}
+}
+
+static void wait_for_transit(unsigned *spins)
+{
+	if (++*spins % SPINS_PER_YIELD == 0)
+		sched_yield(); /* the holder may have been descheduled */
+	else
+		caa_cpu_relax();
 }
 
 bool kva_pagepool_take(struct kva_pagepool *p, uint32_t *id)
@@ -82,42 +137,49 @@ bool kva_pagepool_take_n(struct kva_pagepool *p, uint32_t *ids, size_t n)
 	if (n > p->n)
 		return false;
 
-	/* A1: pairs with R1 in kva_pagepool_put_n (and R2 below) — the links of
-	 * every id on the stack below this top are visible (see the file
-	 * comment). */
-	uint64_t old = atomic_load_explicit(&p->top, memory_order_acquire);
+	/* Claim n, all or nothing, and take the chain if one is on top.
+	 * Relaxed: only compared; the CAS acquires (A1). */
+	uint64_t w = atomic_load_explicit(&p->top, memory_order_relaxed);
+	do {
+		if (AVAIL(w) < n)
+			return false;
+		/* A1: pairs with R1 in install — the chain is ours to walk. */
+	} while (
+	    !atomic_compare_exchange_weak_explicit(&p->top, &w, word(AVAIL(w) - (uint32_t)n, 0),
+						   memory_order_acquire, memory_order_relaxed));
+	uint32_t head = HEAD(w);
+	size_t got = 0;
+	unsigned spins = 0;
 	for (;;) {
-		uint32_t link = TOP_LINK(old);
-		size_t got = 0;
-
-		while (got < n && link != 0) {
-			ids[got++] = link - 1;
-			/* Relaxed: ordered by A1 (the acquire of top); a stale link only
-			 * happens when top changed, and then the CAS below fails. */
-			link = atomic_load_explicit(&p->next[link - 1], memory_order_relaxed);
+		if (head) {
+			uint32_t last = p->link[head - 1].last;
+			size_t want = n - got < KVA_PAGEPOOL_ROUND ? n - got : KVA_PAGEPOOL_ROUND;
+			uint32_t x = head;
+			for (size_t k = 0; k < want && x; k++) {
+				ids[got++] = x - 1;
+				x = p->link[x - 1].next;
+			}
+			if (x) /* the rest, back at once; still counted in avail */
+				install(p, x - 1, last, 0);
+			if (got == n)
+				return true;
 		}
-		if (got < n) {
-			/* Too few on the chain we walked. Decide on a value that is the
-			 * latest in top's order (a CAS reads the latest value): if top is
-			 * still `old`, the walk was exact and the pool really held fewer
-			 * than n ids at that moment. Unlike a successful take, these ids
-			 * stay in the pool and may be taken and relinked right after; R2
-			 * (release, paired with A1 of that later taker) orders our link
-			 * reads before its writes. Failure refreshes `old` (A1 again). */
-			if (atomic_compare_exchange_strong_explicit(
-				&p->top, &old, old, memory_order_acq_rel, memory_order_acquire))
-				return false;
+		/* Claimed ids are left: on top, or in transit (file comment).
+		 * Relaxed: looking before the CAS (A3) keeps waiters read-only. */
+		w = atomic_load_explicit(&p->top, memory_order_relaxed);
+		if (!HEAD(w)) {
+			wait_for_transit(&spins);
+			head = 0;
 			continue;
 		}
-		/* A1 on failure too: `old` is refreshed and walked again. */
-		if (atomic_compare_exchange_weak_explicit(
-			&p->top, &old, top_make(TOP_TAG(old) + 1, link), memory_order_acquire,
-			memory_order_acquire))
-			break;
+		/* A3: pairs with R1 in install — the chain on top, without
+		 * claiming more. */
+		head = atomic_compare_exchange_weak_explicit(&p->top, &w, word(AVAIL(w), 0),
+							     memory_order_acquire,
+							     memory_order_relaxed)
+			   ? HEAD(w)
+			   : 0;
 	}
-	/* Relaxed: a statistic. */
-	atomic_fetch_sub_explicit(&p->count, n, memory_order_relaxed);
-	return true;
 }
 
 void kva_pagepool_put(struct kva_pagepool *p, uint32_t id)
@@ -129,7 +191,7 @@ void kva_pagepool_put_n(struct kva_pagepool *p, const uint32_t *ids, size_t n)
 {
 	if (n == 0)
 		return;
-	/* An id out of range would write outside next[]: drop the whole call
+	/* An id out of range would write outside link[]: drop the whole call
 	 * rather than corrupt memory (a caller bug, checked in debug builds). */
 	if (KVA_DEBUG) {
 		for (size_t i = 0; i < n; i++)
@@ -137,27 +199,14 @@ void kva_pagepool_put_n(struct kva_pagepool *p, const uint32_t *ids, size_t n)
 				return;
 	}
 	/* The caller owns these ids, so their links are ours to write. ids[0]
-	 * ends up on top, ids[n - 1] above the old top. */
+	 * ends up on top. */
 	for (size_t i = 0; i + 1 < n; i++)
-		atomic_store_explicit(&p->next[ids[i]], ids[i + 1] + 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&p->count, n, memory_order_relaxed);
-
-	uint32_t last = ids[n - 1];
-	uint64_t old = atomic_load_explicit(&p->top, memory_order_relaxed);
-	for (;;) {
-		atomic_store_explicit(&p->next[last], TOP_LINK(old), memory_order_relaxed);
-		/* R1: pairs with A1 in kva_pagepool_take_n — publishes the links
-		 * above, and whatever the caller wrote into the pages. Failure is
-		 * relaxed: we read nothing through the refreshed value. */
-		if (atomic_compare_exchange_weak_explicit(
-			&p->top, &old, top_make(TOP_TAG(old) + 1, ids[0] + 1), memory_order_release,
-			memory_order_relaxed))
-			return;
-	}
+		p->link[ids[i]].next = ids[i + 1] + 1;
+	install(p, ids[0], ids[n - 1], (uint32_t)n);
 }
 
 size_t kva_pagepool_count(const struct kva_pagepool *p)
 {
-	/* Relaxed: a statistic. */
-	return atomic_load_explicit(&p->count, memory_order_relaxed);
+	/* Relaxed: a snapshot. */
+	return AVAIL(atomic_load_explicit(&p->top, memory_order_relaxed));
 }

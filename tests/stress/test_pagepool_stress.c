@@ -2,7 +2,9 @@
  * Threaded stress tests for lockfree/pagepool. Every take stamps the id in a
  * shared ownership array with an atomic exchange, every put clears it, so a
  * second hand-out of a held id is caught the moment it happens. Workers
- * count what they saw; the main thread asserts.
+ * count what they saw; the main thread asserts. Takes of more than
+ * KVA_PAGEPOOL_ROUND ids run against small ones: with credits they must
+ * always get their ids, and a large take must not starve.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,13 +21,14 @@
 
 #define WORKERS 4
 #define MAX_BATCH 16
+#define BIG_BATCH 300 /* several rounds of KVA_PAGEPOOL_ROUND */
 
 struct shared {
 	struct kva_pagepool pool;
 	struct kva_capacity cap; /* only in the credits test */
 	_Atomic uint32_t *owner; /* 0 = in the pool, else worker index + 1 */
 	uint32_t n;
-	uint64_t iters;
+	uint32_t max_batch; /* ids per take or put */
 	pthread_barrier_t start;
 };
 
@@ -34,6 +37,8 @@ struct worker {
 	uint32_t me;
 	uint32_t *held;
 	size_t nheld;
+	uint32_t *batch; /* max_batch ids */
+	uint64_t iters;
 	uint64_t taken, refused;
 	uint64_t double_handouts; /* took an id someone else held */
 	uint64_t bad_ids;	  /* id out of range */
@@ -76,12 +81,12 @@ static void *mixed_worker(void *arg)
 	struct worker *w = arg;
 	struct shared *sh = w->sh;
 	uint64_t rng = 0x9e3779b97f4a7c15ULL * w->me;
-	uint32_t batch[MAX_BATCH];
+	uint32_t *batch = w->batch;
 
 	pthread_barrier_wait(&sh->start);
-	for (uint64_t i = 0; i < sh->iters; i++) {
+	for (uint64_t i = 0; i < w->iters; i++) {
 		uint64_t r = kva_test_rand(&rng);
-		size_t k = 1 + (size_t)((r >> 8) % MAX_BATCH);
+		size_t k = 1 + (size_t)((r >> 8) % sh->max_batch);
 		/* Bias towards taking so that the pool runs dry and take_n fails. */
 		if ((r & 3) != 0 && w->nheld + k <= sh->n) {
 			bool ok;
@@ -110,7 +115,7 @@ static void *mixed_worker(void *arg)
 		}
 	}
 	while (w->nheld > 0)
-		put_some(w, w->nheld < MAX_BATCH ? w->nheld : MAX_BATCH);
+		put_some(w, w->nheld < sh->max_batch ? w->nheld : sh->max_batch);
 	return NULL;
 }
 
@@ -121,12 +126,12 @@ static void *credit_worker(void *arg)
 	struct worker *w = arg;
 	struct shared *sh = w->sh;
 	uint64_t rng = 0xda3e39cb94b95bdbULL * w->me;
-	uint32_t batch[MAX_BATCH];
+	uint32_t *batch = w->batch;
 
 	pthread_barrier_wait(&sh->start);
-	for (uint64_t i = 0; i < sh->iters; i++) {
+	for (uint64_t i = 0; i < w->iters; i++) {
 		uint64_t r = kva_test_rand(&rng);
-		uint32_t k = 1 + (uint32_t)((r >> 8) % MAX_BATCH);
+		uint32_t k = 1 + (uint32_t)((r >> 8) % sh->max_batch);
 		struct kva_credits c = {k, 0, 0};
 		if (!kva_capacity_try_reserve(&sh->cap, c, 0)) {
 			w->refused++;
@@ -146,26 +151,64 @@ static void *credit_worker(void *arg)
 	return NULL;
 }
 
-static void run(struct shared *sh, uint32_t n, uint64_t iters, void *(*fn)(void *),
-		struct worker *w)
+/* Worker 0 takes half the pool at a time, with credits, while the others
+ * take and put a few ids each with theirs: the large take fetches its ids
+ * over several swaps of the chain and must neither fail nor starve (with a
+ * walk between load and CAS it restarted on every small put or take). */
+static void *big_worker(void *arg)
+{
+	struct worker *w = arg;
+	struct shared *sh = w->sh;
+	const uint32_t k = sh->n / 2;
+	struct kva_credits c = {k, 0, 0};
+
+	pthread_barrier_wait(&sh->start);
+	for (uint64_t i = 0; i < w->iters; i++) {
+		while (!kva_capacity_try_reserve(&sh->cap, c, 0))
+			w->refused++; /* the small ones hold credits this instant */
+		if (!kva_pagepool_take_n(&sh->pool, w->batch, k)) {
+			w->missing++;
+			kva_capacity_release(&sh->cap, c);
+			continue;
+		}
+		w->taken += k;
+		for (uint32_t j = 0; j < k; j++)
+			own(w, w->batch[j]);
+		put_some(w, k);
+		kva_capacity_release(&sh->cap, c);
+	}
+	return NULL;
+}
+
+static void run_with(struct shared *sh, uint32_t n, uint32_t max_batch, uint64_t iters,
+		     void *(*fn0)(void *), uint64_t iters0, void *(*fn)(void *), struct worker *w)
 {
 	pthread_t t[WORKERS];
 
 	sh->n = n;
-	sh->iters = iters;
+	sh->max_batch = max_batch;
 	sh->owner = calloc(n, sizeof(*sh->owner));
 	assert_non_null(sh->owner);
 	assert_int_equal(kva_pagepool_init(&sh->pool, n), 0);
 	pthread_barrier_init(&sh->start, NULL, WORKERS);
 	for (uint32_t i = 0; i < WORKERS; i++) {
-		w[i] = (struct worker){.sh = sh, .me = i + 1};
+		w[i] = (struct worker){.sh = sh, .me = i + 1, .iters = i == 0 ? iters0 : iters};
 		w[i].held = malloc(n * sizeof(uint32_t));
+		w[i].batch = malloc(n * sizeof(uint32_t));
 		assert_non_null(w[i].held);
-		assert_int_equal(pthread_create(&t[i], NULL, fn, &w[i]), 0);
+		assert_non_null(w[i].batch);
 	}
+	for (uint32_t i = 0; i < WORKERS; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, i == 0 ? fn0 : fn, &w[i]), 0);
 	for (int i = 0; i < WORKERS; i++)
 		pthread_join(t[i], NULL);
 	pthread_barrier_destroy(&sh->start);
+}
+
+static void run(struct shared *sh, uint32_t n, uint32_t max_batch, uint64_t iters,
+		void *(*fn)(void *), struct worker *w)
+{
+	run_with(sh, n, max_batch, iters, fn, iters, fn, w);
 }
 
 /* Every worker put everything back: the pool holds each id exactly once. */
@@ -179,6 +222,7 @@ static void check_and_free(struct shared *sh, struct worker *w)
 		assert_int_equal(w[i].nheld, 0);
 		assert_true(w[i].taken > 0);
 		free(w[i].held);
+		free(w[i].batch);
 	}
 	assert_int_equal(kva_pagepool_count(&sh->pool), sh->n);
 	uint32_t *all = malloc(sh->n * sizeof(uint32_t));
@@ -205,7 +249,7 @@ static void test_concurrent_take_put_never_hands_an_id_out_twice(void **state)
 	static struct shared sh;
 	struct worker w[WORKERS];
 
-	run(&sh, 4096, kva_test_scaled(2000000), mixed_worker, w);
+	run(&sh, 4096, MAX_BATCH, kva_test_scaled(2000000), mixed_worker, w);
 	check_and_free(&sh, w);
 }
 
@@ -217,7 +261,7 @@ static void test_tiny_pool_under_contention_keeps_every_id(void **state)
 
 	/* Fewer ids than the workers want: take_n fails often, the stack is
 	 * emptied and refilled constantly (the ABA-prone regime). */
-	run(&sh, 24, kva_test_scaled(2000000), mixed_worker, w);
+	run(&sh, 24, MAX_BATCH, kva_test_scaled(2000000), mixed_worker, w);
 	uint64_t refused = 0;
 	for (int i = 0; i < WORKERS; i++)
 		refused += w[i].refused;
@@ -234,7 +278,39 @@ static void test_credit_holders_always_find_ids(void **state)
 	struct kva_credits total = {n, 0, 0};
 
 	kva_capacity_init(&sh.cap, total);
-	run(&sh, n, kva_test_scaled(2000000), credit_worker, w);
+	run(&sh, n, MAX_BATCH, kva_test_scaled(2000000), credit_worker, w);
+	assert_int_equal(kva_capacity_free(&sh.cap).pages, n);
+	check_and_free(&sh, w);
+}
+
+/* Takes of up to BIG_BATCH ids hold the chain in rounds and give the rest
+ * back each time; others waiting for ids in transit must still get them. */
+static void test_credit_holders_find_ids_in_multi_round_takes(void **state)
+{
+	(void)state;
+	static struct shared sh;
+	struct worker w[WORKERS];
+	const uint32_t n = 2 * BIG_BATCH;
+	struct kva_credits total = {n, 0, 0};
+
+	kva_capacity_init(&sh.cap, total);
+	run(&sh, n, BIG_BATCH, kva_test_scaled(100000), credit_worker, w);
+	assert_int_equal(kva_capacity_free(&sh.cap).pages, n);
+	check_and_free(&sh, w);
+}
+
+static void test_a_large_take_is_not_starved_by_small_ones(void **state)
+{
+	(void)state;
+	static struct shared sh;
+	struct worker w[WORKERS];
+	const uint32_t n = 4096;
+	const uint64_t big = kva_test_scaled(1000);
+	struct kva_credits total = {n, 0, 0};
+
+	kva_capacity_init(&sh.cap, total);
+	run_with(&sh, n, MAX_BATCH, kva_test_scaled(2000000), big_worker, big, credit_worker, w);
+	assert_int_equal(w[0].taken, big * (n / 2));
 	assert_int_equal(kva_capacity_free(&sh.cap).pages, n);
 	check_and_free(&sh, w);
 }
@@ -245,6 +321,8 @@ int main(void)
 	    cmocka_unit_test(test_concurrent_take_put_never_hands_an_id_out_twice),
 	    cmocka_unit_test(test_tiny_pool_under_contention_keeps_every_id),
 	    cmocka_unit_test(test_credit_holders_always_find_ids),
+	    cmocka_unit_test(test_credit_holders_find_ids_in_multi_round_takes),
+	    cmocka_unit_test(test_a_large_take_is_not_starved_by_small_ones),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -88,6 +88,65 @@ static void test_put_n_stacks_on_existing_ids(void **state)
 	kva_pagepool_fini(&p);
 }
 
+/* A take longer than one round gets its ids over several swaps of the
+ * chain; with no one else around they come in put order all the same. */
+static void test_take_n_over_several_rounds_keeps_put_order(void **state)
+{
+	(void)state;
+	struct kva_pagepool p;
+	enum { N = 5 * KVA_PAGEPOOL_ROUND + 7 };
+	uint32_t ids[N], back[N];
+	uint64_t rng = 99;
+
+	assert_int_equal(kva_pagepool_init(&p, N), 0);
+	assert_true(kva_pagepool_take_n(&p, ids, N));
+	for (uint32_t i = 0; i < N; i++)
+		assert_int_equal(ids[i], i);
+	for (uint32_t i = N - 1; i > 0; i--) { /* shuffle */
+		uint32_t j = (uint32_t)(kva_test_rand(&rng) % (i + 1)), t = ids[i];
+		ids[i] = ids[j];
+		ids[j] = t;
+	}
+	kva_pagepool_put_n(&p, ids, N);
+	assert_true(kva_pagepool_take_n(&p, back, N));
+	assert_memory_equal(back, ids, sizeof(ids));
+	kva_pagepool_fini(&p);
+}
+
+/* A take that needs part of the chain gives the rest back intact, also
+ * when the chain is made of several puts. */
+static void test_a_partial_take_leaves_the_rest_in_order(void **state)
+{
+	(void)state;
+	struct kva_pagepool p;
+	enum { N = 200 };
+	uint32_t a[70], b[130], c[N], id;
+
+	assert_int_equal(kva_pagepool_init(&p, N), 0);
+	assert_true(kva_pagepool_take_n(&p, a, 70));
+	assert_int_equal(kva_pagepool_count(&p), N - 70);
+	assert_true(kva_pagepool_take_n(&p, b, 130));
+	for (uint32_t i = 0; i < 70; i++)
+		assert_int_equal(a[i], i);
+	for (uint32_t i = 0; i < 130; i++)
+		assert_int_equal(b[i], 70 + i);
+	assert_false(kva_pagepool_take(&p, &id));
+	assert_int_equal(kva_pagepool_count(&p), 0);
+
+	/* Three chains stacked: b[100..129] on top, then a, then b[0..99]. */
+	kva_pagepool_put_n(&p, b, 100);
+	kva_pagepool_put_n(&p, a, 70);
+	kva_pagepool_put_n(&p, b + 100, 30);
+	assert_true(kva_pagepool_take_n(&p, c, 50)); /* through the first chain into a */
+	assert_memory_equal(c, b + 100, 30 * sizeof(uint32_t));
+	assert_memory_equal(c + 30, a, 20 * sizeof(uint32_t));
+	assert_true(kva_pagepool_take_n(&p, c + 50, 150));
+	assert_memory_equal(c + 50, a + 20, 50 * sizeof(uint32_t));
+	assert_memory_equal(c + 100, b, 100 * sizeof(uint32_t));
+	assert_false(kva_pagepool_take_n(&p, c, 1));
+	kva_pagepool_fini(&p);
+}
+
 static void test_empty_pool(void **state)
 {
 	(void)state;
@@ -117,6 +176,8 @@ static void test_random_sequence_matches_a_set(void **state)
 	for (int op = 0; op < 100000; op++) {
 		uint64_t r = kva_test_rand(&rng);
 		size_t k = 1 + (size_t)((r >> 8) % 17);
+		if (((r >> 20) & 7) == 0) /* now and then more than a round */
+			k = 1 + (size_t)((r >> 24) % 200);
 		if (r & 1) {
 			bool ok = kva_pagepool_take_n(&p, tmp, k);
 			assert_int_equal(ok, N - nheld >= k);
@@ -148,6 +209,8 @@ int main(void)
 	    cmocka_unit_test(test_take_n_is_all_or_nothing),
 	    cmocka_unit_test(test_put_makes_ids_takeable_again_lifo),
 	    cmocka_unit_test(test_put_n_stacks_on_existing_ids),
+	    cmocka_unit_test(test_take_n_over_several_rounds_keeps_put_order),
+	    cmocka_unit_test(test_a_partial_take_leaves_the_rest_in_order),
 	    cmocka_unit_test(test_empty_pool),
 	    cmocka_unit_test(test_random_sequence_matches_a_set),
 	};
