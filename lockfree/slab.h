@@ -145,8 +145,8 @@ static inline uint32_t kva_slab_end(const struct kva_slab *s)
 	return kva__slab_chunk_base(n < KVA_SLAB_MAX_CHUNKS ? n : KVA_SLAB_MAX_CHUNKS);
 }
 
-/* Any thread. The slot at idx, live or not; NULL if idx was never handed
- * out. */
+/* Any thread. The slot at idx, live or not; NULL if no published chunk
+ * holds idx (so it was never handed out). */
 static inline void *kva_slab_get(const struct kva_slab *s, uint32_t idx)
 {
 	if (idx >= KVA_SLAB_INDEX_END)

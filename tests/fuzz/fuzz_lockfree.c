@@ -17,6 +17,20 @@
  *               checked exactly; then two producer threads push stamped
  *               nodes while this thread drains concurrently: every node
  *               arrives exactly once and each producer's nodes in its order.
+ *   slab        alloc / publish / re-publish / retire / flush / lookups of
+ *               tracked and of arbitrary {index, generation} handles, all
+ *               inside one read-side section per input, against a model of
+ *               which slots are owned, live and retired: a lookup matches
+ *               exactly the live handles (and shows their stamp), a fresh
+ *               slot is free (even generation) and is none of the owned,
+ *               live or retired-in-this-input ones (no reuse before a grace
+ *               period). One slab for the process; every input retires
+ *               what it allocated.
+ *   pagepool    take_n / take / put_n (random subsets, random order) on a
+ *               pool of up to 600 ids, against a stack model: take_n
+ *               succeeds exactly when enough ids are in the pool, and with
+ *               one thread ids come back in exact LIFO order (put_n's
+ *               ids[0] first), across several take rounds; count agrees.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -26,7 +40,9 @@
 #include <string.h>
 
 #include "inbox.h"
+#include "pagepool.h"
 #include "rcu_thread.h"
+#include "slab.h"
 #include "timerwheel.h"
 #include "waitq.h"
 #include "fuzz_input.h"
@@ -411,18 +427,240 @@ static void fuzz_inbox(void)
 	kva_inbox_fini(&inbox);
 }
 
+/* ---- slab ------------------------------------------------------------------- */
+
+#define NS 32	  /* handles one input tracks */
+#define NRET 1024 /* retired handles one input remembers */
+
+struct fslot {
+	struct kva_slab_hdr h;
+	uint64_t stamp;
+	union {
+		struct kva_slab_rcu rcu;
+		char pad[32];
+	};
+};
+
+enum { S_NONE, S_OWNED, S_LIVE };
+
+struct fhandle {
+	uint8_t state;
+	uint32_t idx, gen;
+	uint64_t stamp;
+	struct fslot *p;
+};
+
+static void *sl_alloc(size_t n)
+{
+	return malloc(n);
+}
+
+static void sl_free(void *p, size_t n)
+{
+	(void)n;
+	free(p);
+}
+
+static bool sl_live(const struct fhandle *h, uint32_t idx, uint32_t gen, uint64_t *stamp)
+{
+	for (uint32_t k = 0; k < NS; k++)
+		if (h[k].state == S_LIVE && h[k].idx == idx && h[k].gen == gen) {
+			*stamp = h[k].stamp;
+			return true;
+		}
+	return false;
+}
+
+static void fuzz_slab(void)
+{
+	static struct kva_slab sl;
+	static bool inited;
+	static uint64_t stamps;
+	static struct fhandle h[NS];
+	static struct {
+		uint32_t idx, gen;
+	} ret[NRET];
+	uint32_t nret = 0;
+	struct kva_slab_retired b = {0, 0, 0};
+
+	if (!inited) {
+		CHECK(kva_slab_init(&sl, sizeof(struct fslot), offsetof(struct fslot, rcu),
+				    sl_alloc, sl_free) == 0);
+		inited = true;
+	}
+	memset(h, 0, sizeof(h));
+	/* Nothing retired from here on may come back before the unlock. */
+	kva_rcu_read_lock();
+	while (fz_more(&in)) {
+		uint8_t op = fz_u8(&in);
+		struct fhandle *x = &h[(op >> 3) % NS];
+		uint64_t st;
+		switch (op & 7) {
+		case 0: { /* alloc */
+			if (x->state != S_NONE)
+				break;
+			uint32_t idx;
+			struct fslot *p = kva_slab_alloc(&sl, &idx);
+			CHECK(p != NULL && kva_slab_get(&sl, idx) == p);
+			uint32_t g = atomic_load_explicit(&p->h.gen, memory_order_relaxed);
+			CHECK((g & 1) == 0 && kva_slab_lookup(&sl, idx, g + 1) == NULL);
+			for (uint32_t k = 0; k < NS; k++)
+				CHECK(h[k].state == S_NONE || h[k].idx != idx);
+			for (uint32_t k = 0; k < nret; k++)
+				CHECK(ret[k].idx != idx);
+			*x = (struct fhandle){S_OWNED, idx, 0, ++stamps, p};
+			p->stamp = x->stamp;
+			break;
+		}
+		case 1:
+		case 2: { /* publish, or publish again: a new incarnation */
+			if (x->state == S_NONE)
+				break;
+			uint32_t was = atomic_load_explicit(&x->p->h.gen, memory_order_relaxed);
+			x->p->stamp = x->stamp = ++stamps;
+			uint32_t g = kva_slab_publish(&sl, x->p);
+			CHECK((g & 1) && g == (x->state == S_LIVE ? was + 2 : was + 1));
+			if (x->state == S_LIVE)
+				CHECK(kva_slab_lookup(&sl, x->idx, x->gen) == NULL);
+			x->gen = g;
+			x->state = S_LIVE;
+			break;
+		}
+		case 3: /* retire */
+			if (x->state == S_NONE || nret == NRET)
+				break;
+			kva_slab_retire(&sl, &b, x->idx);
+			ret[nret].idx = x->idx;
+			ret[nret++].gen = x->gen;
+			if (x->state == S_LIVE)
+				CHECK(kva_slab_lookup(&sl, x->idx, x->gen) == NULL);
+			CHECK((atomic_load_explicit(&x->p->h.gen, memory_order_relaxed) & 1) == 0);
+			x->state = S_NONE;
+			break;
+		case 4:
+			kva_slab_flush(&sl, &b);
+			CHECK(b.n == 0);
+			break;
+		case 5: { /* a tracked handle, maybe with another generation */
+			if (x->state == S_NONE)
+				break;
+			uint32_t g = x->gen + (fz_u8(&in) % 4) * 2 - (x->state == S_OWNED ? 1 : 0);
+			struct fslot *p = kva_slab_lookup(&sl, x->idx, g);
+			if (sl_live(h, x->idx, g, &st))
+				CHECK(p == x->p && p->stamp == st);
+			else
+				CHECK(p == NULL);
+			break;
+		}
+		case 6: { /* any handle at all */
+			uint32_t idx = fz_u16(&in);
+			if (idx & 0x8000)
+				idx = (uint32_t)fz_u16(&in) << 16 | fz_u16(&in);
+			uint32_t g = (uint32_t)fz_u16(&in) | 1;
+			struct fslot *p = kva_slab_lookup(&sl, idx, g);
+			if (sl_live(h, idx, g, &st))
+				CHECK(p != NULL && p->stamp == st);
+			else
+				CHECK(p == NULL);
+			if (idx >= KVA_SLAB_INDEX_END)
+				CHECK(kva_slab_get(&sl, idx) == NULL);
+			break;
+		}
+		default: /* every retired handle still fails */
+			for (uint32_t k = 0; k < nret; k++)
+				CHECK(!sl_live(h, ret[k].idx, ret[k].gen, &st) &&
+				      kva_slab_lookup(&sl, ret[k].idx, ret[k].gen | 1) == NULL);
+			break;
+		}
+	}
+	for (uint32_t k = 0; k < NS; k++)
+		if (h[k].state != S_NONE)
+			kva_slab_retire(&sl, &b, h[k].idx);
+	kva_slab_flush(&sl, &b);
+	kva_rcu_read_unlock();
+}
+
+/* ---- pagepool ------------------------------------------------------------------ */
+
+#define NP 600
+
+static void fuzz_pagepool(void)
+{
+	static struct kva_pagepool pool;
+	static uint32_t stack[NP], held[NP], tmp[NP + 1];
+	static bool in_pool[NP];
+	uint32_t n = fz_below(&in, NP + 1), depth = n, nheld = 0;
+
+	CHECK(kva_pagepool_init(&pool, n) == 0);
+	/* Model: stack[depth - 1] is taken next; init takes 0, 1, 2 ... */
+	for (uint32_t i = 0; i < n; i++) {
+		stack[i] = n - 1 - i;
+		in_pool[i] = true;
+	}
+	while (fz_more(&in)) {
+		uint8_t op = fz_u8(&in);
+		uint32_t k = (op & 0x80) ? fz_below(&in, NP + 2) : (op >> 2) % 20;
+		if (op & 1) {
+			bool ok = (op & 2) && k == 1 ? kva_pagepool_take(&pool, tmp)
+						     : kva_pagepool_take_n(&pool, tmp, k);
+			CHECK(ok == (k <= depth));
+			if (!ok)
+				continue;
+			for (uint32_t i = 0; i < k; i++) {
+				CHECK(tmp[i] == stack[depth - 1 - i] && in_pool[tmp[i]]);
+				in_pool[tmp[i]] = false;
+				held[nheld++] = tmp[i];
+			}
+			depth -= k;
+		} else {
+			if (k > nheld)
+				k = nheld;
+			/* Give back k held ids in a shuffled order. */
+			for (uint32_t i = 0; i < k; i++) {
+				uint32_t j = i + fz_below(&in, nheld - i), t = held[i];
+				held[i] = held[j];
+				held[j] = t;
+			}
+			if (k == 1 && (op & 2))
+				kva_pagepool_put(&pool, held[0]);
+			else
+				kva_pagepool_put_n(&pool, held, k);
+			for (uint32_t i = 0; i < k; i++) {
+				in_pool[held[i]] = true;
+				stack[depth + i] = held[k - 1 - i];
+			}
+			depth += k;
+			memmove(held, held + k, (nheld - k) * sizeof(uint32_t));
+			nheld -= k;
+		}
+		CHECK(kva_pagepool_count(&pool) == depth);
+	}
+	CHECK(kva_pagepool_take_n(&pool, tmp, depth));
+	for (uint32_t i = 0; i < depth; i++)
+		CHECK(tmp[i] == stack[depth - 1 - i]);
+	CHECK(!kva_pagepool_take(&pool, tmp) && kva_pagepool_count(&pool) == 0);
+	kva_pagepool_fini(&pool);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	fz_init(&in, data, size);
-	switch (fz_u8(&in) % 3) {
+	/* 0..2 keep their meaning for the checked-in seeds. */
+	switch (fz_u8(&in) % 5) {
 	case 0:
 		fuzz_timerwheel();
 		break;
 	case 1:
 		fuzz_waitq();
 		break;
-	default:
+	case 2:
 		fuzz_inbox();
+		break;
+	case 3:
+		fuzz_slab();
+		break;
+	default:
+		fuzz_pagepool();
 		break;
 	}
 	return 0;

@@ -1,0 +1,502 @@
+/*
+ * Unit tests for lockfree/slab: argument checks, handles (index +
+ * generation), reuse only after a grace period, chunk geometry and growth,
+ * allocation failure, and thread caches that outlive their thread.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kva_test.h"
+#include "rcu_thread.h"
+#include "slab.h"
+
+struct slot {
+	struct kva_slab_hdr h;
+	uint64_t stamp;
+	union {
+		struct kva_slab_rcu rcu; /* retired: the slab's */
+		char pad[32];		 /* live: owner-private */
+	};
+};
+
+/* Memory through counting hooks: fini must give back every byte, and a
+ * test can make the next allocations (or only the next chunks) fail. */
+#define CHUNK_MIN 4096 /* smaller: a thread's cache */
+static _Atomic size_t bytes_out;
+static _Atomic int fail_next, fail_chunks;
+
+static void *t_alloc(size_t n)
+{
+	if (atomic_load(&fail_next) > 0) {
+		atomic_fetch_sub(&fail_next, 1);
+		return NULL;
+	}
+	if (n >= CHUNK_MIN && atomic_load(&fail_chunks) > 0) {
+		atomic_fetch_sub(&fail_chunks, 1);
+		return NULL;
+	}
+	void *p = malloc(n);
+	if (p)
+		atomic_fetch_add(&bytes_out, n);
+	return p;
+}
+
+static void t_free(void *p, size_t n)
+{
+	atomic_fetch_sub(&bytes_out, n);
+	free(p);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	assert_int_equal(kva_rcu_enter(), 0);
+	atomic_store(&bytes_out, 0);
+	atomic_store(&fail_next, 0);
+	atomic_store(&fail_chunks, 0);
+	return 0;
+}
+
+static struct kva_slab *slab_new(void)
+{
+	/* On the heap, so ASan sees a read past chunk[] (an index out of range). */
+	struct kva_slab *s = malloc(sizeof(*s));
+	assert_non_null(s);
+	assert_int_equal(
+	    kva_slab_init(s, sizeof(struct slot), offsetof(struct slot, rcu), t_alloc, t_free), 0);
+	return s;
+}
+
+/* Every call_rcu done, then everything back to the allocator. */
+static void slab_free(struct kva_slab *s)
+{
+	urcu_memb_barrier();
+	kva_slab_fini(s);
+	free(s);
+	assert_int_equal(atomic_load(&bytes_out), 0);
+}
+
+static uint32_t chunk_of(uint32_t idx, uint32_t *off)
+{
+	return kva__slab_chunk_of(idx, off);
+}
+
+static void test_init_rejects_bad_arguments(void **state)
+{
+	(void)state;
+	struct kva_slab s;
+	const size_t sz = sizeof(struct slot), off = offsetof(struct slot, rcu);
+	const size_t rcu = sizeof(struct kva_slab_rcu);
+
+	assert_int_equal(kva_slab_init(NULL, sz, off, t_alloc, t_free), -EINVAL);
+	assert_int_equal(kva_slab_init(&s, sz, off, NULL, t_free), -EINVAL);
+	assert_int_equal(kva_slab_init(&s, sz, off, t_alloc, NULL), -EINVAL);
+	assert_int_equal(kva_slab_init(&s, 0, off, t_alloc, t_free), -EINVAL);
+	assert_int_equal(kva_slab_init(&s, sz + 4, off, t_alloc, t_free), -EINVAL); /* misaligned */
+	assert_int_equal(kva_slab_init(&s, sz, 0, t_alloc, t_free), -EINVAL); /* over the header */
+	assert_int_equal(kva_slab_init(&s, sz, off + 4, t_alloc, t_free), -EINVAL); /* misaligned */
+	assert_int_equal(kva_slab_init(&s, sz, sz - rcu + 8, t_alloc, t_free),
+			 -EINVAL); /* overruns */
+	assert_int_equal(kva_slab_init(&s, (size_t)1 << 33, off, t_alloc, t_free), -EINVAL);
+	/* The smallest valid layout: header, then the rcu area, nothing else. */
+	assert_int_equal(kva_slab_init(&s, 8 + rcu, 8, t_alloc, t_free), 0);
+	kva_slab_fini(&s);
+	assert_int_equal(kva_slab_init(&s, sz, sz - rcu, t_alloc, t_free), 0);
+	kva_slab_fini(&s);
+	assert_int_equal(atomic_load(&bytes_out), 0);
+}
+
+static void test_alloc_hands_out_distinct_free_slots(void **state)
+{
+	(void)state;
+	struct kva_slab *s = slab_new();
+	enum { N = 1000 };
+	static unsigned char seen[2 * N];
+	memset(seen, 0, sizeof(seen));
+
+	for (int i = 0; i < N; i++) {
+		uint32_t idx = UINT32_MAX;
+		struct slot *p = kva_slab_alloc(s, &idx);
+		assert_non_null(p);
+		assert_true(idx < 2 * N); /* chunks 0..2 hold 1792 */
+		assert_int_equal(seen[idx]++, 0);
+		assert_ptr_equal(kva_slab_get(s, idx), p);
+		assert_int_equal(atomic_load(&p->h.gen) & 1, 0);
+		p->stamp = idx; /* ours: writable, distinct memory (ASan) */
+	}
+	assert_true(kva_slab_slots(s) >= N);
+	slab_free(s);
+}
+
+static void test_publish_makes_the_handle_match_and_nothing_else(void **state)
+{
+	(void)state;
+	struct kva_slab *s = slab_new();
+	uint32_t idx, other;
+	struct slot *p = kva_slab_alloc(s, &idx);
+	assert_non_null(p);
+	assert_non_null(kva_slab_alloc(s, &other));
+
+	/* Allocated but not published: no generation matches. */
+	assert_null(kva_slab_lookup(s, idx, 1));
+	p->stamp = 42;
+	uint32_t g = kva_slab_publish(s, p);
+	assert_int_equal(g & 1, 1);
+	assert_int_equal(atomic_load(&p->h.gen), g);
+
+	kva_rcu_read_lock();
+	struct slot *q = kva_slab_lookup(s, idx, g);
+	assert_ptr_equal(q, p);
+	assert_int_equal(q->stamp, 42);
+	assert_null(kva_slab_lookup(s, idx, g + 1)); /* even */
+	assert_null(kva_slab_lookup(s, idx, g - 1)); /* even, the free one */
+	assert_null(kva_slab_lookup(s, idx, g + 2)); /* a later incarnation */
+	assert_null(kva_slab_lookup(s, idx, 0));
+	assert_null(kva_slab_lookup(s, other, g)); /* another slot, never published */
+	/* In a chunk, never handed out: gen 0 matches no odd generation. */
+	assert_null(kva_slab_lookup(s, 200, 1));
+	assert_non_null(kva_slab_get(s, 200));
+	/* Never handed out, no chunk: nothing at all. */
+	assert_null(kva_slab_get(s, 256));
+	assert_null(kva_slab_lookup(s, 256, 1));
+	assert_null(kva_slab_lookup(s, KVA_SLAB_SMALL_TOTAL + 5, 1));
+	/* Out of range: beyond the last chunk, or beyond the index space. */
+	assert_null(kva_slab_get(s, KVA_SLAB_INDEX_END));
+	assert_null(kva_slab_get(s, KVA_SLAB_MAX_SLOTS - 1));
+	assert_null(kva_slab_get(s, KVA_SLAB_MAX_SLOTS));
+	assert_null(kva_slab_get(s, UINT32_MAX));
+	assert_null(kva_slab_lookup(s, UINT32_MAX, g));
+	kva_rcu_read_unlock();
+
+	/* Publishing again is a new incarnation: the old handle stops matching. */
+	uint32_t g2 = kva_slab_publish(s, p);
+	assert_int_equal(g2, g + 2);
+	assert_null(kva_slab_lookup(s, idx, g));
+	assert_ptr_equal(kva_slab_lookup(s, idx, g2), p);
+	slab_free(s);
+}
+
+static void test_retire_stops_the_handle_matching_at_once(void **state)
+{
+	(void)state;
+	struct kva_slab *s = slab_new();
+	struct kva_slab_retired b = {0, 0, 0};
+	uint32_t idx;
+	struct slot *p = kva_slab_alloc(s, &idx);
+	uint32_t g = kva_slab_publish(s, p);
+
+	kva_rcu_read_lock();
+	assert_ptr_equal(kva_slab_lookup(s, idx, g), p);
+	kva_slab_retire(s, &b, idx);
+	assert_null(kva_slab_lookup(s, idx, g));
+	assert_int_equal(atomic_load(&p->h.gen), g + 1);
+	/* A reader that matched before still has the slot's memory. */
+	assert_int_equal(b.n, 1);
+	kva_rcu_read_unlock();
+	kva_slab_flush(s, &b);
+	assert_int_equal(b.n, 0);
+	kva_slab_flush(s, &b); /* empty: nothing */
+	slab_free(s);
+}
+
+/* A retired slot is reused only after a grace period: while this thread is
+ * inside a read-side section no callback can run, so nothing retired may
+ * come back; after a barrier every retired slot is free again. */
+static void test_retired_slots_come_back_only_after_a_grace_period(void **state)
+{
+	(void)state;
+	struct kva_slab *s = slab_new();
+	struct kva_slab_retired b = {0, 0, 0};
+	enum { N = 100 };
+	uint32_t idx[N], gen[N];
+	unsigned char retired[768] = {0};
+
+	for (int i = 0; i < N; i++) {
+		struct slot *p = kva_slab_alloc(s, &idx[i]);
+		assert_non_null(p);
+		assert_true(idx[i] < 256);
+		gen[i] = kva_slab_publish(s, p);
+	}
+	assert_int_equal(kva_slab_slots(s), 256);
+
+	kva_rcu_read_lock();
+	for (int i = 0; i < N; i++) {
+		kva_slab_retire(s, &b, idx[i]);
+		retired[idx[i]] = 1;
+	}
+	kva_slab_flush(s, &b);
+	/* Everything else the first chunk has, and more: a chunk grows. */
+	for (int i = 0; i < 256 - N + 10; i++) {
+		uint32_t k;
+		assert_non_null(kva_slab_alloc(s, &k));
+		assert_true(k >= 256 || !retired[k]);
+	}
+	kva_rcu_read_unlock();
+	uint32_t grown = kva_slab_slots(s);
+	assert_int_equal(grown, 256 + 512);
+
+	urcu_memb_barrier();
+	/* The 100 retired slots and the 502 the second chunk still has: all
+	 * allocatable without growing, the retired ones among them. */
+	unsigned char seen[768] = {0};
+	int again = 0;
+	for (int i = 0; i < N + 512 - 10; i++) {
+		uint32_t k;
+		assert_non_null(kva_slab_alloc(s, &k));
+		assert_true(k < 768);
+		assert_int_equal(seen[k]++, 0);
+		again += retired[k];
+	}
+	assert_int_equal(again, N);
+	assert_int_equal(kva_slab_slots(s), grown);
+	for (int i = 0; i < N; i++)
+		assert_null(kva_slab_lookup(s, idx[i], gen[i]));
+	slab_free(s);
+}
+
+static void test_a_reused_slot_gets_a_new_generation(void **state)
+{
+	(void)state;
+	struct kva_slab *s = slab_new();
+	struct kva_slab_retired b = {0, 0, 0};
+	uint32_t idx;
+	struct slot *p = kva_slab_alloc(s, &idx);
+	uint32_t g = kva_slab_publish(s, p);
+
+	/* Retire and re-allocate until the same index comes back. */
+	uint32_t k = UINT32_MAX, g2 = 0;
+	kva_slab_retire(s, &b, idx);
+	kva_slab_flush(s, &b);
+	urcu_memb_barrier();
+	for (int i = 0; i < 256 && k != idx; i++) {
+		struct slot *q = kva_slab_alloc(s, &k);
+		assert_non_null(q);
+		if (k == idx) {
+			assert_ptr_equal(q, p);
+			assert_int_equal(atomic_load(&q->h.gen) & 1, 0);
+			g2 = kva_slab_publish(s, q);
+		}
+	}
+	assert_int_equal(k, idx);
+	assert_int_not_equal(g2, g);
+	assert_int_equal(g2 & 1, 1);
+	assert_null(kva_slab_lookup(s, idx, g));
+	assert_ptr_equal(kva_slab_lookup(s, idx, g2), p);
+	assert_int_equal(kva_slab_slots(s), 256);
+	slab_free(s);
+}
+
+static void test_chunk_geometry(void **state)
+{
+	(void)state;
+	uint32_t off;
+	assert_int_equal(chunk_of(0, &off), 0);
+	assert_int_equal(off, 0);
+	assert_int_equal(chunk_of(255, &off), 0);
+	assert_int_equal(off, 255);
+	assert_int_equal(chunk_of(256, &off), 1);
+	assert_int_equal(off, 0);
+	assert_int_equal(chunk_of(767, &off), 1);
+	assert_int_equal(off, 511);
+	assert_int_equal(chunk_of(768, &off), 2);
+	assert_int_equal(off, 0);
+	assert_int_equal(chunk_of(KVA_SLAB_SMALL_TOTAL - 1, &off), KVA_SLAB_DOUBLINGS - 1);
+	assert_int_equal(off, (1u << (KVA_SLAB_FIRST_SHIFT + KVA_SLAB_DOUBLINGS - 1)) - 1);
+	assert_int_equal(chunk_of(KVA_SLAB_SMALL_TOTAL, &off), KVA_SLAB_DOUBLINGS);
+	assert_int_equal(off, 0);
+	assert_int_equal(chunk_of(KVA_SLAB_SMALL_TOTAL + 65535, &off), KVA_SLAB_DOUBLINGS);
+	assert_int_equal(off, 65535);
+	assert_int_equal(chunk_of(KVA_SLAB_SMALL_TOTAL + 65536, &off), KVA_SLAB_DOUBLINGS + 1);
+	assert_int_equal(off, 0);
+	assert_int_equal(chunk_of(KVA_SLAB_INDEX_END - 1, &off), KVA_SLAB_MAX_CHUNKS - 1);
+	assert_int_equal(off, 65535);
+	assert_true(KVA_SLAB_INDEX_END <= KVA_SLAB_MAX_SLOTS);
+
+	/* Every chunk starts where the previous one ended. */
+	uint32_t start = 0;
+	for (uint32_t c = 0; c < KVA_SLAB_DOUBLINGS + 3; c++) {
+		assert_int_equal(kva__slab_chunk_base(c), start);
+		assert_int_equal(chunk_of(start, &off), c);
+		assert_int_equal(off, 0);
+		start += c < KVA_SLAB_DOUBLINGS ? 1u << (KVA_SLAB_FIRST_SHIFT + c) : 1u << 16;
+		assert_int_equal(chunk_of(start - 1, &off), c);
+	}
+	assert_int_equal(kva__slab_chunk_base(KVA_SLAB_MAX_CHUNKS), KVA_SLAB_INDEX_END);
+}
+
+/* Past the doubling chunks into the 64 Ki ones; everything retired comes
+ * back, so the same number again needs no new chunk. */
+static void test_growth_then_full_reuse_does_not_grow(void **state)
+{
+	(void)state;
+	struct kva_slab *s = slab_new();
+	struct kva_slab_retired b = {0, 0, 0};
+	enum { N = 200000 };
+	uint32_t *idx = malloc(N * sizeof(*idx));
+	unsigned char *seen = calloc(KVA_SLAB_SMALL_TOTAL + 2 * 65536, 1);
+	assert_non_null(idx);
+	assert_non_null(seen);
+
+	for (int i = 0; i < N; i++) {
+		struct slot *p = kva_slab_alloc(s, &idx[i]);
+		assert_non_null(p);
+		assert_true(idx[i] < KVA_SLAB_SMALL_TOTAL + 2 * 65536);
+		assert_int_equal(seen[idx[i]]++, 0);
+		p->stamp = i;
+		kva_slab_publish(s, p);
+	}
+	uint32_t slots = kva_slab_slots(s);
+	assert_int_equal(slots, KVA_SLAB_SMALL_TOTAL + 2 * 65536);
+	assert_int_equal(kva_slab_end(s), slots);
+	for (int i = 0; i < N; i += 997)
+		assert_int_equal(((struct slot *)kva_slab_get(s, idx[i]))->stamp, (uint64_t)i);
+
+	for (int i = 0; i < N; i++)
+		kva_slab_retire(s, &b, idx[i]);
+	kva_slab_flush(s, &b);
+	urcu_memb_barrier();
+
+	memset(seen, 0, KVA_SLAB_SMALL_TOTAL + 2 * 65536);
+	for (int i = 0; i < N; i++) {
+		uint32_t k;
+		assert_non_null(kva_slab_alloc(s, &k));
+		assert_int_equal(seen[k]++, 0);
+	}
+	assert_int_equal(kva_slab_slots(s), slots);
+	free(idx);
+	free(seen);
+	slab_free(s);
+}
+
+/* A chunk whose memory cannot be had is a hole: alloc says NULL, the slab
+ * stays usable and later chunks go on. */
+static void test_allocation_failure_leaves_a_usable_slab(void **state)
+{
+	(void)state;
+	struct kva_slab *s = slab_new();
+	uint32_t idx;
+
+	atomic_store(&fail_next, 1); /* this thread's cache */
+	assert_null(kva_slab_alloc(s, &idx));
+	atomic_store(&fail_chunks, 1); /* chunk 0 */
+	assert_null(kva_slab_alloc(s, &idx));
+	assert_int_equal(atomic_load(&fail_chunks), 0);
+	assert_int_equal(kva_slab_slots(s), 0);
+	struct slot *p = kva_slab_alloc(s, &idx);
+	assert_non_null(p);
+	assert_true(idx >= 256 && idx < 768);
+	assert_null(kva_slab_get(s, 0));
+	assert_null(kva_slab_lookup(s, 0, 1));
+	assert_int_equal(kva_slab_slots(s), 512);
+	assert_int_equal(kva_slab_end(s), 768);
+	uint32_t g = kva_slab_publish(s, p);
+	assert_ptr_equal(kva_slab_lookup(s, idx, g), p);
+	slab_free(s);
+}
+
+struct thread_arg {
+	struct kva_slab *s;
+	uint32_t n;
+	uint32_t idx[300];
+	int nulls;
+};
+
+static void *alloc_n(void *arg)
+{
+	struct thread_arg *a = arg;
+	for (uint32_t i = 0; i < a->n; i++)
+		if (!kva_slab_alloc(a->s, &a->idx[i]))
+			a->nulls++;
+	return NULL;
+}
+
+/* Thread A takes one slot and exits with the other 63 of its cache; thread
+ * B then allocates everything the first chunk has left: A's cache must be
+ * adopted (the shared stack alone holds only 192). */
+static void test_an_exited_threads_cache_goes_to_the_next_thread(void **state)
+{
+	(void)state;
+	struct kva_slab *s = slab_new();
+	struct thread_arg a = {.s = s, .n = 1}, b = {.s = s, .n = 255};
+	pthread_t t;
+
+	assert_int_equal(pthread_create(&t, NULL, alloc_n, &a), 0);
+	pthread_join(t, NULL);
+	assert_int_equal(a.nulls, 0);
+	assert_int_equal(kva_slab_slots(s), 256);
+
+	assert_int_equal(pthread_create(&t, NULL, alloc_n, &b), 0);
+	pthread_join(t, NULL);
+	assert_int_equal(b.nulls, 0);
+	assert_int_equal(kva_slab_slots(s), 256);
+	unsigned char seen[256] = {0};
+	seen[a.idx[0]] = 1;
+	for (uint32_t i = 0; i < b.n; i++) {
+		assert_true(b.idx[i] < 256);
+		assert_int_equal(seen[b.idx[i]]++, 0);
+	}
+	slab_free(s);
+}
+
+/* More slabs than a thread keeps caches for, and a slab re-created at the
+ * same address: the thread's stale entry must never be used (its cache was
+ * freed with the old slab; ASan would see the use). */
+static void test_many_slabs_and_a_recreated_slab_per_thread(void **state)
+{
+	(void)state;
+	enum { NS = KVA_SLAB_TLS_CACHES + 2 };
+	struct kva_slab *s[NS];
+	uint32_t idx;
+
+	for (int r = 0; r < 3; r++)
+		for (int i = 0; i < NS; i++) {
+			if (!r)
+				s[i] = slab_new();
+			for (int k = 0; k < 100; k++)
+				assert_non_null(kva_slab_alloc(s[i], &idx));
+		}
+	/* 300 from each: chunks 0 and 1 (768) suffice as no cache was lost. */
+	for (int i = 0; i < NS; i++)
+		assert_int_equal(kva_slab_slots(s[i]), 768);
+
+	struct kva_slab *x = s[0];
+	urcu_memb_barrier();
+	kva_slab_fini(x);
+	assert_int_equal(
+	    kva_slab_init(x, sizeof(struct slot), offsetof(struct slot, rcu), t_alloc, t_free), 0);
+	assert_non_null(kva_slab_alloc(x, &idx));
+	assert_true(idx < 256);
+	assert_int_equal(kva_slab_slots(x), 256);
+	for (int i = 1; i < NS; i++) {
+		kva_slab_fini(s[i]);
+		free(s[i]);
+	}
+	slab_free(x);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup(test_init_rejects_bad_arguments, setup),
+	    cmocka_unit_test_setup(test_alloc_hands_out_distinct_free_slots, setup),
+	    cmocka_unit_test_setup(test_publish_makes_the_handle_match_and_nothing_else, setup),
+	    cmocka_unit_test_setup(test_retire_stops_the_handle_matching_at_once, setup),
+	    cmocka_unit_test_setup(test_retired_slots_come_back_only_after_a_grace_period, setup),
+	    cmocka_unit_test_setup(test_a_reused_slot_gets_a_new_generation, setup),
+	    cmocka_unit_test_setup(test_chunk_geometry, setup),
+	    cmocka_unit_test_setup(test_growth_then_full_reuse_does_not_grow, setup),
+	    cmocka_unit_test_setup(test_allocation_failure_leaves_a_usable_slab, setup),
+	    cmocka_unit_test_setup(test_an_exited_threads_cache_goes_to_the_next_thread, setup),
+	    cmocka_unit_test_setup(test_many_slabs_and_a_recreated_slab_per_thread, setup),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
