@@ -6,11 +6,18 @@
 
 #define MIN_CAP 64u
 
-void kva_idmap_init(struct kva_idmap *m, kva_idmap_alloc_fn a, kva_idmap_free_fn f)
+static int resize(struct kva_idmap *m, uint32_t cap);
+
+int kva_idmap_init(struct kva_idmap *m, kva_idmap_alloc_fn a, kva_idmap_free_fn f,
+                   uint32_t initial)
 {
 	memset(m, 0, sizeof(*m));
 	m->mem_alloc = a;
 	m->mem_free = f;
+	uint32_t cap = MIN_CAP;
+	while (cap < (1u << 31) && (uint64_t)cap * 3 < (uint64_t)initial * 4)
+		cap *= 2;
+	return resize(m, cap);
 }
 
 void kva_idmap_fini(struct kva_idmap *m)
@@ -68,9 +75,10 @@ int kva_idmap_reserve(struct kva_idmap *m, uint32_t n)
 	uint64_t cap = m->cap ? m->cap : MIN_CAP;
 	while (need * 4 > cap * 3)
 		cap *= 2;
-	if (cap > (1ull << 31))
-		return -ENOMEM;
-	return cap == m->cap ? 0 : resize(m, (uint32_t)cap);
+	if (cap == m->cap || (cap <= (1ull << 31) && resize(m, (uint32_t)cap) == 0))
+		return 0;
+	/* no larger table: fine while one entry stays empty (probes end there) */
+	return need < m->cap ? 0 : -ENOMEM;
 }
 
 uint32_t *kva_idmap_find(const struct kva_idmap *m, uint64_t id)

@@ -40,10 +40,13 @@ struct kva_idmap {
 	kva_idmap_free_fn mem_free;
 };
 
-/* Allocates nothing until the first insert. */
-void kva_idmap_init(struct kva_idmap *m, kva_idmap_alloc_fn a, kva_idmap_free_fn f);
+/* A map with room for `initial` entries (rounded up; at least 64).
+ * 0 or -ENOMEM (then nothing is allocated). */
+int kva_idmap_init(struct kva_idmap *m, kva_idmap_alloc_fn a, kva_idmap_free_fn f,
+                   uint32_t initial);
 void kva_idmap_fini(struct kva_idmap *m);
-/* Room for n more entries without growing. 0 or -ENOMEM (map unchanged). */
+/* Room for n more entries: grows if memory allows, else true while the
+ * current table can take them (0) or -ENOMEM (map unchanged). */
 int kva_idmap_reserve(struct kva_idmap *m, uint32_t n);
 /* The value slot of id, NULL if absent (valid until the next change). */
 uint32_t *kva_idmap_find(const struct kva_idmap *m, uint64_t id);

@@ -91,8 +91,12 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	if (kva_slab_init(&e->slab, sizeof(struct kva__req), offsetof(struct kva__req, rcu),
 	                  kva__calloc, kva__free) != 0)
 		goto fail_pool;
-	kva_idmap_init(&e->live_ids, kva__alloc, kva__free);
-	kva_idmap_init(&e->ckpt, kva__alloc, kva__free);
+	/* Allocated now, so ingest and indexing find room even when memory is
+	 * short later (a map that cannot grow still fills up). */
+	if (kva_idmap_init(&e->live_ids, kva__alloc, kva__free, 64) != 0)
+		goto fail_slab;
+	if (kva_idmap_init(&e->ckpt, kva__alloc, kva__free, 64) != 0)
+		goto fail_ids;
 	kva_capacity_init(&e->cap, (struct kva_credits){cfg->total_pages, cfg->copy_slots,
 	                                                cfg->max_running});
 	kva_fanin_init(&e->inbox);
@@ -111,6 +115,10 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	if (err)
 		*err = 0;
 	return e;
+fail_ids:
+	kva_idmap_fini(&e->live_ids);
+fail_slab:
+	kva_slab_fini(&e->slab);
 fail_pool:
 	kva_pagepool_fini(&e->pool);
 fail_free:

@@ -81,21 +81,24 @@ int kva_cancel(kva_engine *e, kva_handle h)
 {
 	if (!e)
 		return -EINVAL;
-	/* Allocated before the claim, so a claim is never undone. */
-	struct kva__cancel *c = kva__alloc(sizeof(*c));
-	if (!c)
-		return -ENOMEM;
 	int rc = 0;
+	struct kva__cancel *c = NULL;
 	kva_rcu_read_lock();
 	struct kva__req *r = find(e, h);
 	/* A2: pairs with R2 of record.c. */
 	if (!r || kva__state_is_terminal(atomic_load_explicit(&r->state, memory_order_acquire)))
 		rc = -ENOENT;
-	else if (atomic_exchange_explicit(&r->cancel_requested, 1, memory_order_relaxed))
+	else if (atomic_load_explicit(&r->cancel_requested, memory_order_relaxed))
 		rc = -EALREADY;
+	/* The event before the claim, so a claim is never undone. */
+	else if (!(c = kva__alloc(sizeof(*c))))
+		rc = -ENOMEM;
+	else if (atomic_exchange_explicit(&r->cancel_requested, 1, memory_order_relaxed))
+		rc = -EALREADY; /* another thread's cancel won meanwhile */
 	kva_rcu_read_unlock();
 	if (rc) {
-		kva__free(c, sizeof(*c));
+		if (c)
+			kva__free(c, sizeof(*c));
 		return rc;
 	}
 	kva_inbox_node_init(&c->ev.node);
