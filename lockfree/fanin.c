@@ -6,16 +6,11 @@
  *          exchange, so a marked lane's first node is always linked
  */
 #include "fanin.h"
-
-static _Thread_local unsigned tls_lane = ~0u;
-static _Atomic unsigned next_lane;
+#include "rcu_thread.h"
 
 unsigned kva_fanin_lane(void)
 {
-	if (__builtin_expect(tls_lane == ~0u, 0))
-		tls_lane = atomic_fetch_add_explicit(&next_lane, 1, memory_order_relaxed) %
-		           KVA_FANIN_LANES;
-	return tls_lane;
+	return kva_thread_index() % KVA_FANIN_LANES;
 }
 
 void kva_fanin_init(struct kva_fanin *f)

@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #ifdef KVA_TSAN
 char kva__rcu_tsan_gp;
@@ -65,4 +66,14 @@ int kva_rcu_enter(void)
 bool kva_rcu_registered(void)
 {
 	return tls_reg != REG_NONE;
+}
+
+static _Thread_local unsigned tls_index = ~0u;
+static _Atomic unsigned next_index;
+
+unsigned kva_thread_index(void)
+{
+	if (__builtin_expect(tls_index == ~0u, 0))
+		tls_index = atomic_fetch_add_explicit(&next_index, 1, memory_order_relaxed);
+	return tls_index;
 }

@@ -36,6 +36,11 @@ int kva_rcu_enter(void);
 /* true when the calling thread is registered through kva_rcu_enter(). */
 bool kva_rcu_registered(void);
 
+/* A small number for the calling thread, assigned round-robin on its first
+ * call (0, 1, 2, ...): an index for per-thread shards (inbox lanes, free-slot
+ * stacks, counters), so the first threads of a process get distinct ones. */
+unsigned kva_thread_index(void);
+
 /* Read-side critical section helpers (register on first use). */
 static inline void kva_rcu_read_lock(void)
 {

@@ -102,25 +102,32 @@ void kva_slab_fini(struct kva_slab *s)
 
 /* ---- the shared free stack ------------------------------------------------ */
 
-/* A private chain first..last (linked by hdr.next) goes on the stack. */
-static void push_chain(struct kva_slab *s, uint32_t first, uint32_t last)
+static _Atomic uint32_t *stack_top(struct kva_slab *s, unsigned k)
 {
+	return &s->stack[k % KVA_SLAB_STACKS].top;
+}
+
+/* A private chain first..last (linked by hdr.next) goes on stack k. */
+static void push_chain(struct kva_slab *s, unsigned k, uint32_t first, uint32_t last)
+{
+	_Atomic uint32_t *t = stack_top(s, k);
 	struct kva_slab_hdr *tail = hdr(s, last);
-	uint32_t top = atomic_load_explicit(&s->free_top, memory_order_relaxed);
+	uint32_t top = atomic_load_explicit(t, memory_order_relaxed);
 	do
 		atomic_store_explicit(&tail->next, top, memory_order_relaxed);
 	/* R4: the chain's links and headers, to the popper (A4). */
-	while (!atomic_compare_exchange_weak_explicit(&s->free_top, &top, first + 1,
-	                                              memory_order_release, memory_order_relaxed));
+	while (!atomic_compare_exchange_weak_explicit(t, &top, first + 1, memory_order_release,
+	                                              memory_order_relaxed));
 }
 
 /* Inside an RCU read-side section. Pops up to `want` slots with one CAS; the
  * walk between load and CAS is bounded by `want`. No ABA (slab.h): while
  * this section lasts, a slot seen on top cannot be pushed again. */
-static uint32_t pop_batch(struct kva_slab *s, uint32_t *out, uint32_t want)
+static uint32_t pop_stack(struct kva_slab *s, unsigned k, uint32_t *out, uint32_t want)
 {
+	_Atomic uint32_t *t = stack_top(s, k);
 	/* A4: pairs with R4 in push_chain. */
-	uint32_t top = atomic_load_explicit(&s->free_top, memory_order_acquire);
+	uint32_t top = atomic_load_explicit(t, memory_order_acquire);
 	for (;;) {
 		if (!top)
 			return 0;
@@ -130,7 +137,7 @@ static uint32_t pop_batch(struct kva_slab *s, uint32_t *out, uint32_t want)
 			n++;
 		}
 		nx = atomic_load_explicit(&hdr(s, last)->next, memory_order_relaxed);
-		if (atomic_compare_exchange_weak_explicit(&s->free_top, &top, nx, memory_order_acquire,
+		if (atomic_compare_exchange_weak_explicit(t, &top, nx, memory_order_acquire,
 		                                          memory_order_acquire)) {
 			uint32_t i = top - 1;
 			for (uint32_t k = 0; k < n; k++) {
@@ -140,6 +147,19 @@ static uint32_t pop_batch(struct kva_slab *s, uint32_t *out, uint32_t want)
 			return n;
 		}
 	}
+}
+
+/* Inside an RCU read-side section: from the calling thread's own stack
+ * first, then the others. */
+static uint32_t pop_batch(struct kva_slab *s, uint32_t *out, uint32_t want)
+{
+	unsigned me = kva_thread_index();
+	for (unsigned i = 0; i < KVA_SLAB_STACKS; i++) {
+		uint32_t n = pop_stack(s, me + i, out, want);
+		if (n)
+			return n;
+	}
+	return 0;
 }
 
 /* Claims the next chunk number, allocates and publishes it; its first slots
@@ -171,7 +191,7 @@ static int grow(struct kva_slab *s, struct kva_slab_cache *c)
 	atomic_store_explicit(&s->chunk[k], mem, memory_order_release);
 	atomic_fetch_add_explicit(&s->slots, n, memory_order_relaxed);
 	if (keep < n)
-		push_chain(s, base + keep, base + n - 1);
+		push_chain(s, kva_thread_index(), base + keep, base + n - 1);
 	return 0;
 }
 
@@ -291,7 +311,7 @@ static void reclaim_batch(struct rcu_head *head)
 {
 	kva_rcu_reclaim_begin();
 	struct kva_slab_rcu *r = caa_container_of(head, struct kva_slab_rcu, head);
-	push_chain(r->slab, r->first, r->last);
+	push_chain(r->slab, r->first, r->first, r->last); /* spread by index */
 	/* For TSan: this callback's use of the slab, to kva_slab_fini after
 	 * urcu_memb_barrier() (which TSan cannot see). */
 	KVA__TSAN_RELEASE(&kva__rcu_tsan_gp);

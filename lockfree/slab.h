@@ -16,8 +16,10 @@
  * after 2^31 incarnations of that one slot.
  *
  * Free slots: each thread allocates from its own cache (64 indices), refilled
- * in batches of up to 32 from a shared Treiber stack with one CAS. The stack
- * has no ABA by design, without a tag: it is popped only inside an RCU
+ * in batches of up to 32 with one CAS from shared Treiber stacks — its own
+ * thread index's first, so producer threads do not refill from the same
+ * line; retired batches are spread over the stacks. The stacks have no ABA
+ * by design, without a tag: each is popped only inside an RCU
  * read-side section and pushed only by call_rcu callbacks (retired slots),
  * so a slot a popper saw on top cannot come back to the top before that
  * popper's section ends. Fresh chunks are pushed directly: their slots were
@@ -60,6 +62,7 @@
 #define KVA_SLAB_REFILL 32u      /* taken from the shared stack at once */
 #define KVA_SLAB_RETIRE_BATCH 64u
 #define KVA_SLAB_TLS_CACHES 4u   /* slabs one thread keeps a cache for */
+#define KVA_SLAB_STACKS 16u      /* shared free stacks: threads refill from their own first */
 
 /* First member of every slot. */
 struct kva_slab_hdr {
@@ -96,7 +99,9 @@ struct kva_slab {
 	struct kva_slab *live_next; /* registry of live slabs (slab.c) */
 	alignas(64) _Atomic uint32_t nchunks;       /* chunk numbers claimed */
 	_Atomic(struct kva_slab_cache *) caches;    /* every cache of this slab */
-	alignas(64) _Atomic uint32_t free_top;      /* index + 1, 0 = empty */
+	struct {
+		alignas(64) _Atomic uint32_t top; /* index + 1, 0 = empty */
+	} stack[KVA_SLAB_STACKS];
 	alignas(64) _Atomic uint32_t slots;         /* slots in published chunks (statistic) */
 	_Atomic(char *) chunk[KVA_SLAB_MAX_CHUNKS]; /* R1 of slab.c publishes each */
 };
