@@ -1,8 +1,8 @@
 /*
  * waitq: the FCFS waiting queue (see waitq.h for the contract).
  *
- * Owns the list links of queued nodes and the length statistic; the nodes
- * themselves belong to the caller, who frees them after a grace period.
+ * Owns the list links of queued nodes; the nodes themselves belong to the
+ * caller, who frees them after a grace period.
  *
  * The operations are liburcu's cds_list_add_rcu / cds_list_add_tail_rcu /
  * cds_list_del_rcu, spelled out with GCC __atomic builtins on the same
@@ -24,19 +24,10 @@ static inline void set_next(struct cds_list_head *at, struct cds_list_head *n)
 	__atomic_store_n(&at->next, n, __ATOMIC_RELEASE);
 }
 
-static inline void len_add(struct kva_waitq *q, size_t d)
-{
-	/* Single writer: load + store, no RMW. Relaxed: a statistic that
-	 * orders nothing. */
-	atomic_store_explicit(&q->len, atomic_load_explicit(&q->len, memory_order_relaxed) + d,
-			      memory_order_relaxed);
-}
-
 void kva_waitq_init(struct kva_waitq *q)
 {
 	q->head.next = &q->head;
 	q->head.prev = &q->head;
-	atomic_init(&q->len, 0);
 }
 
 void kva_waitq_push_back(struct kva_waitq *q, struct kva_waitq_node *n)
@@ -47,7 +38,6 @@ void kva_waitq_push_back(struct kva_waitq *q, struct kva_waitq_node *n)
 	n->link.prev = last;
 	set_next(last, &n->link);
 	q->head.prev = &n->link;
-	len_add(q, 1);
 }
 
 void kva_waitq_push_front(struct kva_waitq *q, struct kva_waitq_node *n)
@@ -58,11 +48,11 @@ void kva_waitq_push_front(struct kva_waitq *q, struct kva_waitq_node *n)
 	n->link.prev = &q->head;
 	first->prev = &n->link;
 	set_next(&q->head, &n->link);
-	len_add(q, 1);
 }
 
 void kva_waitq_unlink(struct kva_waitq *q, struct kva_waitq_node *n)
 {
+	(void)q; /* the queue the node is in: kept in the signature for symmetry */
 	struct cds_list_head *l = &n->link;
 
 	l->next->prev = l->prev;
@@ -70,16 +60,6 @@ void kva_waitq_unlink(struct kva_waitq *q, struct kva_waitq_node *n)
 	 * it from here must synchronise with this store, not the older one. */
 	set_next(l->prev, l->next);
 	/* l->next stays intact: readers standing on n still walk on. */
-	len_add(q, (size_t)-1);
-}
-
-struct kva_waitq_node *kva_waitq_pop_head(struct kva_waitq *q)
-{
-	struct kva_waitq_node *n = kva_waitq_first(q);
-
-	if (n)
-		kva_waitq_unlink(q, n);
-	return n;
 }
 
 /* The writer reads its own links plainly: only it ever stores them. */

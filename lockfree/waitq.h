@@ -14,9 +14,9 @@
  * Synchronisation table:
  *   call                                  | may run concurrently with
  *   --------------------------------------+-------------------------------
- *   push_back/push_front/pop_head/unlink  | readers only (single writer)
+ *   push_back/push_front/unlink           | readers only (single writer)
  *   kva_waitq_first/next (writer view)    | readers only (writer thread)
- *   kva_waitq_for_each_rcu, kva_waitq_len | everything (under rcu read lock)
+ *   kva_waitq_for_each_rcu                | everything (under rcu read lock)
  *
  * All operations are O(1).
  */
@@ -34,7 +34,6 @@ struct kva_waitq_node {
 
 struct kva_waitq {
 	struct cds_list_head head;
-	_Atomic size_t len; /* readers read it relaxed: a statistic */
 };
 
 void kva_waitq_init(struct kva_waitq *q);
@@ -42,8 +41,6 @@ void kva_waitq_init(struct kva_waitq *q);
 /* Writer only. The node must not be queued. */
 void kva_waitq_push_back(struct kva_waitq *q, struct kva_waitq_node *n);
 void kva_waitq_push_front(struct kva_waitq *q, struct kva_waitq_node *n);
-/* Writer only. Returns the unlinked head, NULL when empty. */
-struct kva_waitq_node *kva_waitq_pop_head(struct kva_waitq *q);
 /* Writer only. The node must be queued in q. */
 void kva_waitq_unlink(struct kva_waitq *q, struct kva_waitq_node *n);
 
@@ -51,10 +48,6 @@ void kva_waitq_unlink(struct kva_waitq *q, struct kva_waitq_node *n);
 struct kva_waitq_node *kva_waitq_first(struct kva_waitq *q);
 struct kva_waitq_node *kva_waitq_next(struct kva_waitq *q, struct kva_waitq_node *n);
 
-static inline size_t kva_waitq_len(struct kva_waitq *q)
-{
-	return atomic_load_explicit(&q->len, memory_order_relaxed);
-}
 static inline bool kva_waitq_empty(struct kva_waitq *q)
 {
 	return kva_waitq_first(q) == NULL;

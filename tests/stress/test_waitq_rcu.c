@@ -26,6 +26,23 @@
 #include "rcu_thread.h"
 #include "waitq.h"
 
+/* The head, unlinked (what a scheduler does with first + unlink). */
+static struct kva_waitq_node *pop_head(struct kva_waitq *q)
+{
+	struct kva_waitq_node *n = kva_waitq_first(q);
+	if (n)
+		kva_waitq_unlink(q, n);
+	return n;
+}
+
+static size_t waitq_count(struct kva_waitq *q)
+{
+	size_t n = 0;
+	for (struct kva_waitq_node *x = kva_waitq_first(q); x; x = kva_waitq_next(q, x))
+		n++;
+	return n;
+}
+
 #define READERS 2
 #define MAXLEN 64
 #define OPS_FULL 4000000ULL
@@ -186,7 +203,7 @@ static void *writer_main(void *p)
 		}
 		struct rec *x;
 		if (kind == 2) {
-			x = caa_container_of(kva_waitq_pop_head(&s->q), struct rec, node);
+			x = caa_container_of(pop_head(&s->q), struct rec, node);
 		} else {
 			x = queued[kva_test_rand(&rng) % len];
 			kva_waitq_unlink(&s->q, &x->node);
@@ -196,9 +213,9 @@ static void *writer_main(void *p)
 		queued[x->slot]->slot = x->slot;
 		retire(x);
 	}
-	for (struct kva_waitq_node *n; (n = kva_waitq_pop_head(&s->q));)
+	for (struct kva_waitq_node *n; (n = pop_head(&s->q));)
 		retire(caa_container_of(n, struct rec, node));
-	if (kva_waitq_len(&s->q) != 0)
+	if (waitq_count(&s->q) != 0)
 		s->writer_error = 2;
 out:
 	atomic_store_explicit(&s->done, 1, memory_order_release);
