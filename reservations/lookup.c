@@ -199,13 +199,21 @@ int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a)
 	int sel = select_entry(a->entries, a->count, r->prompt_tokens, UINT32_MAX);
 
 	if (r->flags & KVA__F_REFRESH) {
-		/* A refresh only improves on the retained manifest; an empty or
-		 * unusable refresh keeps it (the conformance issue changes this). */
+		/* rule 18: the refresh's answer replaces the retained manifest —
+		 * still listed: keep waiting; another compatible checkpoint:
+		 * reselect; unlisted or incompatible: leave the restore wait now
+		 * (never copy what the directory just said is gone). An
+		 * unanswered refresh changed nothing. */
 		r->flags &= (uint16_t)~KVA__F_REFRESH;
-		if (sel >= 0 && (r->flags & KVA__F_RESTORE))
-			manifest_adopt(e, r, a, sel);
-		else
+		if (!(r->flags & KVA__F_RESTORE)) { /* fell back meanwhile */
 			kva__answer_free(a);
+		} else if (sel >= 0) {
+			manifest_adopt(e, r, a, sel);
+		} else {
+			bool any = a->count > 0;
+			kva__answer_free(a);
+			kva__fallback(e, r, any ? KVA_REASON_INCOMPATIBLE : KVA_REASON_MISS);
+		}
 		return 0;
 	}
 

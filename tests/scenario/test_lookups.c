@@ -265,7 +265,7 @@ static void rule18_wait_logs_at_most_once_per_interval_and_refreshes(void **st)
 	assert_int_equal(kva_query(s->e, h, &info), 0);
 	assert_true(info.has_selection); /* refreshing never dropped the manifest */
 	assert_int_equal(info.state, KVA_STATE_WAITING);
-	/* an empty refresh answer keeps the retained manifest */
+	/* an unanswered refresh keeps the retained manifest */
 	sc_dir_clear(s);
 	for (int i = 0; i < 200; i++)
 		sc_step(s, 100 * SC_MS);
@@ -274,6 +274,100 @@ static void rule18_wait_logs_at_most_once_per_interval_and_refreshes(void **st)
 	assert_int_equal(kva_finish(s->e, hog), 0);
 	sc_step(s, 0);
 	assert_int_equal(s->plan.n_copies, 1);
+	sc_free(s);
+}
+
+/* A restore blocked at the head behind a hog, refreshing every 20 s, with a
+ * request behind it; the directory's next answer is `m`. */
+static struct sc *refresh_setup(const kva_manifest *m, kva_handle *h, kva_handle *behind,
+				kva_handle *hog)
+{
+	kva_config c;
+	sc_config(&c);
+	c.max_restore_wait_ns = 0;
+	c.wait_log_interval_ns = 0;
+	c.lookup_refresh_ns = 20 * SC_SEC;
+	c.prefill_chunk_tokens = 64; /* as a recompute it would start with 4 pages */
+	struct sc *s = sc_new(&c);
+	sc_dir_set(s, KEY, sc_ckpt(320, 900, 0));
+	*hog = sc_occupy(s, 1, 90);
+	*h = sc_submit(s, 2, KEY, 480); /* needs 30 + 0 pages: blocked */
+	*behind = sc_submit(s, 3, 0, 16);  /* 1 page: fits, but FCFS holds it */
+	sc_step(s, 0);
+	sc_step(s, SC_SEC);
+	assert_true(s->plan.head_blocked);
+	assert_null(sc_admitted(s, *behind));
+	s->dir[0].m = *m; /* what the directory says from now on */
+	return s;
+}
+
+static void rule18_refresh_that_no_longer_lists_the_checkpoint_ends_the_restore_wait(void **st)
+{
+	(void)st;
+	kva_manifest gone = {.count = 0};
+	kva_handle h, behind, hog;
+	struct sc *s = refresh_setup(&gone, &h, &behind, &hog);
+	int admitted_behind = 0;
+	for (int i = 0; i < 25 && !admitted_behind; i++) { /* the refresh is due at 21 s */
+		sc_step(s, SC_SEC);
+		admitted_behind = sc_admitted(s, behind) != NULL;
+	}
+	assert_int_equal(sc_stats(s).refreshes, 1);
+	kva_request_info info;
+	assert_int_equal(kva_query(s->e, h, &info), 0);
+	assert_false(info.has_selection); /* left the restore wait at once */
+	assert_int_equal(info.reason, KVA_REASON_MISS);
+	assert_int_equal(sc_stats(s).fallbacks[KVA_REASON_MISS], 1);
+	/* it no longer holds the line as a restore: it recomputes from its
+	 * first chunk, and the request behind it follows */
+	assert_true(admitted_behind);
+	assert_int_equal(sc_state(s, h), KVA_STATE_RUNNING);
+	assert_int_equal(kva_finish(s->e, hog), 0);
+	for (int i = 0; i < 3; i++) {
+		sc_step(s, SC_MS);
+		assert_int_equal(s->plan.n_copies, 0); /* never copies the vanished checkpoint */
+	}
+	assert_int_equal(sc_stats(s).copy_jobs, 0);
+	sc_free(s);
+}
+
+static void rule18_refresh_that_finds_only_incompatible_checkpoints_recomputes(void **st)
+{
+	(void)st;
+	kva_manifest m = {.count = 1, .entries = {sc_ckpt(320, 900, 0)}};
+	m.entries[0].compatible = 0;
+	kva_handle h, behind, hog;
+	struct sc *s = refresh_setup(&m, &h, &behind, &hog);
+	for (int i = 0; i < 25; i++)
+		sc_step(s, SC_SEC);
+	kva_request_info info;
+	assert_int_equal(kva_query(s->e, h, &info), 0);
+	assert_false(info.has_selection);
+	assert_int_equal(info.reason, KVA_REASON_INCOMPATIBLE);
+	assert_int_equal(sc_stats(s).fallbacks[KVA_REASON_INCOMPATIBLE], 1);
+	assert_int_equal(sc_stats(s).copy_jobs, 0);
+	sc_free(s);
+}
+
+static void rule18_refresh_listing_another_checkpoint_reselects_and_keeps_waiting(void **st)
+{
+	(void)st;
+	kva_manifest m = {.count = 2, .entries = {sc_ckpt(160, 901, 0), sc_ckpt(256, 902, 0)}};
+	kva_handle h, behind, hog;
+	struct sc *s = refresh_setup(&m, &h, &behind, &hog);
+	for (int i = 0; i < 25; i++)
+		sc_step(s, SC_SEC);
+	kva_request_info info;
+	assert_int_equal(kva_query(s->e, h, &info), 0);
+	assert_true(info.has_selection);
+	assert_int_equal(info.selected_position, 256); /* the longest one it lists now */
+	assert_int_equal(info.state, KVA_STATE_WAITING);
+	assert_null(sc_admitted(s, behind)); /* still a restore holding the line */
+	assert_int_equal(kva_finish(s->e, hog), 0);
+	sc_step(s, SC_MS);
+	assert_int_equal(s->plan.n_copies, 1);
+	assert_int_equal(s->copies[0].checkpoint_id, 902);
+	assert_int_equal(s->copies[0].position, 256);
 	sc_free(s);
 }
 
@@ -292,6 +386,9 @@ int main(void)
 		cmocka_unit_test(rule15_unrelated_or_older_eviction_touches_nobody),
 		cmocka_unit_test(rule15_local_selection_is_admitted_without_a_copy),
 		cmocka_unit_test(rule18_wait_logs_at_most_once_per_interval_and_refreshes),
+		cmocka_unit_test(rule18_refresh_that_no_longer_lists_the_checkpoint_ends_the_restore_wait),
+		cmocka_unit_test(rule18_refresh_that_finds_only_incompatible_checkpoints_recomputes),
+		cmocka_unit_test(rule18_refresh_listing_another_checkpoint_reselects_and_keeps_waiting),
 	};
 	return cmocka_run_group_tests_name("lookups", tests, NULL, NULL);
 }
