@@ -187,6 +187,7 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 		return 0;
 	}
 	uint32_t prompt_pages = kva__pages_for(e, r->prompt_tokens);
+	bool legacy = false;
 	if (r->flags & KVA__F_RESTORE) {
 		const kva_checkpoint *c = kva__sel(r);
 		bool local = c->location == KVA_LOC_LOCAL;
@@ -218,8 +219,10 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 			head_block(e, r, true);
 			return 0;
 		}
-		head_forget(e, r);
-		kva__fallback(e, r, KVA_REASON_LEGACY);
+		/* rule 23: legacy decides at admission — it recomputes only if the
+		 * ordinary admission fits now; else it keeps its answer and tries
+		 * the restore first again next time */
+		legacy = true;
 	}
 	uint32_t first = kva__pages_for(e, r->prompt_tokens < e->cfg.prefill_chunk_tokens
 	                                           ? r->prompt_tokens
@@ -234,6 +237,10 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 	                              e->cfg.decode_reserve_pages)) {
 		head_block(e, r, false);
 		return 0;
+	}
+	if (legacy) {
+		head_forget(e, r);
+		kva__fallback(e, r, KVA_REASON_LEGACY);
 	}
 	take_pages(e, kva__grant(r), first, first);
 	leave_waitq(e, r);

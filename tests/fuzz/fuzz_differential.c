@@ -373,6 +373,7 @@ static int ref_admit_head(int r)
 	if (!q->decided)
 		return 0;
 	uint32_t floor = m->cfg.decode_reserve_pages;
+	bool legacy = false;
 	if (q->restore) {
 		const kva_checkpoint *c = &m->dir[q->key].entries[q->sel];
 		bool local = c->location == KVA_LOC_LOCAL;
@@ -397,7 +398,7 @@ static int ref_admit_head(int r)
 		 * (a local prefix hit waited for capacity in legacy engines too) */
 		if (m->cfg.policy != KVA_POLICY_LEGACY || local)
 			return 0;
-		ref_fallback(r, KVA_REASON_LEGACY);
+		legacy = true; /* rule 23: recompute only if that fits now */
 	}
 	uint32_t first = pages_for(
 	    q->prompt < m->cfg.prefill_chunk_tokens ? q->prompt : m->cfg.prefill_chunk_tokens);
@@ -407,6 +408,8 @@ static int ref_admit_head(int r)
 		return -1;
 	if (!ref_reserve(first, 0, floor))
 		return 0;
+	if (legacy)
+		ref_fallback(r, KVA_REASON_LEGACY);
 	q->npages = q->import_pages = first;
 	q->reserved = 0;
 	list_remove(m->waitq, &m->nwait, r);

@@ -344,10 +344,44 @@ static void legacy_policy_copy_slot_shortage_recomputes(void **st)
 	sc_free(s);
 }
 
+/* Rule 23: a legacy restore refused for capacity does not decide to
+ * recompute then; if, when it is finally admitted, the restore fits, it
+ * restores with the answer it already has. */
+static void rule23_legacy_decides_at_admission_and_restores_when_it_fits(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.policy = KVA_POLICY_LEGACY;
+	struct sc *s = sc_new(&c);
+	sc_dir_set(s, KEY, sc_ckpt(POS, 900, 0));
+	kva_handle hog = sc_occupy(s, 1, 100); /* not even a first chunk fits */
+	kva_handle h = sc_submit(s, 2, KEY, PROMPT);
+	sc_step(s, 0);
+	sc_step(s, SC_MS);
+	assert_null(sc_admitted(s, h));
+	assert_int_equal(sc_stats(s).fallbacks[KVA_REASON_LEGACY], 0); /* not decided yet */
+	kva_request_info info;
+	assert_int_equal(kva_query(s->e, h, &info), 0);
+	assert_true(info.has_selection); /* keeps its answer */
+	assert_int_equal(kva_finish(s->e, hog), 0); /* now the restore fits */
+	sc_step(s, SC_MS);
+	assert_int_equal(s->plan.n_copies, 1);
+	assert_int_equal(sc_copies_done(s, 0), 1);
+	sc_step(s, SC_MS);
+	const kva_admission *a = sc_admitted(s, h);
+	assert_non_null(a);
+	assert_int_equal(a->how, KVA_ADMIT_RESTORE);
+	assert_int_equal(a->restored_tokens, POS);
+	assert_int_equal(sc_stats(s).fallbacks[KVA_REASON_LEGACY], 0);
+	sc_free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(rule01_capacity_waiting_keeps_restore_waiting),
+		cmocka_unit_test(rule23_legacy_decides_at_admission_and_restores_when_it_fits),
 		cmocka_unit_test(rule01_copy_slot_waiting_keeps_restore_waiting),
 		cmocka_unit_test(rule04_paired_reservation_covers_continuation),
 		cmocka_unit_test(rule05_refused_reservation_changes_nothing),
