@@ -72,6 +72,18 @@ static void head_forget(kva_engine *e, struct kva__req *r)
 	for (int i = 0; i < HT_COUNT; i++)
 		kva_timerwheel_cancel(&e->wheel, &e->head_timer[i]);
 	e->head_req = NULL;
+	atomic_store_explicit(&e->st[ST_CAPACITY_WAIT_NS], 0, memory_order_relaxed);
+}
+
+/* One log line through the host's callback about a restore waiting. */
+static void log_wait(kva_engine *e, struct kva__req *r, const char *what, int level)
+{
+	uint32_t need = kva__pages_for(e, r->prompt_tokens) + e->cfg.decode_headroom_pages;
+	kva__log(e, level,
+	         "kvadmit: restore of request %llu %s %.1f s for capacity (needs %u pages, %u free)%s",
+	         (unsigned long long)r->id, what, (double)(e->now - r->blocked_since) / 1e9, need,
+	         kva_capacity_free(&e->cap).pages,
+	         level == KVA_LOG_WARN ? "; recomputing instead" : "");
 }
 
 void kva__admit_head_timer(kva_engine *e, int which)
@@ -79,25 +91,16 @@ void kva__admit_head_timer(kva_engine *e, int which)
 	struct kva__req *r = e->head_req;
 	if (!r || !(r->flags & KVA__F_RESTORE))
 		return;
-	uint32_t need = kva__pages_for(e, r->prompt_tokens) + e->cfg.decode_headroom_pages;
-	uint32_t free_pages = kva_capacity_free(&e->cap).pages;
-	double waited = (double)(e->now - r->blocked_since) / 1e9;
 	switch (which) {
 	case HT_WAIT:
 		/* rule 8: give up once, say so once, stop holding others as a restore */
-		kva__log(e, KVA_LOG_WARN,
-		         "kvadmit: restore of request %llu waited %.1f s for capacity "
-		         "(needs %u pages, %u free); recomputing instead",
-		         (unsigned long long)r->id, waited, need, free_pages);
+		log_wait(e, r, "waited", KVA_LOG_WARN);
 		kva__st_sched(e, ST_WAIT_EXPIRED, 1);
 		head_forget(e, r);
 		kva__fallback(e, r, KVA_REASON_WAIT_EXPIRED);
 		break;
 	case HT_LOG:
-		kva__log(e, KVA_LOG_INFO,
-		         "kvadmit: restore of request %llu waiting %.1f s for capacity "
-		         "(needs %u pages, %u free)",
-		         (unsigned long long)r->id, waited, need, free_pages);
+		log_wait(e, r, "waiting", KVA_LOG_INFO);
 		kva__st_sched(e, ST_WAIT_LOGS, 1);
 		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_LOG], e->now + e->cfg.wait_log_interval_ns);
 		break;
@@ -116,7 +119,8 @@ void kva__admit_head_timer(kva_engine *e, int which)
 static void head_block(kva_engine *e, struct kva__req *r, bool restore)
 {
 	e->plan->head_blocked = true;
-	if (!(r->flags & KVA__F_BLOCKED)) {
+	bool begins = !(r->flags & KVA__F_BLOCKED);
+	if (begins) {
 		r->flags |= KVA__F_BLOCKED;
 		r->blocked_since = e->now;
 	}
@@ -125,8 +129,14 @@ static void head_block(kva_engine *e, struct kva__req *r, bool restore)
 		return;
 	}
 	kva__st_sched(e, ST_BLOCKED_STEPS, 1);
+	atomic_store_explicit(&e->st[ST_CAPACITY_WAIT_NS], e->now - r->blocked_since,
+	                      memory_order_relaxed);
 	if (e->head_req == r)
 		return;
+	if (begins && e->cfg.wait_log_interval_ns) { /* rule 18: a wait that begins logs once */
+		log_wait(e, r, "starts waiting after", KVA_LOG_INFO);
+		kva__st_sched(e, ST_WAIT_LOGS, 1);
+	}
 	head_forget(e, e->head_req);
 	e->head_req = r;
 	if (e->cfg.max_restore_wait_ns)

@@ -65,15 +65,30 @@ static void ckpt_index(kva_engine *e, struct kva__req *r, uint64_t id)
 	r->flags |= KVA__F_INDEXED;
 }
 
+/* The restores-waiting gauge: a waiting request with a selected checkpoint. */
+static void restore_gauge(kva_engine *e, struct kva__req *r, bool on)
+{
+	if (on && !(r->flags & KVA__F_COUNTED) &&
+	    atomic_load_explicit(&r->state, memory_order_relaxed) == KVA_STATE_WAITING) {
+		r->flags |= KVA__F_COUNTED;
+		kva__st_sched(e, ST_RESTORES_WAITING, 1);
+	} else if (!on && (r->flags & KVA__F_COUNTED)) {
+		r->flags &= (uint16_t)~KVA__F_COUNTED;
+		kva__st_sched(e, ST_RESTORES_WAITING, (uint64_t)-1);
+	}
+}
+
 void kva__lookup_forget(kva_engine *e, struct kva__req *r)
 {
 	kva_timerwheel_cancel(&e->wheel, &r->deadline);
 	ckpt_unindex(e, r);
+	restore_gauge(e, r, false);
 }
 
 void kva__manifest_drop(kva_engine *e, struct kva__req *r)
 {
 	ckpt_unindex(e, r);
+	restore_gauge(e, r, false);
 	if (r->nents > 1)
 		kva__answer_free(r->manifest);
 	r->nents = 0;
@@ -152,6 +167,7 @@ void kva__select(kva_engine *e, struct kva__req *r, int sel)
 	const kva_checkpoint *c = kva__sel(r);
 	atomic_store_explicit(&r->pub_sel, c->position << 1 | (c->location == KVA_LOC_LOCAL),
 	                      memory_order_relaxed);
+	restore_gauge(e, r, true);
 	if (c->location == KVA_LOC_LOCAL &&
 	    atomic_load_explicit(&r->state, memory_order_relaxed) == KVA_STATE_WAITING)
 		ckpt_index(e, r, c->id);

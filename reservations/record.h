@@ -115,6 +115,7 @@ enum kva__req_flag {
 	KVA__F_REPORTED = 1u << 4, /* terminal outcome handed to the host */
 	KVA__F_BLOCKED = 1u << 5,  /* blocked_since is valid */
 	KVA__F_INDEXED = 1u << 6,  /* in the checkpoint index (lookup.c) */
+	KVA__F_COUNTED = 1u << 7,  /* counted in ST_RESTORES_WAITING (lookup.c) */
 };
 
 /* 160 bytes: 64 Ki of them fill a 10 MiB chunk (an exact jemalloc size
@@ -172,6 +173,7 @@ enum kva__stat {
 	ST_COPY_JOBS, ST_COPY_FAILED, ST_COPY_RETRIES, ST_SHORTER, ST_STALE_COPY,
 	ST_BLOCKED_STEPS, ST_WAIT_LOGS, ST_WAIT_EXPIRED, ST_STEPS, ST_EVENTS,
 	ST_RESERVED_PAGES, ST_IN_USE_PAGES, ST_DRAINING_PAGES,
+	ST_RESTORES_WAITING, ST_CAPACITY_WAIT_NS,
 	ST_FALLBACK0, /* + enum kva_reason */
 	ST_COUNT = ST_FALLBACK0 + KVA_REASON_COUNT
 };

@@ -77,6 +77,8 @@ void kva_stats_get(const kva_engine *e, kva_stats *out)
 	out->wait_expired = kva__st_get(e, ST_WAIT_EXPIRED);
 	out->steps = kva__st_get(e, ST_STEPS);
 	out->events = kva__st_get(e, ST_EVENTS);
+	out->restores_waiting = kva__st_get(e, ST_RESTORES_WAITING);
+	out->capacity_wait_ns = kva__st_get(e, ST_CAPACITY_WAIT_NS);
 }
 
 size_t kva_stats_format(const kva_stats *s, char *buf, size_t len)
@@ -115,6 +117,8 @@ size_t kva_stats_format(const kva_stats *s, char *buf, size_t len)
 		{"kvadmit_copy_jobs_total", s->copy_jobs},
 		{"kvadmit_copy_failures_total", s->copy_attempts_failed},
 		{"kvadmit_steps_total", s->steps},
+		{"kvadmit_restores_waiting", s->restores_waiting},
+		{"kvadmit_capacity_wait_nanoseconds", s->capacity_wait_ns},
 	};
 	size_t need = 0, written = 0; /* whole lines only: written <= need */
 	char line[160];

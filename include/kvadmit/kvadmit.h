@@ -369,6 +369,10 @@ typedef struct kva_stats {
 	/* waiting for capacity */
 	uint64_t restore_blocked_steps, wait_logs, wait_expired;
 	uint64_t steps, events;
+	/* restores waiting for capacity now (decided, checkpoint selected), and
+	 * how long the blocked head restore has waited so far (0: none), as of
+	 * the last step */
+	uint64_t restores_waiting, capacity_wait_ns;
 } kva_stats;
 
 /* Any thread; atomics only, never blocks. */

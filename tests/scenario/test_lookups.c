@@ -256,10 +256,11 @@ static void rule18_wait_logs_at_most_once_per_interval_and_refreshes(void **st)
 	sc_step(s, 0);
 	for (int i = 0; i < 1000; i++)
 		sc_step(s, 100 * SC_MS); /* 100 s */
-	assert_int_equal(s->n_logs, 3); /* at 30, 60, 90 s */
+	/* once when the wait begins, then at most once per interval: at 0, 30, 60, 90 s */
+	assert_int_equal(s->n_logs, 4);
 	assert_int_equal(s->n_warn, 0);
 	kva_stats stt = sc_stats(s);
-	assert_int_equal(stt.wait_logs, 3);
+	assert_int_equal(stt.wait_logs, 4);
 	assert_int_equal(stt.refreshes, 5); /* at 20, 40, 60, 80, 100 s */
 	kva_request_info info;
 	assert_int_equal(kva_query(s->e, h, &info), 0);
@@ -274,6 +275,43 @@ static void rule18_wait_logs_at_most_once_per_interval_and_refreshes(void **st)
 	assert_int_equal(kva_finish(s->e, hog), 0);
 	sc_step(s, 0);
 	assert_int_equal(s->plan.n_copies, 1);
+	sc_free(s);
+}
+
+/* Capacity-wait status: how many restores wait for capacity, how long the
+ * blocked head has waited, in stats and metrics; the wait's first log line. */
+static void rule18_capacity_wait_status_in_stats_metrics_and_log(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.max_restore_wait_ns = 0;
+	c.wait_log_interval_ns = 30 * SC_SEC;
+	struct sc *s = sc_new(&c);
+	sc_dir_set(s, KEY, sc_ckpt(320, 900, 0));
+	kva_handle hog = sc_occupy(s, 1, 90);
+	sc_submit(s, 2, KEY, 480);
+	sc_submit(s, 3, KEY, 480);
+	sc_submit(s, 4, 0, 16); /* no checkpoint: not a restore */
+	sc_step(s, 0);
+	kva_stats stt = sc_stats(s);
+	assert_int_equal(stt.restores_waiting, 2);
+	assert_int_equal(stt.capacity_wait_ns, 0); /* blocked since this step */
+	assert_int_equal(s->n_logs, 1);           /* the wait begins */
+	assert_non_null(strstr(s->last_log, "request 2 starts waiting"));
+	for (int i = 0; i < 50; i++)
+		sc_step(s, 100 * SC_MS);
+	stt = sc_stats(s);
+	assert_int_equal(stt.capacity_wait_ns, 5 * SC_SEC);
+	char text[4096];
+	kva_stats_format(&stt, text, sizeof(text));
+	assert_non_null(strstr(text, "kvadmit_restores_waiting 2\n"));
+	assert_non_null(strstr(text, "kvadmit_capacity_wait_nanoseconds 5000000000\n"));
+	assert_int_equal(kva_finish(s->e, hog), 0);
+	sc_step(s, SC_MS); /* both restores reserve and import */
+	stt = sc_stats(s);
+	assert_int_equal(stt.restores_waiting, 0);
+	assert_int_equal(stt.capacity_wait_ns, 0);
 	sc_free(s);
 }
 
@@ -386,6 +424,7 @@ int main(void)
 		cmocka_unit_test(rule15_unrelated_or_older_eviction_touches_nobody),
 		cmocka_unit_test(rule15_local_selection_is_admitted_without_a_copy),
 		cmocka_unit_test(rule18_wait_logs_at_most_once_per_interval_and_refreshes),
+		cmocka_unit_test(rule18_capacity_wait_status_in_stats_metrics_and_log),
 		cmocka_unit_test(rule18_refresh_that_no_longer_lists_the_checkpoint_ends_the_restore_wait),
 		cmocka_unit_test(rule18_refresh_that_finds_only_incompatible_checkpoints_recomputes),
 		cmocka_unit_test(rule18_refresh_listing_another_checkpoint_reselects_and_keeps_waiting),
