@@ -11,6 +11,14 @@ void bm_register_admit(void);    /* bm_admit.c */
 void bm_register_events(void);   /* bm_events.c */
 void bm_register_submit(void);   /* bm_submit.c */
 void bm_register_capacity(void); /* bm_capacity.c */
+void bm_register_local(void);     /* bm_local.c */
+void bm_register_lifecycle(void); /* bm_lifecycle.c */
+void bm_register_churn(void);     /* bm_churn.c */
+
+/* BM_churn's processes: kvadmit-bench BM_CHURN_CHILD_FLAG <index> runs one
+ * process's churn rounds (bm_churn.c) instead of the suite. */
+#define BM_CHURN_CHILD_FLAG "--kva-churn-child"
+int bm_churn_child(const char *index);
 
 void bm_cleanup_step(void);
 void bm_cleanup_events(void);

@@ -14,6 +14,13 @@
  * everything: for BM_submit the scheduler ingests the requests (no prefix
  * key: they are admitted to recompute), finishes and reports them, so the
  * engine stays small.
+ *
+ * Filling one queue (BM_submit_fill/N against BM_wfcq_enqueue_raw/N): N
+ * submits from one thread into a fresh engine (or queue) that keeps every
+ * one, timed as one stretch (manual time, per submit; counter cpu_ns is the
+ * thread's CPU time per submit), so the costs that grow with what is kept
+ * (id table or slot growth, cold memory) are in the figure; then the engine's
+ * one step that ingests them all (counters ingest_ns, ingest_cpu_ns).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -157,9 +164,96 @@ static void mutex_consume(void)
 static const struct lockstep mutexq = {mutex_setup, mutex_one, mutex_consume, mutex_consume,
                                        BATCH};
 
+/* ---- filling one queue: BM_submit_fill, BM_wfcq_enqueue_raw/N -------------- */
+
+struct fill_time {
+	uint64_t wall, cpu;
+};
+
+static void fill_timed(gb_state *s, struct fill_time *t, uint64_t w0, uint64_t c0)
+{
+	uint64_t c1 = bx_cpu_ns(), w1 = bx_clock_ns();
+	t->wall += w1 - w0;
+	t->cpu += c1 - c0;
+	gb_set_iteration_time(s, (double)(w1 - w0) / 1e9);
+}
+
+static void fill_report(gb_state *s, const struct fill_time *t, size_t n)
+{
+	double it = (double)gb_iterations_done(s);
+	gb_set_items_processed(s, gb_iterations_done(s));
+	gb_counter(s, "cpu_ns", it > 0 ? (double)t->cpu / it : 0, GB_COUNTER_DEFAULT);
+	gb_counter(s, "kept", (double)n, GB_COUNTER_DEFAULT);
+}
+
+/* N kva_submit into one fresh engine that keeps them all (no step between
+ * them), then the one step that ingests all N: each request has a prefix key
+ * and the directory queues the lookup without answering (as a directory
+ * client hands it to its RPC), so the step is ingest + lookup issue only and
+ * the undecided head admits nothing. Engine built and destroyed untimed. */
+static void bm_submit_fill(gb_state *s, void *arg)
+{
+	(void)arg;
+	size_t n = bx_cap((size_t)gb_range_arg(s, 0));
+	struct fill_time t = {0, 0}, ingest = {0, 0};
+	while (gb_keep_running_batch(s, n)) {
+		struct bx *b = bx_new();
+		b->answer_now = false;
+		bx_pending_reserve(b, n);
+		uint64_t id0 = b->next_id;
+		kva_handle h;
+		uint64_t w0 = bx_clock_ns(), c0 = bx_cpu_ns();
+		for (uint64_t id = id0 + 1; id <= id0 + n; id++) {
+			kva_request r = {.id = id, .prefix_key = id, .prompt_tokens = BX_PROMPT};
+			if (kva_submit(b->e, &r, &h) != 0)
+				bx_check(-ENOMEM, "kva_submit");
+		}
+		fill_timed(s, &t, w0, c0);
+		b->next_id = id0 + n;
+
+		w0 = bx_clock_ns();
+		c0 = bx_cpu_ns();
+		bx_step(b);
+		uint64_t c1 = bx_cpu_ns(), w1 = bx_clock_ns();
+		ingest.wall += w1 - w0;
+		ingest.cpu += c1 - c0;
+		if (b->plan.events != n || b->plan.n_admitted || b->n_pending != n)
+			bx_check(-EPROTO, "the ingest step");
+		bx_free(b);
+		urcu_memb_barrier();
+	}
+	fill_report(s, &t, n);
+	double it = (double)gb_iterations_done(s);
+	if (it > 0) {
+		gb_counter(s, "ingest_ns", (double)ingest.wall / it, GB_COUNTER_DEFAULT);
+		gb_counter(s, "ingest_cpu_ns", (double)ingest.cpu / it, GB_COUNTER_DEFAULT);
+	}
+}
+
+/* The baseline for BM_submit_fill: N records allocated and enqueued as
+ * BM_wfcq_enqueue_raw does it, into one queue that keeps them all; the queue
+ * is emptied and freed untimed. */
+static void bm_wfcq_fill(gb_state *s, void *arg)
+{
+	(void)arg;
+	size_t n = bx_cap((size_t)gb_range_arg(s, 0));
+	struct fill_time t = {0, 0};
+	while (gb_keep_running_batch(s, n)) {
+		wfcq_setup();
+		uint64_t w0 = bx_clock_ns(), c0 = bx_cpu_ns();
+		for (uint64_t id = 1; id <= n; id++)
+			wfcq_one(id);
+		fill_timed(s, &t, w0, c0);
+		wfcq_teardown();
+	}
+	fill_report(s, &t, n);
+}
+
 void bm_register_submit(void)
 {
 	lockstep_register("BM_submit", &submit);
 	lockstep_register("BM_wfcq_enqueue_raw", &wfcq);
 	lockstep_register("BM_mutex_queue", &mutexq);
+	gb_arg(gb_use_manual_time(gb_register("BM_submit_fill", bm_submit_fill, NULL)), 1000000);
+	gb_arg(gb_use_manual_time(gb_register("BM_wfcq_enqueue_raw", bm_wfcq_fill, NULL)), 1000000);
 }

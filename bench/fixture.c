@@ -37,6 +37,13 @@ uint64_t bx_clock_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t bx_cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 uint64_t bx_rss_bytes(void)
 {
 	unsigned long size = 0, resident = 0;
@@ -86,7 +93,7 @@ static void directory(void *ctx, uint64_t key, uint32_t prompt, kva_lookup_token
 		bx_check(kva_lookup_answer(b->e, t, bx_manifest()), "lookup answer");
 		return;
 	}
-	if (b->n_pending == BX_MAX_BATCH)
+	if (b->n_pending == b->pending_cap)
 		bx_check(-ENOSPC, "pending lookups");
 	b->pending[b->n_pending++] = t;
 }
@@ -115,6 +122,7 @@ struct bx *bx_new(void)
 	bx_check(err, "engine create");
 	b->answer_now = true;
 	b->pending = xcalloc(BX_MAX_BATCH, sizeof(*b->pending));
+	b->pending_cap = BX_MAX_BATCH;
 	b->running = xcalloc(BX_RUNNERS + BX_MAX_BATCH, sizeof(*b->running));
 	b->plan = (kva_plan){
 		.admitted = xcalloc(BX_MAX_BATCH, sizeof(kva_admission)),
@@ -129,6 +137,17 @@ struct bx *bx_new(void)
 		.ended_cap = BX_MAX_BATCH,
 	};
 	return b;
+}
+
+void bx_pending_reserve(struct bx *b, size_t n)
+{
+	if (n <= b->pending_cap)
+		return;
+	kva_lookup_token *p = xcalloc(n, sizeof(*p));
+	memcpy(p, b->pending, b->n_pending * sizeof(*p));
+	free(b->pending);
+	b->pending = p;
+	b->pending_cap = n;
 }
 
 void bx_free(struct bx *b)
@@ -187,6 +206,9 @@ static void win_init(struct bx *b, size_t n)
 	while (cap < 2 * n)
 		cap <<= 1;
 	b->win = xcalloc(cap, sizeof(*b->win));
+	/* resident now, so that the RSS growth measured while the waiting
+	 * requests are built is the engine's, not this array's */
+	memset(b->win, 0, cap * sizeof(*b->win));
 	b->win_mask = cap - 1;
 	b->win_lo = b->next_id + 1;
 }
@@ -198,24 +220,24 @@ void bx_waiting_add(struct bx *b, kva_handle h)
 		size_t cap = 2 * (b->win_mask + 1);
 		while (h.id - b->win_lo >= cap)
 			cap *= 2;
-		uint32_t *w = xcalloc(cap, sizeof(*w));
+		kva_handle *w = xcalloc(cap, sizeof(*w));
 		for (uint64_t id = b->win_lo; id < h.id; id++)
 			w[id & (cap - 1)] = b->win[id & b->win_mask];
 		free(b->win);
 		b->win = w;
 		b->win_mask = cap - 1;
 	}
-	b->win[h.id & b->win_mask] = h.gen;
+	b->win[h.id & b->win_mask] = h;
 	b->n_waiting++;
 }
 
 void bx_waiting_del(struct bx *b, uint64_t id)
 {
-	if (id < b->win_lo || !b->win[id & b->win_mask])
+	if (id < b->win_lo || b->win[id & b->win_mask].id != id)
 		bx_check(-ENOENT, "untracked waiting request");
-	b->win[id & b->win_mask] = 0;
+	b->win[id & b->win_mask].id = 0;
 	b->n_waiting--;
-	while (b->win_lo <= b->next_id && !b->win[b->win_lo & b->win_mask])
+	while (b->win_lo <= b->next_id && b->win[b->win_lo & b->win_mask].id != b->win_lo)
 		b->win_lo++;
 }
 
@@ -229,10 +251,10 @@ kva_handle bx_waiting_take_random(struct bx *b, uint64_t *rng)
 		*rng ^= *rng << 25;
 		*rng ^= *rng >> 27;
 		uint64_t id = b->win_lo + (*rng * 0x2545f4914f6cdd1dull) % (b->next_id + 1 - b->win_lo);
-		uint32_t gen = b->win[id & b->win_mask];
-		if (gen) {
+		kva_handle h = b->win[id & b->win_mask];
+		if (h.id == id) {
 			bx_waiting_del(b, id);
-			return (kva_handle){id, gen, 0};
+			return h; /* as the engine gave it: never build a handle */
 		}
 	}
 }

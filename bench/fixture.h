@@ -39,15 +39,16 @@ struct bx {
 	uint64_t now;
 	uint64_t next_id;
 	kva_plan plan;
-	/* directory: answers at once from its callback, or records the token */
+	/* directory: answers at once from its callback, or records the token
+	 * in pending[] (pending_cap entries; bx_pending_reserve grows it) */
 	bool answer_now;
 	kva_lookup_token *pending;
-	size_t n_pending;
+	size_t n_pending, pending_cap;
 	/* The waiting requests the benchmarks track, by id: win[id & win_mask]
-	 * is the generation of waiting request `id`, 0 for any other id. Ids
-	 * are given out in submission order and the queue is FCFS, so no
-	 * tracked request has an id below win_lo. */
-	uint32_t *win;
+	 * is the handle the engine gave waiting request `id` (id 0 for any
+	 * other id: ids start at 1). Ids are given out in submission order and
+	 * the queue is FCFS, so no tracked request has an id below win_lo. */
+	kva_handle *win;
 	size_t win_mask;
 	uint64_t win_lo;
 	size_t n_waiting;
@@ -66,7 +67,8 @@ struct bx {
 bool bx_small(void);
 size_t bx_cap(size_t n);
 
-uint64_t bx_clock_ns(void); /* CLOCK_MONOTONIC */
+uint64_t bx_clock_ns(void);  /* CLOCK_MONOTONIC */
+uint64_t bx_cpu_ns(void);    /* CLOCK_THREAD_CPUTIME_ID: the calling thread's CPU time */
 uint64_t bx_rss_bytes(void);
 
 /* A standard engine with all capacity free and nothing in it. Not cached. */
@@ -86,6 +88,8 @@ int bx_step(struct bx *b);
 kva_handle bx_submit(struct bx *b, bool restore);
 /* The one-checkpoint manifest every restore gets. */
 const kva_manifest *bx_manifest(void);
+/* Makes room for n unanswered lookups in b->pending. */
+void bx_pending_reserve(struct bx *b, size_t n);
 /* Tracks h (a restore just submitted) as waiting. */
 void bx_waiting_add(struct bx *b, kva_handle h);
 /* Stops tracking id (admitted or cancelled). */
