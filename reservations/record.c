@@ -214,11 +214,10 @@ int kva__rec_claim_id(kva_engine *e, struct kva__req *r)
 
 void kva__rec_end(kva_engine *e, struct kva__req *r, uint32_t terminal)
 {
-	if (r->flags & KVA__F_INGESTED) {
-		uint32_t *v = kva_idmap_find(&e->live_ids, r->id);
-		if (v && *v == kva__rec_slot(r))
-			kva_idmap_remove(&e->live_ids, r->id); /* the id may be submitted again */
-	}
+	/* The id may be submitted again. An ingested record is its id's only
+	 * live incarnation (rule 14), so the entry is r's own. */
+	if (r->flags & KVA__F_INGESTED)
+		kva_idmap_remove(&e->live_ids, r->id);
 	kva__rec_set_state(e, r, terminal);
 	kva__st_sched(e, terminal == KVA_STATE_FINISHED   ? ST_FINISHED
 	               : terminal == KVA_STATE_CANCELLED ? ST_CANCELLED
