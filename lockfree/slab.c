@@ -60,6 +60,11 @@ int kva_slab_init(struct kva_slab *s, size_t slot_size, size_t rcu_off, kva_slab
 	memset(s, 0, sizeof(*s));
 	s->slot_size = (uint32_t)slot_size;
 	s->rcu_off = (uint32_t)rcu_off;
+	/* a free batch's head lists the others after its header, up to the end
+	 * of the rcu area (what follows survives reuse): count + indices */
+	size_t body = rcu_off + sizeof(struct kva_slab_rcu) - sizeof(struct kva_slab_hdr);
+	size_t cap = (body - sizeof(uint32_t)) / sizeof(uint32_t) + 1;
+	s->batch_cap = cap < KVA_SLAB_REFILL ? (uint32_t)cap : KVA_SLAB_REFILL;
 	s->mem_alloc = a;
 	s->mem_free = f;
 	pthread_mutex_lock(&registry_lock);
@@ -107,55 +112,71 @@ static _Atomic uint32_t *stack_top(struct kva_slab *s, unsigned k)
 	return &s->stack[k % KVA_SLAB_STACKS].top;
 }
 
-/* A private chain first..last (linked by hdr.next) goes on stack k. */
-static void push_chain(struct kva_slab *s, unsigned k, uint32_t first, uint32_t last)
+/*
+ * A free stack's nodes are batches: a batch's first slot (its head) holds the
+ * count and the other slots' indices in its body, so a refill takes up to
+ * batch_cap slots with one CAS and one or two cache lines, never walking the
+ * slots themselves. Heads are linked by hdr.next.
+ */
+static uint32_t *batch_body(struct kva_slab *s, uint32_t head)
+{
+	return (uint32_t *)((char *)hdr(s, head) + sizeof(struct kva_slab_hdr));
+}
+
+/* Makes a batch of idx[0..n) (the caller owns those slots, n <= batch_cap)
+ * whose head is idx[0], linked before `next_head` (index + 1, 0 = none). */
+static void batch_make(struct kva_slab *s, const uint32_t *idx, uint32_t n, uint32_t next_head)
+{
+	uint32_t *body = batch_body(s, idx[0]);
+	body[0] = n;
+	memcpy(body + 1, idx + 1, (size_t)(n - 1) * sizeof(uint32_t));
+	atomic_store_explicit(&hdr(s, idx[0])->next, next_head, memory_order_relaxed);
+}
+
+/* A private chain of batches first..last (heads linked by hdr.next) goes on
+ * stack k. */
+static void push_batches(struct kva_slab *s, unsigned k, uint32_t first, uint32_t last)
 {
 	_Atomic uint32_t *t = stack_top(s, k);
 	struct kva_slab_hdr *tail = hdr(s, last);
 	uint32_t top = atomic_load_explicit(t, memory_order_relaxed);
 	do
 		atomic_store_explicit(&tail->next, top, memory_order_relaxed);
-	/* R4: the chain's links and headers, to the popper (A4). */
+	/* R4: the batches' links and bodies, to the popper (A4). */
 	while (!atomic_compare_exchange_weak_explicit(t, &top, first + 1, memory_order_release,
 	                                              memory_order_relaxed));
 }
 
-/* Inside an RCU read-side section. Pops up to `want` slots with one CAS; the
- * walk between load and CAS is bounded by `want`. No ABA (slab.h): while
- * this section lasts, a slot seen on top cannot be pushed again. */
-static uint32_t pop_stack(struct kva_slab *s, unsigned k, uint32_t *out, uint32_t want)
+/* Inside an RCU read-side section. Pops one batch with one CAS (O(1)
+ * between load and CAS). No ABA (slab.h): while this section lasts, a head
+ * seen on top cannot be pushed again. */
+static uint32_t pop_stack(struct kva_slab *s, unsigned k, uint32_t *out)
 {
 	_Atomic uint32_t *t = stack_top(s, k);
-	/* A4: pairs with R4 in push_chain. */
+	/* A4: pairs with R4 in push_batches. */
 	uint32_t top = atomic_load_explicit(t, memory_order_acquire);
 	for (;;) {
 		if (!top)
 			return 0;
-		uint32_t n = 1, last = top - 1, nx;
-		while (n < want && (nx = atomic_load_explicit(&hdr(s, last)->next, memory_order_relaxed))) {
-			last = nx - 1;
-			n++;
-		}
-		nx = atomic_load_explicit(&hdr(s, last)->next, memory_order_relaxed);
+		uint32_t nx = atomic_load_explicit(&hdr(s, top - 1)->next, memory_order_relaxed);
 		if (atomic_compare_exchange_weak_explicit(t, &top, nx, memory_order_acquire,
 		                                          memory_order_acquire)) {
-			uint32_t i = top - 1;
-			for (uint32_t k = 0; k < n; k++) {
-				out[k] = i;
-				i = atomic_load_explicit(&hdr(s, i)->next, memory_order_relaxed) - 1;
-			}
+			const uint32_t *body = batch_body(s, top - 1);
+			uint32_t n = body[0];
+			out[0] = top - 1;
+			memcpy(out + 1, body + 1, (size_t)(n - 1) * sizeof(uint32_t));
 			return n;
 		}
 	}
 }
 
-/* Inside an RCU read-side section: from the calling thread's own stack
- * first, then the others. */
-static uint32_t pop_batch(struct kva_slab *s, uint32_t *out, uint32_t want)
+/* Inside an RCU read-side section: one batch, from the calling thread's own
+ * stack first, then the others. */
+static uint32_t pop_batch(struct kva_slab *s, uint32_t *out)
 {
 	unsigned me = kva_thread_index();
 	for (unsigned i = 0; i < KVA_SLAB_STACKS; i++) {
-		uint32_t n = pop_stack(s, me + i, out, want);
+		uint32_t n = pop_stack(s, me + i, out);
 		if (n)
 			return n;
 	}
@@ -163,8 +184,8 @@ static uint32_t pop_batch(struct kva_slab *s, uint32_t *out, uint32_t want)
 }
 
 /* Claims the next chunk number, allocates and publishes it; its first slots
- * fill the caller's cache and the rest go on the stack. Lock-free: two
- * threads that grow at once each add a chunk. 0 or -ENOMEM. */
+ * fill the caller's cache and the rest go on the caller's stack in batches.
+ * Lock-free: two threads that grow at once each add a chunk. 0 or -ENOMEM. */
 static int grow(struct kva_slab *s, struct kva_slab_cache *c)
 {
 	uint32_t k = atomic_load_explicit(&s->nchunks, memory_order_relaxed);
@@ -180,7 +201,7 @@ static int grow(struct kva_slab *s, struct kva_slab_cache *c)
 	for (uint32_t i = 0; i < n; i++) {
 		struct kva_slab_hdr *h = (struct kva_slab_hdr *)(mem + (size_t)i * s->slot_size);
 		atomic_init(&h->gen, 0);
-		atomic_init(&h->next, i + 1 < n ? base + i + 2 : 0);
+		atomic_init(&h->next, 0);
 	}
 	uint32_t keep = KVA_SLAB_CACHE - c->n;
 	if (keep > n)
@@ -190,8 +211,18 @@ static int grow(struct kva_slab *s, struct kva_slab_cache *c)
 	/* R1: the headers above, to every reader of this chunk (A1). */
 	atomic_store_explicit(&s->chunk[k], mem, memory_order_release);
 	atomic_fetch_add_explicit(&s->slots, n, memory_order_relaxed);
-	if (keep < n)
-		push_chain(s, kva_thread_index(), base + keep, base + n - 1);
+	if (keep == n)
+		return 0;
+	/* the rest in batches of consecutive slots, each linked before the last */
+	uint32_t idx[KVA_SLAB_REFILL], next_head = 0, last_head = base + keep;
+	for (uint32_t i = keep; i < n; i += s->batch_cap) {
+		uint32_t m = n - i < s->batch_cap ? n - i : s->batch_cap;
+		for (uint32_t j = 0; j < m; j++)
+			idx[j] = base + i + j;
+		batch_make(s, idx, m, next_head);
+		next_head = base + i + 1;
+	}
+	push_batches(s, kva_thread_index(), next_head - 1, last_head);
 	return 0;
 }
 
@@ -287,7 +318,7 @@ void *kva_slab_alloc(struct kva_slab *s, uint32_t *idx)
 		return NULL;
 	if (!c->n) {
 		kva_rcu_read_lock();
-		c->n = pop_batch(s, c->idx, KVA_SLAB_REFILL);
+		c->n = pop_batch(s, c->idx);
 		kva_rcu_read_unlock();
 		if (!c->n && grow(s, c) != 0)
 			return NULL;
@@ -307,14 +338,26 @@ uint32_t kva_slab_publish(struct kva_slab *s, void *slot)
 	return g;
 }
 
+/* After the grace period: the retired chain (linked by hdr.next) becomes
+ * batches — walked here, on the call_rcu thread, so refills never walk. */
 static void reclaim_batch(struct rcu_head *head)
 {
 	kva_rcu_reclaim_begin();
 	struct kva_slab_rcu *r = caa_container_of(head, struct kva_slab_rcu, head);
-	push_chain(r->slab, r->first, r->first, r->last); /* spread by index */
-	/* For TSan: this callback's use of the slab, to kva_slab_fini after
-	 * urcu_memb_barrier() (which TSan cannot see). */
-	KVA__TSAN_RELEASE(&kva__rcu_tsan_gp);
+	struct kva_slab *s = r->slab;
+	uint32_t idx[KVA_SLAB_REFILL], m = 0, next_head = 0, last_head = r->first;
+	unsigned k = r->first; /* spread batches over the stacks by index */
+	for (uint32_t i = r->first + 1; i;) {
+		uint32_t nx = atomic_load_explicit(&hdr(s, i - 1)->next, memory_order_relaxed);
+		idx[m++] = i - 1;
+		if (m == s->batch_cap || !nx) {
+			batch_make(s, idx, m, next_head);
+			next_head = idx[0] + 1;
+			m = 0;
+		}
+		i = nx;
+	}
+	push_batches(s, k, next_head - 1, last_head);
 }
 
 void kva_slab_retire(struct kva_slab *s, struct kva_slab_retired *b, uint32_t idx)

@@ -16,7 +16,8 @@
  * after 2^31 incarnations of that one slot.
  *
  * Free slots: each thread allocates from its own cache (64 indices), refilled
- * in batches of up to 32 with one CAS from shared Treiber stacks — its own
+ * with one batch of up to 32 (one CAS; the batch's first slot lists the
+ * others, so a refill touches no other slot) from shared Treiber stacks — its own
  * thread index's first, so producer threads do not refill from the same
  * line; retired batches are spread over the stacks. The stacks have no ABA
  * by design, without a tag: each is popped only inside an RCU
@@ -72,7 +73,9 @@ struct kva_slab_hdr {
 
 /* The area of a slot that the slab uses while a retired slot waits for its
  * grace period. The user places it where no reader looks (a union with
- * owner-private fields). */
+ * owner-private fields). While a slot is free the slab also writes the bytes
+ * between the header and this area (a free batch's list); the bytes after
+ * it survive from one incarnation of the slot to the next. */
 struct kva_slab_rcu {
 	struct rcu_head head;
 	struct kva_slab *slab;
@@ -93,6 +96,7 @@ typedef void (*kva_slab_free_fn)(void *p, size_t bytes);
 struct kva_slab {
 	uint32_t slot_size;
 	uint32_t rcu_off; /* offset of the slot's struct kva_slab_rcu */
+	uint32_t batch_cap; /* slots a free batch holds (its head's body lists them) */
 	uint64_t serial;  /* unique per slab in the process: names it in thread caches */
 	kva_slab_alloc_fn mem_alloc;
 	kva_slab_free_fn mem_free;

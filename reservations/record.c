@@ -9,6 +9,7 @@
  *   A3     a rank's claim on copy_word sees the attempt: pairs with R1 of copy.c
  */
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -16,6 +17,10 @@
 
 /* The memory budget of a waiting request (bench: BM_memory_per_request). */
 _Static_assert(sizeof(struct kva__req) <= 160, "a record grew past 160 bytes");
+/* The grant stays with the slot: the slab must not write it while free. */
+_Static_assert(offsetof(struct kva__req, grant) >=
+                   offsetof(struct kva__req, rcu) + sizeof(struct kva_slab_rcu),
+               "the grant lies in the bytes the slab uses while a slot is free");
 
 /* The engine whose kva_step runs on this thread, if any: events it produces
  * (a directory answering from its callback) belong to the step in progress. */

@@ -130,7 +130,6 @@ struct kva__req {
 	_Atomic uint32_t state;       /* enum kva_state / KVA__STATE_* */
 	_Atomic uint32_t lookup_word; /* seq << 1 | awaiting */
 	_Atomic uint32_t pub_sel;     /* selected position << 1 | local; 0 none (kva_query) */
-	struct kva__grant *_Atomic grant; /* R1/A1 below: published once per slot */
 	_Atomic uint8_t cancel_requested;
 	_Atomic uint8_t lookups;    /* statistic for kva_query (saturating) */
 	_Atomic uint8_t pub_reason; /* reason, published for kva_query */
@@ -161,6 +160,8 @@ struct kva__req {
 		kva_checkpoint one;            /* nents == 1 */
 		struct kva__answer *manifest;  /* nents > 1 */
 	};
+	/* After the rcu area: survives the slot's reuse (lockfree/slab.h). */
+	struct kva__grant *_Atomic grant; /* R1/A1 below: published once per slot */
 };
 
 /* Statistics: producer-written counters live on their own lines (shards). */
