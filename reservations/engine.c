@@ -301,8 +301,9 @@ static int dispatch_event(kva_engine *e, struct kva__event *ev)
 	return 0;
 }
 
-/* How far ahead of the event being handled prefetch_ahead looks. */
-#define PREFETCH_AHEAD 3
+/* How far ahead of the event being handled its record is fetched; its
+ * queue neighbours and live-id entry are fetched at half that distance. */
+#define PREFETCH_AHEAD 8
 
 /* The record an event names, or NULL; a guess before the event is popped. */
 static struct kva__req *event_req_hint(kva_engine *e, struct kva_inbox_node *n)
@@ -321,22 +322,34 @@ static struct kva__req *event_req_hint(kva_engine *e, struct kva_inbox_node *n)
 	}
 }
 
-/* Starts the cache misses of the events after the one about to be handled,
- * so a batch of events on records scattered over a large engine overlaps
- * them: the record PREFETCH_AHEAD events ahead, and the queue neighbours and
- * live-id entry of the one before it (whose record the previous round
- * brought in). Hints only. */
-static void prefetch_ahead(kva_engine *e, struct kva_inbox_batch *b)
+/* Two scouts walk ahead of the events being handled, one node per event, so
+ * a batch of events on records scattered over a large engine overlaps their
+ * cache misses: the far scout fetches a record, the near one (whose record
+ * the far one fetched) its queue neighbours and live-id entry. Hints only. */
+struct scouts {
+	struct kva_inbox_node *far, *near;
+	unsigned far_lead, near_lead; /* events between the next pop and each */
+};
+
+static void scout(kva_engine *e, struct kva_inbox_batch *b, struct scouts *sc)
 {
-	struct kva_inbox_node *n = kva_inbox_batch_peek(b, NULL);
 	struct kva__req *r;
-	for (int ahead = 1; n && ahead <= PREFETCH_AHEAD; ahead++) {
-		n = kva_inbox_batch_peek(b, n);
-		if (!n || !(r = event_req_hint(e, n)))
-			continue;
-		if (ahead == PREFETCH_AHEAD) {
+	while (sc->far_lead < PREFETCH_AHEAD) {
+		struct kva_inbox_node *x = kva_inbox_batch_peek(b, sc->far);
+		if (!x)
+			break;
+		sc->far = x;
+		sc->far_lead++;
+		if ((r = event_req_hint(e, x)))
 			__builtin_prefetch(&r->wq);
-		} else if (ahead == PREFETCH_AHEAD - 1) {
+	}
+	while (sc->near_lead < PREFETCH_AHEAD / 2) {
+		struct kva_inbox_node *x = kva_inbox_batch_peek(b, sc->near);
+		if (!x)
+			break;
+		sc->near = x;
+		sc->near_lead++;
+		if ((r = event_req_hint(e, x))) {
 			__builtin_prefetch(r->wq.link.prev);
 			__builtin_prefetch(r->wq.link.next);
 			kva_idmap_prefetch(&e->live_ids, r->id);
@@ -344,12 +357,24 @@ static void prefetch_ahead(kva_engine *e, struct kva_inbox_batch *b)
 	}
 }
 
+/* The event at the head of the batch was popped: the scouts are one nearer. */
+static void scout_popped(struct scouts *sc, struct kva_inbox_node *n)
+{
+	if (sc->far_lead && --sc->far_lead == 0)
+		sc->far = NULL;
+	if (sc->near_lead && --sc->near_lead == 0)
+		sc->near = NULL;
+	(void)n;
+}
+
 /* Handles a batch's events in order; false when one needed memory: it waits
  * in e->stalled, the rest in the batch, for the next step. */
 static bool handle_batch(kva_engine *e, struct kva_inbox_batch *b)
 {
+	struct scouts sc = {NULL, NULL, 0, 0};
 	struct kva_inbox_node *n;
-	while ((prefetch_ahead(e, b), n = kva_inbox_batch_pop_nonblocking(b))) {
+	while ((scout(e, b, &sc), n = kva_inbox_batch_pop_nonblocking(b))) {
+		scout_popped(&sc, n);
 		struct kva__event *ev = caa_container_of(n, struct kva__event, node);
 		if (dispatch_event(e, ev) != 0) {
 			e->stalled = ev;
