@@ -132,6 +132,20 @@ static void report(gb_state *s, size_t n, const struct split *sp)
 	gb_counter(s, "sharing", (double)n, GB_COUNTER_DEFAULT);
 }
 
+/* Times calls(b) and the step after it, into sp and as the iteration time. */
+static void timed(gb_state *s, struct bx *b, struct split *sp, void (*calls)(struct bx *))
+{
+	uint64_t c0 = bx_cpu_ns(), t0 = bx_clock_ns();
+	calls(b);
+	uint64_t t1 = bx_clock_ns();
+	bx_step(b);
+	uint64_t t2 = bx_clock_ns(), c1 = bx_cpu_ns();
+	gb_set_iteration_time(s, (double)(t2 - t0) / 1e9);
+	sp->call_ns += t1 - t0;
+	sp->step_ns += t2 - t1;
+	sp->cpu_ns += c1 - c0;
+}
+
 static void bm_shared_local_ingest(gb_state *s, void *arg)
 {
 	(void)arg;
@@ -139,15 +153,7 @@ static void bm_shared_local_ingest(gb_state *s, void *arg)
 	struct bx *b = sh.b;
 	struct split sp = {0, 0, 0};
 	while (gb_keep_running_batch(s, sh.n)) {
-		uint64_t c0 = bx_cpu_ns(), t0 = bx_clock_ns();
-		answer_all(b);
-		uint64_t t1 = bx_clock_ns();
-		bx_step(b);
-		uint64_t t2 = bx_clock_ns(), c1 = bx_cpu_ns();
-		gb_set_iteration_time(s, (double)(t2 - t0) / 1e9);
-		sp.call_ns += t1 - t0;
-		sp.step_ns += t2 - t1;
-		sp.cpu_ns += c1 - c0;
+		timed(s, b, &sp, answer_all);
 		check_adopted(b, sh.n);
 
 		/* untimed: lookups outstanding again for the next round */
@@ -172,15 +178,7 @@ static void bm_shared_local_evict(gb_state *s, void *arg)
 		bx_step(b);
 		check_adopted(b, sh.n);
 
-		uint64_t c0 = bx_cpu_ns(), t0 = bx_clock_ns();
-		evict(b);
-		uint64_t t1 = bx_clock_ns();
-		bx_step(b);
-		uint64_t t2 = bx_clock_ns(), c1 = bx_cpu_ns();
-		gb_set_iteration_time(s, (double)(t2 - t0) / 1e9);
-		sp.call_ns += t1 - t0;
-		sp.step_ns += t2 - t1;
-		sp.cpu_ns += c1 - c0;
+		timed(s, b, &sp, evict);
 		check_relooked(b, sh.n);
 		bx_reclaim(b, sh.n);
 	}

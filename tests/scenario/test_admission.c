@@ -283,17 +283,26 @@ static void rule09_first_chunk_larger_than_pool_still_starts(void **st)
 	sc_free(s);
 }
 
-static void legacy_policy_admits_refused_restore_to_recompute(void **st)
+/* Legacy policy, an external checkpoint for KEY, `hog` pages held by a
+ * running request, and a restore submitted and stepped once. */
+static struct sc *legacy_restore_behind(uint32_t hog_pages, kva_handle *hog, kva_handle *h)
 {
-	(void)st;
 	kva_config c;
 	sc_config(&c);
 	c.policy = KVA_POLICY_LEGACY;
 	struct sc *s = sc_new(&c);
 	sc_dir_set(s, KEY, sc_ckpt(POS, 900, 0));
-	sc_occupy(s, 1, 80);
-	kva_handle h = sc_submit(s, 2, KEY, PROMPT);
+	*hog = sc_occupy(s, 1, hog_pages);
+	*h = sc_submit(s, 2, KEY, PROMPT);
 	sc_step(s, 0);
+	return s;
+}
+
+static void legacy_policy_admits_refused_restore_to_recompute(void **st)
+{
+	(void)st;
+	kva_handle hog, h;
+	struct sc *s = legacy_restore_behind(80, &hog, &h);
 	const kva_admission *a = sc_admitted(s, h);
 	assert_non_null(a);
 	assert_int_equal(a->how, KVA_ADMIT_RECOMPUTE);
@@ -350,14 +359,8 @@ static void legacy_policy_copy_slot_shortage_recomputes(void **st)
 static void rule23_legacy_decides_at_admission_and_restores_when_it_fits(void **st)
 {
 	(void)st;
-	kva_config c;
-	sc_config(&c);
-	c.policy = KVA_POLICY_LEGACY;
-	struct sc *s = sc_new(&c);
-	sc_dir_set(s, KEY, sc_ckpt(POS, 900, 0));
-	kva_handle hog = sc_occupy(s, 1, 100); /* not even a first chunk fits */
-	kva_handle h = sc_submit(s, 2, KEY, PROMPT);
-	sc_step(s, 0);
+	kva_handle hog, h;
+	struct sc *s = legacy_restore_behind(100, &hog, &h); /* not even a first chunk fits */
 	sc_step(s, SC_MS);
 	assert_null(sc_admitted(s, h));
 	assert_int_equal(sc_stats(s).fallbacks[KVA_REASON_LEGACY], 0); /* not decided yet */

@@ -25,23 +25,7 @@
 #include "kva_test.h"
 #include "rcu_thread.h"
 #include "waitq.h"
-
-/* The head, unlinked (what a scheduler does with first + unlink). */
-static struct kva_waitq_node *pop_head(struct kva_waitq *q)
-{
-	struct kva_waitq_node *n = kva_waitq_first(q);
-	if (n)
-		kva_waitq_unlink(q, n);
-	return n;
-}
-
-static size_t waitq_count(struct kva_waitq *q)
-{
-	size_t n = 0;
-	for (struct kva_waitq_node *x = kva_waitq_first(q); x; x = kva_waitq_next(q, x))
-		n++;
-	return n;
-}
+#include "waitq_helpers.h"
 
 #define READERS 2
 #define MAXLEN 64
