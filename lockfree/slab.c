@@ -358,6 +358,9 @@ static void reclaim_batch(struct rcu_head *head)
 		i = nx;
 	}
 	push_batches(s, k, next_head - 1, last_head);
+	/* For TSan: this callback's use of the slab, to kva_slab_fini after
+	 * urcu_memb_barrier() (which TSan cannot see). */
+	KVA__TSAN_RELEASE(&kva__rcu_tsan_gp);
 }
 
 void kva_slab_retire(struct kva_slab *s, struct kva_slab_retired *b, uint32_t idx)
