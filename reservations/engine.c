@@ -84,6 +84,8 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 		goto fail;
 	e->cfg = *cfg;
 	e->usable_pages = cfg->total_pages - cfg->decode_reserve_pages;
+	if (!(cfg->page_tokens & (cfg->page_tokens - 1)))
+		e->page_shift = (uint32_t)__builtin_ctz(cfg->page_tokens);
 	e->now = cfg->start_ns;
 	if (kva_pagepool_init(&e->pool, cfg->total_pages) != 0)
 		goto fail_free;

@@ -28,6 +28,7 @@ struct kva__shard {
 struct kva_engine {
 	kva_config cfg;
 	uint32_t usable_pages; /* total - decode watermark: larger reservations are TOO_LARGE */
+	uint32_t page_shift;   /* log2(page_tokens) when a power of two, else 0 */
 
 	/* shared with any thread */
 	struct kva_fanin inbox; /* one lane per producer thread */
@@ -79,9 +80,13 @@ static inline uint64_t kva__st_get(const kva_engine *e, enum kva__stat s)
 	return atomic_load_explicit(&e->st[s], memory_order_relaxed);
 }
 
+/* Pages for `tokens`; a shift for the usual power-of-two page sizes (a
+ * 64-bit division costs as much as a blocked step's other work). */
 static inline uint32_t kva__pages_for(const kva_engine *e, uint64_t tokens)
 {
-	return (uint32_t)((tokens + e->cfg.page_tokens - 1) / e->cfg.page_tokens);
+	uint64_t t = tokens + e->cfg.page_tokens - 1;
+	return (uint32_t)(e->page_shift || e->cfg.page_tokens == 1 ? t >> e->page_shift
+	                                                          : t / e->cfg.page_tokens);
 }
 
 static inline void kva__touched(kva_engine *e)
