@@ -145,6 +145,11 @@ static void append_sorted(struct kva_timer_list *due, struct kva_timer *chain)
 }
 
 /* Puts an armed, unlinked timer where it belongs relative to now. */
+static inline uint64_t tick_of(const struct kva_timerwheel *w, uint64_t ns)
+{
+	return w->tick_shift || w->tick_ns == 1 ? ns >> w->tick_shift : ns / w->tick_ns;
+}
+
 static void place(struct kva_timerwheel *w, struct kva_timer *t)
 {
 	if (t->expires <= w->now_ns) {
@@ -152,7 +157,7 @@ static void place(struct kva_timerwheel *w, struct kva_timer *t)
 		return;
 	}
 	/* expires > now_ns, so tick >= now_tick. */
-	uint64_t tick = t->expires / w->tick_ns;
+	uint64_t tick = tick_of(w, t->expires);
 	uint64_t diff = tick ^ w->now_tick;
 	unsigned level = diff ? (unsigned)(63 - __builtin_clzll(diff)) / GROUP_BITS : 0;
 
@@ -168,8 +173,9 @@ static void place(struct kva_timerwheel *w, struct kva_timer *t)
 void kva_timerwheel_init(struct kva_timerwheel *w, uint64_t tick_ns, uint64_t now_ns)
 {
 	w->tick_ns = tick_ns ? tick_ns : 1; /* no abort on bad input */
+	w->tick_shift = (w->tick_ns & (w->tick_ns - 1)) ? 0 : (unsigned)__builtin_ctzll(w->tick_ns);
 	w->now_ns = now_ns;
-	w->now_tick = now_ns / w->tick_ns;
+	w->now_tick = tick_of(w, now_ns);
 	w->seq = 0;
 	w->count = 0;
 	for (unsigned l = 0; l < KVA_TIMERWHEEL_LEVELS; l++) {
@@ -240,7 +246,7 @@ static void replace_chain(struct kva_timerwheel *w, struct kva_timer_list *due,
  * the wheel to now_ns. */
 static void collect(struct kva_timerwheel *w, struct kva_timer_list *due, uint64_t now_ns)
 {
-	const uint64_t cur = w->now_tick, nt = now_ns / w->tick_ns;
+	const uint64_t cur = w->now_tick, nt = tick_of(w, now_ns);
 
 	/* Due before the previous now: earlier than anything in the wheel. */
 	append_sorted(due, list_take(&w->pending));
@@ -285,6 +291,11 @@ size_t kva_timerwheel_advance(struct kva_timerwheel *w, uint64_t now_ns, kva_tim
 
 	if (now_ns < w->now_ns || w->in_advance)
 		return 0;
+	if (!w->count) { /* nothing armed anywhere: only the clock moves */
+		w->now_ns = now_ns;
+		w->now_tick = tick_of(w, now_ns);
+		return 0;
+	}
 	list_init(&due);
 	collect(w, &due, now_ns);
 

@@ -44,6 +44,7 @@ struct kva_timer_list {
 
 struct kva_timerwheel {
 	uint64_t tick_ns;
+	unsigned tick_shift; /* log2(tick_ns) when a power of two: no division */
 	uint64_t now_ns;   /* last advance */
 	uint64_t now_tick; /* now_ns / tick_ns */
 	uint64_t seq;
@@ -57,7 +58,7 @@ struct kva_timerwheel {
 
 typedef void (*kva_timer_fn)(struct kva_timer *t, void *arg);
 
-/* tick_ns > 0. */
+/* tick_ns > 0; a power of two spares a 64-bit division per advance. */
 void kva_timerwheel_init(struct kva_timerwheel *w, uint64_t tick_ns, uint64_t now_ns);
 static inline void kva_timer_init(struct kva_timer *t)
 {

@@ -36,7 +36,7 @@
 
 #define MS 1000000ull
 #define SEC (1000 * MS)
-#define TIMER_TICK_NS MS /* bucket width only: expiries are exact */
+#define TIMER_TICK_NS (1ull << 20) /* ~1 ms; bucket width only: expiries are exact */
 
 void kva_config_default(kva_config *cfg)
 {
