@@ -10,6 +10,9 @@
 #include "copy.h"
 #include "lookup.h"
 
+/* How many heads ahead admission fetches records. */
+#define ADMIT_AHEAD 4
+
 static bool plan_room(const kva_plan *p, uint32_t pages)
 {
 	return p->n_admitted < p->admitted_cap && p->pages_cap - p->n_pages >= pages;
@@ -321,17 +324,31 @@ void kva__admit_run(kva_engine *e)
 		if (!admit_ready(e, kva__req_of_link(e->ready.next)))
 			break;
 	}
-	/* FCFS: admit from the head until one is blocked; never look further */
-	struct kva_waitq_node *n;
+	/* FCFS: admit from the head until one is blocked; never look further.
+	 * Admitting a run of heads, a scout runs ADMIT_AHEAD records ahead and
+	 * starts their cache misses (one more node per admission; it reads a
+	 * record's link only after it was fetched). Not for the first head, so
+	 * a blocked step stays minimal. */
+	struct kva_waitq_node *n, *scout = NULL;
+	unsigned lead = 0; /* the scout is `lead` nodes after the head */
 	for (bool batch = false; (n = kva_waitq_first(&e->waitq)); batch = true) {
 		plan->records_touched++;
-		/* Admitting a run of heads: start the next record's cache miss
-		 * now. Not for the first head, so a blocked step stays minimal. */
-		struct kva_waitq_node *next = batch ? kva_waitq_next(&e->waitq, n) : NULL;
-		if (next) {
-			__builtin_prefetch(kva__req_of_wq(next));
-			__builtin_prefetch((char *)kva__req_of_wq(next) + 64);
-			__builtin_prefetch((char *)kva__req_of_wq(next) + 128);
+		if (batch) {
+			if (lead)
+				lead--; /* the previous head left: one nearer */
+			if (!lead)
+				scout = n;
+			while (lead < ADMIT_AHEAD) {
+				struct kva_waitq_node *x = kva_waitq_next(&e->waitq, scout);
+				if (!x)
+					break;
+				scout = x;
+				lead++;
+				char *r = (char *)kva__req_of_wq(x);
+				__builtin_prefetch(r);
+				__builtin_prefetch(r + 64);
+				__builtin_prefetch(r + 128);
+			}
 		}
 		if (admit_head(e, kva__req_of_wq(n)) <= 0)
 			break;
