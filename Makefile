@@ -51,7 +51,7 @@ test-tsan:
 
 # Microbenchmarks (bench/README.md): Release build, the suite with repetitions,
 # Google Benchmark JSON, the target table in bench/README.md, SVG plots.
-# The timeout turns a stall (see "Known issue" in bench/README.md) into a failure.
+# The timeout turns a stall into a failure instead of a hung run.
 BENCH_ARGS ?= --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
   --benchmark_min_time=0.1
 BENCH_TIMEOUT ?= 1800

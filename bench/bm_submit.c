@@ -1,9 +1,10 @@
 /*
- * Submission from 1 and 2 threads against two baselines that do the same
- * allocation (a record of kvadmit's size from kvadmit's jemalloc arena,
- * zeroed, as kva_submit zeroes its record):
- *   BM_submit            kva_submit: allocation, id table insert, one
- *                        wait-free enqueue on the engine's inbox;
+ * Submission from 1 and 2 threads against two baselines that allocate a
+ * record of kvadmit's size from kvadmit's jemalloc arena and zero it (what
+ * kva_submit's slot + field initialisation stands for):
+ *   BM_submit            kva_submit: a slot from the thread's cache, its
+ *                        fields, one wait-free enqueue on the thread's lane
+ *                        of the engine's inbox;
  *   BM_wfcq_enqueue_raw  the allocation and the same liburcu cds_wfcq
  *                        enqueue (through lockfree/inbox), nothing else;
  *   BM_mutex_queue       the allocation and a pthread mutex around a list
@@ -19,7 +20,7 @@
  * submits from one thread into a fresh engine (or queue) that keeps every
  * one, timed as one stretch (manual time, per submit; counter cpu_ns is the
  * thread's CPU time per submit), so the costs that grow with what is kept
- * (id table or slot growth, cold memory) are in the figure; then the engine's
+ * (slab growth, cold memory) are in the figure; then the engine's
  * one step that ingests them all (counters ingest_ns, ingest_cpu_ns).
  */
 #include <errno.h>
