@@ -2,6 +2,7 @@
 #include "idmap.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 
 #define MIN_CAP 64u
@@ -26,6 +27,12 @@ void kva_idmap_fini(struct kva_idmap *m)
 		m->mem_free(m->ents, (size_t)m->cap * sizeof(*m->ents));
 	m->ents = NULL;
 	m->cap = m->count = 0;
+}
+
+/* The entry whose value v points at. */
+static struct kva_idmap_entry *entry_of(uint32_t *v)
+{
+	return (struct kva_idmap_entry *)((char *)v - offsetof(struct kva_idmap_entry, val));
 }
 
 static uint64_t key_of(const struct kva_idmap_entry *x)
@@ -110,7 +117,8 @@ bool kva_idmap_remove(struct kva_idmap *m, uint64_t id)
 	if (!v)
 		return false;
 	uint32_t mask = m->cap - 1;
-	uint32_t hole = (uint32_t)((struct kva_idmap_entry *)((char *)v - offsetof(struct kva_idmap_entry, val)) - m->ents);
+	struct kva_idmap_entry *x = entry_of(v);
+	uint32_t hole = (uint32_t)(x - m->ents);
 	/* Backward shift: move later entries of the run into the hole when
 	 * their home does not lie cyclically in (hole, j]. */
 	for (uint32_t j = (hole + 1) & mask; m->ents[j].val != KVA_IDMAP_NONE; j = (j + 1) & mask) {

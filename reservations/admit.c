@@ -105,14 +105,16 @@ void kva__admit_head_timer(kva_engine *e, int which)
 	case HT_LOG:
 		log_wait(e, r, "waiting", KVA_LOG_INFO);
 		kva__st_sched(e, ST_WAIT_LOGS, 1);
-		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_LOG], e->now + e->cfg.wait_log_interval_ns);
+		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_LOG],
+		                   kva__after(e->now, e->cfg.wait_log_interval_ns));
 		break;
 	case HT_REFRESH:
 		if (!(r->flags & KVA__F_REFRESH)) {
 			kva__st_sched(e, ST_REFRESHES, 1);
 			kva__lookup_issue(e, r, false);
 		}
-		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_REFRESH], e->now + e->cfg.lookup_refresh_ns);
+		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_REFRESH],
+		                   kva__after(e->now, e->cfg.lookup_refresh_ns));
 		break;
 	}
 }
@@ -144,11 +146,13 @@ static void head_block(kva_engine *e, struct kva__req *r, bool restore)
 	e->head_req = r;
 	if (e->cfg.max_restore_wait_ns)
 		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_WAIT],
-		                   r->blocked_since + e->cfg.max_restore_wait_ns);
+		                   kva__after(r->blocked_since, e->cfg.max_restore_wait_ns));
 	if (e->cfg.wait_log_interval_ns)
-		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_LOG], e->now + e->cfg.wait_log_interval_ns);
+		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_LOG],
+		                   kva__after(e->now, e->cfg.wait_log_interval_ns));
 	if (e->cfg.lookup_refresh_ns)
-		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_REFRESH], e->now + e->cfg.lookup_refresh_ns);
+		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_REFRESH],
+		                   kva__after(e->now, e->cfg.lookup_refresh_ns));
 }
 
 /* ---- the waiting queue ------------------------------------------------------------ */

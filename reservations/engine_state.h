@@ -89,6 +89,13 @@ static inline uint32_t kva__pages_for(const kva_engine *e, uint64_t tokens)
 	                                                          : t / e->cfg.page_tokens);
 }
 
+/* A deadline `d` ns after `t`, saturated: a sum past UINT64_MAX means never
+ * (a timer at UINT64_MAX does not fire), not a moment in the past. */
+static inline uint64_t kva__after(uint64_t t, uint64_t d)
+{
+	return d > UINT64_MAX - t ? UINT64_MAX : t + d;
+}
+
 static inline void kva__touched(kva_engine *e)
 {
 	if (e->plan)

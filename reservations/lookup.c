@@ -128,7 +128,8 @@ void kva__lookup_issue(kva_engine *e, struct kva__req *r, bool decisive)
 	if (decisive) {
 		r->flags &= (uint16_t) ~(KVA__F_DECIDED | KVA__F_REFRESH);
 		if (e->cfg.lookup_timeout_ns)
-			kva_timerwheel_arm(&e->wheel, &r->deadline, e->now + e->cfg.lookup_timeout_ns);
+			kva_timerwheel_arm(&e->wheel, &r->deadline,
+			                   kva__after(e->now, e->cfg.lookup_timeout_ns));
 	} else {
 		r->flags |= KVA__F_REFRESH;
 	}

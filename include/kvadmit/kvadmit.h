@@ -146,6 +146,8 @@ typedef struct kva_config {
 	uint16_t max_running;           /* IMPORTING + READY + RUNNING, 1..65535 */
 	uint32_t world_size;            /* ranks per copy job, 1..KVA_MAX_WORLD */
 	uint32_t max_copy_retries;      /* retries of one checkpoint before a shorter one */
+	/* Durations: 0 means never (unbounded), and so does any value whose
+	 * deadline would pass UINT64_MAX ns (deadlines saturate, never wrap). */
 	uint64_t lookup_timeout_ns;     /* per unanswered lookup; 0 = never */
 	uint64_t max_restore_wait_ns;   /* bounded wait; 0 = unbounded */
 	uint64_t wait_log_interval_ns;  /* at most one wait log per interval; 0 = never */

@@ -115,6 +115,41 @@ static void backlog_says_work_is_left_for_the_next_step(void **st)
 	sc_free(s);
 }
 
+/* Durations near UINT64_MAX mean never: deadlines saturate instead of
+ * wrapping into the past (which timed lookups out at once and fired the log
+ * and refresh timers every step). */
+static void huge_durations_mean_never_instead_of_wrapping(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.start_ns = 1000; /* so that now + UINT64_MAX would wrap */
+	c.lookup_timeout_ns = UINT64_MAX;
+	c.max_restore_wait_ns = UINT64_MAX - 5;
+	c.wait_log_interval_ns = UINT64_MAX;
+	c.lookup_refresh_ns = UINT64_MAX;
+	struct sc *s = sc_new(&c);
+	sc_dir_set(s, KEY, sc_ckpt(320, 900, 0));
+	sc_occupy(s, 1, 90);
+	kva_handle blocked = sc_submit(s, 2, KEY, 480); /* answered: a blocked restore */
+	sc_step(s, SC_MS);
+	sc_dir_clear(s);
+	kva_handle pending = sc_submit(s, 3, KEY + 1, 480); /* never answered */
+	for (int i = 0; i < 50; i++)
+		sc_step(s, 10 * SC_SEC);
+	kva_stats stt = sc_stats(s);
+	assert_int_equal(stt.lookups_timed_out, 0);
+	assert_int_equal(stt.wait_expired, 0);
+	assert_int_equal(stt.refreshes, 0);
+	assert_int_equal(stt.wait_logs, 1); /* the wait's start only */
+	kva_request_info info;
+	assert_int_equal(kva_query(s->e, blocked, &info), 0);
+	assert_true(info.has_selection);
+	assert_int_equal(kva_query(s->e, pending, &info), 0);
+	assert_int_equal(info.reason, KVA_REASON_NONE); /* still awaiting its answer */
+	sc_free(s);
+}
+
 struct submitter {
 	kva_engine *e;
 	uint64_t id;
@@ -249,6 +284,7 @@ int main(void)
 	    cmocka_unit_test(answer_from_the_lookup_callback_is_handled_in_the_same_step),
 	    cmocka_unit_test(wake_fires_when_the_inbox_goes_from_empty_to_non_empty),
 	    cmocka_unit_test(backlog_says_work_is_left_for_the_next_step),
+	    cmocka_unit_test(huge_durations_mean_never_instead_of_wrapping),
 	    cmocka_unit_test(cancel_from_another_thread_never_overtakes_its_submit),
 	    cmocka_unit_test(waiting_foreach_walks_the_queue_in_admission_order),
 	    cmocka_unit_test(slots_are_reused_with_a_new_generation_and_old_handles_stay_dead),
