@@ -18,8 +18,6 @@
 #include "alloc.h"
 #include "engine_state.h"
 
-#define LW_AWAITING 1u
-
 /* The calling thread's producer-counter shard: its inbox lane's. */
 static struct kva__shard *my_shard(kva_engine *e)
 {
@@ -140,7 +138,7 @@ int kva_lookup_answer(kva_engine *e, kva_lookup_token t, const kva_manifest *m)
 	uint32_t w = r ? atomic_load_explicit(&r->lookup_word, memory_order_acquire) : 0;
 	if (!r)
 		rc = -ENOENT;
-	else if (w != (t.seq << 1 | LW_AWAITING) ||
+	else if (w != (t.seq << 1 | KVA__LW_AWAITING) ||
 	         /* ended (A2): awaits no lookup */
 	         kva__state_is_terminal(atomic_load_explicit(&r->state, memory_order_acquire)))
 		rc = -ESTALE;

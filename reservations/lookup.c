@@ -20,8 +20,6 @@
 #include "alloc.h"
 #include "lookup.h"
 
-#define LW_AWAITING 1u
-
 static struct kva__req *at_slot(kva_engine *e, uint32_t slot_plus1)
 {
 	return slot_plus1 ? kva_slab_get(&e->slab, slot_plus1 - 1) : NULL;
@@ -124,7 +122,7 @@ void kva__lookup_issue(kva_engine *e, struct kva__req *r, bool decisive)
 	uint32_t seq = (atomic_load_explicit(&r->lookup_word, memory_order_relaxed) >> 1) + 1;
 	/* R1: the new seq is visible to kva_lookup_answer (A3 of intake.c)
 	 * before the directory can possibly answer it. */
-	atomic_store_explicit(&r->lookup_word, seq << 1 | LW_AWAITING, memory_order_release);
+	atomic_store_explicit(&r->lookup_word, seq << 1 | KVA__LW_AWAITING, memory_order_release);
 	if (decisive) {
 		r->flags &= (uint16_t) ~(KVA__F_DECIDED | KVA__F_REFRESH);
 		if (e->cfg.lookup_timeout_ns)
@@ -201,7 +199,7 @@ int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a)
 {
 	struct kva__req *r = kva__rec_find(e, a->token.slot, a->token.gen, a->token.id);
 	uint32_t w = r ? atomic_load_explicit(&r->lookup_word, memory_order_relaxed) : 0;
-	if (!r || w != (a->token.seq << 1 | LW_AWAITING) ||
+	if (!r || w != (a->token.seq << 1 | KVA__LW_AWAITING) ||
 	    atomic_load_explicit(&r->state, memory_order_relaxed) != KVA_STATE_WAITING) {
 		/* timed out, superseded or ended since the producer checked */
 		kva__st_add(e, ST_LATE_ANSWERS, 1);
@@ -255,9 +253,9 @@ int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a)
 void kva__lookup_on_deadline(kva_engine *e, struct kva__req *r)
 {
 	uint32_t w = atomic_load_explicit(&r->lookup_word, memory_order_relaxed);
-	if (!(w & LW_AWAITING) || (r->flags & KVA__F_REFRESH))
+	if (!(w & KVA__LW_AWAITING) || (r->flags & KVA__F_REFRESH))
 		return;
-	atomic_store_explicit(&r->lookup_word, w & ~LW_AWAITING, memory_order_relaxed);
+	atomic_store_explicit(&r->lookup_word, w & ~KVA__LW_AWAITING, memory_order_relaxed);
 	kva__st_sched(e, ST_LOOKUP_TIMEOUTS, 1);
 	kva__fallback(e, r, KVA_REASON_LOOKUP_TIMEOUT);
 }

@@ -128,7 +128,7 @@ struct kva__req {
 	uint64_t prefix_key;
 	uint32_t prompt_tokens;
 	_Atomic uint32_t state;       /* enum kva_state / KVA__STATE_* */
-	_Atomic uint32_t lookup_word; /* seq << 1 | awaiting */
+	_Atomic uint32_t lookup_word; /* seq << 1 | KVA__LW_AWAITING */
 	_Atomic uint32_t pub_sel;     /* selected position << 1 | local; 0 none (kva_query) */
 	_Atomic uint8_t cancel_requested;
 	_Atomic uint8_t lookups;    /* statistic for kva_query (saturating) */
@@ -163,6 +163,9 @@ struct kva__req {
 	/* After the rcu area: survives the slot's reuse (lockfree/slab.h). */
 	struct kva__grant *_Atomic grant; /* R1/A1 below: published once per slot */
 };
+
+/* lookup_word's low bit: the lookup of that seq is still awaited. */
+#define KVA__LW_AWAITING 1u
 
 /* Statistics: producer-written counters live on their own lines (shards). */
 enum kva__stat {
