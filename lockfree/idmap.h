@@ -62,6 +62,4 @@ static inline void kva_idmap_prefetch(const struct kva_idmap *m, uint64_t id)
 		__builtin_prefetch(&m->ents[(uint32_t)kva_hash64(id) & (m->cap - 1)]);
 }
 
-static inline uint32_t kva_idmap_count(const struct kva_idmap *m) { return m->count; }
-
 #endif

@@ -175,16 +175,11 @@ void kva__admit_requeue_front(kva_engine *e, struct kva__req *r)
 	kva__lookup_issue(e, r, true);
 }
 
-static void leave_waitq(kva_engine *e, struct kva__req *r)
+void kva__admit_forget_waiting(kva_engine *e, struct kva__req *r)
 {
 	kva_waitq_unlink(&e->waitq, &r->wq);
 	head_forget(e, r);
 	kva__lookup_forget(e, r);
-}
-
-void kva__admit_forget_waiting(kva_engine *e, struct kva__req *r)
-{
-	leave_waitq(e, r);
 }
 
 void kva__admit_forget_ready(kva_engine *e, struct kva__req *r)
@@ -221,7 +216,7 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 			/* rule 11: a new reservation (after preemption or reset too)
 			 * gets the whole retry budget; the grant outlives them */
 			kva__grant(r)->retries = 0;
-			leave_waitq(e, r);
+			kva__admit_forget_waiting(e, r);
 			if (local) {
 				plan_admit(e, r, KVA_ADMIT_LOCAL, c->position, 0);
 			} else {
@@ -260,7 +255,7 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 		kva__fallback(e, r, KVA_REASON_LEGACY);
 	}
 	take_pages(e, kva__grant(r), first, first);
-	leave_waitq(e, r);
+	kva__admit_forget_waiting(e, r);
 	plan_admit(e, r, KVA_ADMIT_RECOMPUTE, 0, 0);
 	return 1;
 }

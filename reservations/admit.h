@@ -15,7 +15,8 @@ void kva__admit_enqueue(kva_engine *e, struct kva__req *r);
 /* r, no longer running or importing, goes back to the front as a new wait:
  * no manifest, no reason, a fresh decisive lookup. */
 void kva__admit_requeue_front(kva_engine *e, struct kva__req *r);
-/* r leaves the waiting queue (cancel). */
+/* r leaves the waiting queue (admitted or cancelled): queue link, head
+ * timers, lookup deadline and index entry go. */
 void kva__admit_forget_waiting(kva_engine *e, struct kva__req *r);
 /* r leaves the READY list (cancel). */
 void kva__admit_forget_ready(kva_engine *e, struct kva__req *r);

@@ -105,6 +105,7 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	kva_inbox_init(&e->local);
 	kva_inbox_init(&e->deferred);
 	kva_inbox_batch_init(&e->batch);
+	kva_inbox_batch_init(&e->local_batch);
 	kva_waitq_init(&e->waitq);
 	CDS_INIT_LIST_HEAD(&e->ready);
 	CDS_INIT_LIST_HEAD(&e->ended);
@@ -164,7 +165,7 @@ void kva_engine_destroy(kva_engine *e)
 	discard_queue(NULL, &e->batch);
 	struct kva_inbox_batch b;
 	kva_inbox_batch_init(&b);
-	discard_queue(&e->local, &b);
+	discard_queue(&e->local, &e->local_batch);
 	discard_queue(&e->deferred, &b);
 	kva_slab_flush(&e->slab, &e->retired);
 	urcu_memb_barrier(); /* every retired slot is back, no callback pending */
@@ -360,13 +361,12 @@ static void scout(kva_engine *e, struct kva_inbox_batch *b, struct scouts *sc)
 }
 
 /* The event at the head of the batch was popped: the scouts are one nearer. */
-static void scout_popped(struct scouts *sc, struct kva_inbox_node *n)
+static void scout_popped(struct scouts *sc)
 {
 	if (sc->far_lead && --sc->far_lead == 0)
 		sc->far = NULL;
 	if (sc->near_lead && --sc->near_lead == 0)
 		sc->near = NULL;
-	(void)n;
 }
 
 /* Handles a batch's events in order; false when one needed memory: it waits
@@ -376,7 +376,7 @@ static bool handle_batch(kva_engine *e, struct kva_inbox_batch *b)
 	struct scouts sc = {NULL, NULL, 0, 0};
 	struct kva_inbox_node *n;
 	while ((scout(e, b, &sc), n = kva_inbox_batch_pop_nonblocking(b))) {
-		scout_popped(&sc, n);
+		scout_popped(&sc);
 		struct kva__event *ev = caa_container_of(n, struct kva__event, node);
 		if (dispatch_event(e, ev) != 0) {
 			e->stalled = ev;
@@ -391,22 +391,11 @@ static bool handle_batch(kva_engine *e, struct kva_inbox_batch *b)
  * the lookups and copies this step started. */
 static bool handle_local(kva_engine *e)
 {
-	struct kva_inbox_batch b;
-	kva_inbox_batch_init(&b);
-	while (kva_inbox_splice_nonblocking(&e->local, &b)) {
-		if (handle_batch(e, &b))
-			continue;
-		/* keep the rest in order, ahead of anything queued meanwhile */
-		struct kva_inbox_batch later;
-		struct kva_inbox_node *n;
-		kva_inbox_batch_init(&later);
-		kva_inbox_splice_nonblocking(&e->local, &later);
-		while ((n = kva_inbox_batch_pop_nonblocking(&b)))
-			kva_inbox_push(&e->local, n);
-		while ((n = kva_inbox_batch_pop_nonblocking(&later)))
-			kva_inbox_push(&e->local, n);
-		return false;
-	}
+	/* What a stall left first, then whatever was queued since, in order. */
+	do {
+		if (!handle_batch(e, &e->local_batch))
+			return false;
+	} while (kva_inbox_splice_nonblocking(&e->local, &e->local_batch));
 	return true;
 }
 
@@ -512,7 +501,8 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	kva__copy_dispatch_pending(e); /* refused ranks: handled next step */
 	kva_slab_flush(&e->slab, &e->retired);
 	plan->backlog = e->stalled || !kva_inbox_batch_empty(&e->batch) ||
-	                !kva_inbox_empty(&e->local) || !kva_inbox_empty(&e->deferred) ||
+	                !kva_inbox_empty(&e->local) || !kva_inbox_batch_empty(&e->local_batch) ||
+	                !kva_inbox_empty(&e->deferred) ||
 	                !cds_list_empty(&e->ended);
 
 	kva__rec_stepping(NULL);

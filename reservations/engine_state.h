@@ -44,6 +44,7 @@ struct kva_engine {
 	alignas(64) struct kva_waitq waitq; /* RCU readers: kva_waiting_foreach */
 	struct kva_inbox_batch batch;       /* spliced from the inbox, not yet handled */
 	struct kva_inbox local;             /* produced by the step's own callbacks */
+	struct kva_inbox_batch local_batch; /* spliced from local, not yet handled */
 	struct kva_inbox deferred;          /* cancels retried next step */
 	struct kva__event *stalled;         /* needed memory: handled first next step */
 	struct cds_list_head ready;         /* READY restores, completion order */

@@ -339,6 +339,16 @@ static struct sc *refresh_setup(const kva_manifest *m, kva_handle *h, kva_handle
 	return s;
 }
 
+/* Steps past the refresh (due at 21 s) and returns what h looks like. */
+static kva_request_info after_refresh(struct sc *s, kva_handle h)
+{
+	for (int i = 0; i < 25; i++)
+		sc_step(s, SC_SEC);
+	kva_request_info info;
+	assert_int_equal(kva_query(s->e, h, &info), 0);
+	return info;
+}
+
 static void rule18_refresh_that_no_longer_lists_the_checkpoint_ends_the_restore_wait(void **st)
 {
 	(void)st;
@@ -376,10 +386,7 @@ static void rule18_refresh_that_finds_only_incompatible_checkpoints_recomputes(v
 	m.entries[0].compatible = 0;
 	kva_handle h, behind, hog;
 	struct sc *s = refresh_setup(&m, &h, &behind, &hog);
-	for (int i = 0; i < 25; i++)
-		sc_step(s, SC_SEC);
-	kva_request_info info;
-	assert_int_equal(kva_query(s->e, h, &info), 0);
+	kva_request_info info = after_refresh(s, h);
 	assert_false(info.has_selection);
 	assert_int_equal(info.reason, KVA_REASON_INCOMPATIBLE);
 	assert_int_equal(sc_stats(s).fallbacks[KVA_REASON_INCOMPATIBLE], 1);
@@ -393,10 +400,7 @@ static void rule18_refresh_listing_another_checkpoint_reselects_and_keeps_waitin
 	kva_manifest m = {.count = 2, .entries = {sc_ckpt(160, 901, 0), sc_ckpt(256, 902, 0)}};
 	kva_handle h, behind, hog;
 	struct sc *s = refresh_setup(&m, &h, &behind, &hog);
-	for (int i = 0; i < 25; i++)
-		sc_step(s, SC_SEC);
-	kva_request_info info;
-	assert_int_equal(kva_query(s->e, h, &info), 0);
+	kva_request_info info = after_refresh(s, h);
 	assert_true(info.has_selection);
 	assert_int_equal(info.selected_position, 256); /* the longest one it lists now */
 	assert_int_equal(info.state, KVA_STATE_WAITING);
