@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Short commands over CMake. `make test` is the README's test command.
 JOBS ?= $(shell nproc)
 B := build

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvadmit-bench: registers every benchmark (C files behind gbench.h) and
  * runs the ones Google Benchmark's flags select. Order matters: the memory

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The benchmark files' registration and cleanup entry points, called by
  * bench_main.c in the order the suite runs (registration order).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Admission and cancellation with 1,000,000 requests waiting.
  *

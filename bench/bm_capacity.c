@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Paired reservations from 1 and 2 threads: one item takes a restore's
  * credits (pages, a copy slot and a run slot, all or nothing) and gives them

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * BM_churn: steadiness under churn at 1,000,000 waiting. Each of ROUNDS
  * rounds cancels a tenth of the waiting requests (100,000), chosen uniformly,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Ingestion cost per event, from the producer's call to the state change
  * the scheduler makes when it drains the event: time per event is the K

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * BM_lifecycle/N: the whole life of a restore, per request, with N restores
  * waiting behind a blocked head (the standard engine of fixture.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Many waiting requests sharing one local checkpoint (rule 15's index): N
  * requests behind a blocked head (the standard engine with 10,000 restores

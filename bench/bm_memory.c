@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * BM_memory_per_request: bytes per waiting request at 1,000,000 waiting
  * restores, each answered with a one-checkpoint manifest (the retained

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The step with a blocked head: kvadmit's kva_step (BM_step_blocked) against
  * the rescanning waiting pass of today's engines (BM_rescan_step, rescan.h),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Submission from 1 and 2 threads against two baselines that allocate a
  * record of kvadmit's size from kvadmit's jemalloc arena and zero it (what

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fixture: builds, caches and steps the engines of fixture.h; also the
  * small process helpers every benchmark uses (clock, RSS, the small-run cap).

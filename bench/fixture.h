@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fixture: kvadmit engines in the states the benchmarks measure, built once
  * and reused by every benchmark (and every run of one) that needs the same

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // gbench: the C API of gbench.h over Google Benchmark (1.7). The only C++ in
 // bench/: each gb_* call forwards to benchmark::State or to the registered
 // benchmark::internal::Benchmark; gb_state and gb_bench are those objects

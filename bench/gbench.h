@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gbench: a C API over Google Benchmark, so that kvadmit's benchmarks are C
  * files like the library they measure. gbench.cc (the only C++ in bench/)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lockstep: batches that start and end together on every thread (see
  * lockstep.h). Two pthread barriers per batch: the start one also waits for

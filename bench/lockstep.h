@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lockstep: runs a benchmark body on T threads (gb_threads) in batches that
  * start and end together, and reports each batch's wall time as manual time,

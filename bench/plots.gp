@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Plots of kvadmit-bench results; bench/report.py writes the data and runs
 #   gnuplot -e "datadir='...'; outdir='...'" bench/plots.gp
 # step.dat:    waiting  kvadmit_ns  rescan_ns

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Turns kvadmit-bench's Google Benchmark JSON into the target table and plots.
 
     report.py RESULTS.json [--readme bench/README.md] [--plots docs/bench]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rescan: the rescanning waiting pass of rescan.h. Plain single-threaded C
  * with the data layout of the Python original: a deque of request objects,

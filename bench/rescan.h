@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rescan: the baseline for BM_rescan_step — a C port of the waiting pass
  * serving engines run today (vLLM v1 `Scheduler.schedule()` with a KV

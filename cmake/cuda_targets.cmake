@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # CUDA-only targets of the importers (included last by the top-level
 # CMakeLists.txt): the synthetic decode kernel shared by the CUDA importer
 # test and the cuda_import benchmark, and that benchmark. The CUDA importer

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The CUDA importer's entry points in a build without the CUDA toolkit:
  * they exist so that hosts link the same way everywhere, and create reports

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Shared importer helpers (see import_common.h): job records, validation,
  * the in-flight count behind wait_idle, counters, reporting, and the

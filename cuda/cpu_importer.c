@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The CPU importer: a pool of worker threads carrying out copy jobs with
  * memcpy into a host page pool, with optional injected latency, bandwidth and

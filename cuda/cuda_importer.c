@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The CUDA importer (see include/kvadmit/importer.h for the contract).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the CPU and CUDA importers share: the copy of a job the importer owns
  * until it reported, job validation, runs of consecutive page ids, the

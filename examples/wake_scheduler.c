@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * An idle scheduler that sleeps instead of polling: kvadmit calls the
  * config's `wake` callback on the producer's thread when the engine's inbox

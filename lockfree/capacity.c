@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * capacity: the packed free-credit word and its two operations.
  *

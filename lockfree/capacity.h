@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * capacity: atomic credit counters with all-or-nothing reservations.
  *

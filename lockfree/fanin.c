@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fanin: per-thread lanes of inboxes and their non-empty mask (see fanin.h).
  *

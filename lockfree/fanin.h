@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fanin: multi-producer single-consumer intake with one lane per producer
  * thread. Each lane is an inbox (a cds_wfcq); a producer pushes onto its own

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The one 64-bit mixer of kvadmit: splitmix64's finaliser, a bijection with
  * full avalanche (distinct inputs never collide). Used for map homes and for

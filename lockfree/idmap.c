@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* idmap: single-owner open-addressing map (see idmap.h). Owns its arrays. */
 #include "idmap.h"
 

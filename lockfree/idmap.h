@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * idmap: open-addressing map from a 64-bit id to a 32-bit value, for state
  * that one thread owns (no atomics, no RCU). Linear probing over a power-of-

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * inbox: the MPSC event queue (see inbox.h for the contract).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * inbox: multi-producer single-consumer event queue on liburcu's cds_wfcq.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pagepool: page ids on one chain that moves whole in and out of `top`.
  *

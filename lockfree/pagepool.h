@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pagepool: lock-free pool of page ids (uint32_t, 0 .. n-1).
  *

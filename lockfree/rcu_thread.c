@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rcu_thread: urcu-memb registration of threads the library has never seen.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * RCU flavour and thread registration for everything in kvadmit.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * slab: indexed slots with generations (see slab.h for the contract).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * slab: fixed-size slots addressed by index, each with a generation, for
  * records that any thread reaches by handle {index, generation} with a bounds

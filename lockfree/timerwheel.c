@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * timerwheel: placement, cascading and ordered expiry of intrusive timers.
  *

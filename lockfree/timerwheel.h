@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * timerwheel: hierarchical timing wheel for one owner thread.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Happens-before annotations for ThreadSanitizer, no-ops in other builds.
  *

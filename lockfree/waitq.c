@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * waitq: the FCFS waiting queue (see waitq.h for the contract).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * waitq: FCFS waiting queue as an intrusive doubly linked list published
  * with RCU (cds_list_*_rcu).

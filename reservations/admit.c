@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Admission (see admit.h): the FCFS head's paired reservation (rules 1, 4,
  * 5, 7, 9), immediate local and ordinary admissions, READY restores passing

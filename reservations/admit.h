@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * admit.c: the admission side — the FCFS waiting queue and its head (rules
  * 1, 4, 5, 7, 9), the head's bounded-wait, log and refresh timers (rules 8,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Owns kvadmit's memory: the dedicated jemalloc arena and its per-thread
  * tcaches, or plain malloc in sanitizer builds; plus fault injection. */
 #include "alloc.h"

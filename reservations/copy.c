@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Copy jobs (see copy.h): attempts, collective completion (rule 19),
  * retries and shorter-checkpoint recovery (rule 11), drain before reuse

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * copy.c: copy jobs — queueing an attempt, handing it to importers and the
  * plan, collective completion (rule 19), bounded retries with shorter-

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The engine: configuration, create/destroy, and kva_step, which handles
  * events, expires timers and admits — in that order, in O(events handled +

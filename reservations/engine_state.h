@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The engine's state, one struct for all of reservations/ (no code: it sits
  * below every file that uses it). Who writes what:

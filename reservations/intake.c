@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Intake: every entry point any thread may call. Each reaches its record
  * through the handle's (or token's) slot and generation — a bounds check and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Lookups (see lookup.h): the directory, deadlines, retained manifests,
  * refresh answers and the checkpoint index.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lookup.c: the directory side of a waiting request — one lookup per
  * incarnation (rule 2), its deadline (rule 3), the retained manifest and the

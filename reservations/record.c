@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Records: slots, state, grants, the one give-back path, terminal outcomes,
  * the live-id map and retirement (see record.h). Calls nothing in

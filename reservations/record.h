@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Request records and what they own: the slot a request lives in, its state
  * word, its grant (pages and credits), its embedded events, its terminal

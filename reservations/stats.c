@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the engine tells the host: the statistics snapshot (atomics only,
  * any thread), its Prometheus-style text rendering, and log lines through
  * the host's callback. A leaf: calls nothing else in reservations/. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Version, capability probing (rule 21) and error strings. */
 #include <errno.h>
 #include <string.h>

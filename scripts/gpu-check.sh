@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The CUDA importer's device checks, in one prepared run for a machine with an
 # NVIDIA GPU: builds a Release tree with CUDA on (sm_90: H100/H200; override
 # with CUDA_ARCH=...), runs the importer tests and the cuda_import benchmark,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the Debian packages kvadmit needs, only those that are missing.
 # Does nothing (and needs no root) when everything is present.
 set -euo pipefail

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Extra wiring for tests that the per-file glob cannot express.
 #
 # The CUDA importer test links the synthetic decode kernel (a .cu file, built

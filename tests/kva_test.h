@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shared helpers for kvadmit tests (not part of the library). */
 #ifndef KVA_TEST_H
 #define KVA_TEST_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Writer-side helpers the waitq tests share (not part of the library). */
 #ifndef KVA_TEST_WAITQ_HELPERS_H
 #define KVA_TEST_WAITQ_HELPERS_H

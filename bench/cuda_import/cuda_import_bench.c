@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvadmit-cuda-import-bench: what the importers cost, against baselines
  * measured in the same run. Timing is reported, never asserted.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The synthetic decode kernel (see decode_kernel.h): a grid-stride sum over
  * 16-byte loads, a warp reduction, one atomic per warp. Enough blocks to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A synthetic memory-bound "decode" kernel for the CUDA importer's test and
  * benchmark: it streams a device buffer through every SM and sums it, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The simulated clock's event queue: a binary min-heap ordered by (time,
  * insertion sequence), so events at the same instant come out in the order

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # ctest scenario for kvadmit-sim: each scenario runs twice with the same seed
 # and must print byte-identical JSON (wall time excluded with --no-wall),
 # exit 0 (every invariant held) and report "ok":true for both policies.

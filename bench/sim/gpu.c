@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The GPU: how long one engine step takes, as a function of the prefill
  * tokens, the decode batch and the context they attend to. A roofline in

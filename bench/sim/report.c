@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Results: sample sets (turn times, time to first token), the side-by-side
  * table and the single JSON object. Both are pure functions of the results,

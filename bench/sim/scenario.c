@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The default scenario and the checks that refuse impossible ones. Every
  * constant here is derived in bench/sim/README.md (model class: a 70B-class

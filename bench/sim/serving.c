@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The serving loop of one policy: a discrete-event simulation in which the
  * engine decides every admission and the simulator plays the GPU.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvadmit-sim: command line. Parses the flags, refuses impossible scenarios
  * with a message, runs the requested policies one after the other (each on

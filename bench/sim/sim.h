@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvadmit-sim: shared types of the agent-workload simulator.
  *

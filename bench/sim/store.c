@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Everything outside the GPU that holds KV: the external checkpoint store
  * (always-write after each turn), the directory that answers lookups about

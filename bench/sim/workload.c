@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The agents' workload: seeded, counter-based draws. Every value is a pure
  * function of (seed, agent, turn, kind), so both policies see exactly the

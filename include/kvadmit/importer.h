@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvadmit importers: the two ready-made executors of the engine's copy jobs.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvadmit: admission engine for LLM serving under KV-cache pressure.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_differential: the engine against a small reference scheduler written
  * to be obviously correct rather than fast (arrays, O(n) scans), fed the same

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_engine: one engine per input, driven by an operation sequence decoded
  * from the input through the public API only, with DESIGN.md's invariants

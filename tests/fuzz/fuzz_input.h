@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Byte reader shared by the fuzz targets: every input decodes to a valid
  * operation sequence (a read past the end yields zeros), so libFuzzer spends

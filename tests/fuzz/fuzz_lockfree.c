@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_lockfree: lockfree/ building blocks against reference models. The
  * first input byte picks one:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs the libFuzzer targets of a fuzz build (see tests/fuzz/README.md):
 #
 #   tests/fuzz/run.sh BUILD_DIR SECONDS

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes the seed corpus of the fuzz targets (tests/fuzz/corpus/<target>/).
 
 Each seed is a short scripted scenario in the target's input encoding (see the

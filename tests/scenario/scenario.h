@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Scenario harness: one engine, a scripted directory and a plan with room
  * for everything, driven step by step on a simulated clock. Header-only so

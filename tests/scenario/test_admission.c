@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Admission under capacity pressure: rules 1, 4, 5, 6, 7, 9 and the legacy
  * policy as the comparison case. */
 #include "scenario.h"

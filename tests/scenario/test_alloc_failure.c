@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Allocation-failure sweep (KVADMIT_FAULT_INJECTION builds; skipped
  * elsewhere). One scripted scenario reaches every allocating path of the

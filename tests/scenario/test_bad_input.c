@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Bad input, one test per public entry point: NULL, unknown, stale (ended
  * or retired incarnation) and out-of-range arguments, repeated calls and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Copies: rules 11, 12, 13 (during a copy), 17 and 19. */
 #include "scenario.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The CPU importer driving real copies for the engine, end to end: rules 11
  * (retries, shorter-checkpoint recovery), 12 (drain before reuse), 19
  * (collective completion) and the importer's destroy contract. Destination

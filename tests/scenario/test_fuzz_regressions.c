@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Regressions found by the fuzz targets (tests/fuzz/), replayed through the
  * public API so that every build (release, sanitizers, valgrind) runs them,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Lifecycle and whole-engine behaviour: rules 8, 14, 16, 20, 21, and eight
  * agents whose checkpoints together exceed the pool. */
 #include "scenario.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Lookups and manifests: rules 2, 3, 10, 15 and 18. */
 #include "scenario.h"
 

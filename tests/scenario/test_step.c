@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The step's own contract (core v2): it handles only the events enqueued
  * before it began (plus answers and copy reports its own callbacks produce),

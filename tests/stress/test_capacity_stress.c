@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Threaded stress tests for lockfree/capacity. Workers and a checker thread
  * record what they saw; the main thread asserts (cmocka is not thread-safe).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Threaded stress of the whole engine. Four host threads submit, cancel,
  * answer directory lookups, report copy ranks, grow / finish / preempt

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Stress test for lockfree/inbox and lockfree/fanin: several producers push
  * stamped items while one consumer drains with splice (the inbox with the

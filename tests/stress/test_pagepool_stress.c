@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Threaded stress tests for lockfree/pagepool. Every take stamps the id in a
  * shared ownership array with an atomic exchange, every put clears it, so a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Threaded stress test for lockfree/slab: producers allocate, stamp and
  * publish slots and hand each handle {index, generation} to one retirer;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kva_waiting_foreach against a live scheduler. The main thread is the
  * scheduler: it submits, cancels, admits (as running requests finish) and,

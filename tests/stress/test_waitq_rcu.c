@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Stress test for lockfree/waitq: reader threads traverse under RCU while
  * the single writer pushes at both ends, pops and unlinks, freeing unlinked

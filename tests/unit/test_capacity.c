@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for lockfree/capacity: all-or-nothing, floor, lane packing. */
 #include <stdarg.h>
 #include <stddef.h>

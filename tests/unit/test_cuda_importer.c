@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The CUDA importer. Without CUDA in the build, or without a usable device,
  * create must fail with -ENOTSUP / -ENODEV and a message (checked here), and
  * the executable exits 77 so ctest reports it SKIPPED. With a device:

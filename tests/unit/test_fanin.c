@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for lockfree/fanin: lanes, the non-empty mask, the wake hint. */
 #include <setjmp.h>
 #include <stdarg.h>

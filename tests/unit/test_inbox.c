@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for lockfree/inbox: single-threaded FIFO and drain semantics. */
 #include <setjmp.h>
 #include <stdarg.h>

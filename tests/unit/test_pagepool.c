@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for lockfree/pagepool: single-threaded contract. */
 #include <stdarg.h>
 #include <stddef.h>

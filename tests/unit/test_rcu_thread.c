@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Unit tests for lockfree/rcu_thread: registration on first use, idempotence,
  * unregistration at thread exit, and threads registered by someone else.

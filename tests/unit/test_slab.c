@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Unit tests for lockfree/slab: argument checks, handles (index +
  * generation), reuse only after a grace period, chunk geometry and growth,

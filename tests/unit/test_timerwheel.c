@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Unit tests for lockfree/timerwheel. The main test replays random
  * arm/cancel/advance schedules (with callbacks that arm and cancel) against a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Unit tests for lockfree/waitq: the queue against an array model under a
  * long random sequence of push_back / push_front / pop_head / unlink, checking
