@@ -161,19 +161,19 @@ static void head_block(kva_engine *e, struct kva__req *r, bool restore)
 void kva__admit_enqueue(kva_engine *e, struct kva__req *r)
 {
 	kva_waitq_push_back(&e->waitq, &r->wq);
-	kva__lookup_issue(e, r, true);
+	kva__lookup_begin(e, r, false);
 }
 
-void kva__admit_requeue_front(kva_engine *e, struct kva__req *r)
+void kva__admit_requeue_front(kva_engine *e, struct kva__req *r, bool preempted)
 {
-	kva__manifest_drop(e, r);
+	kva__lookup_requeue(e, r, preempted);
 	r->flags &= (uint16_t) ~(KVA__F_DECIDED | KVA__F_RESTORE | KVA__F_REFRESH | KVA__F_BLOCKED);
 	r->reason = KVA_REASON_NONE;
 	atomic_store_explicit(&r->pub_reason, 0, memory_order_relaxed);
 	kva_timer_init(&r->deadline); /* the union held a list link until now */
 	kva__rec_set_state(e, r, KVA_STATE_WAITING);
 	kva_waitq_push_front(&e->waitq, &r->wq);
-	kva__lookup_issue(e, r, true);
+	kva__lookup_begin(e, r, preempted);
 }
 
 void kva__admit_forget_waiting(kva_engine *e, struct kva__req *r)
@@ -261,6 +261,27 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 	return 1;
 }
 
+/* An imported request admitted for a longer local checkpoint materialises
+ * its pages from credits it already owns. false: no room (plan or memory). */
+static bool take_more(kva_engine *e, struct kva__req *r, uint32_t tokens)
+{
+	struct kva__grant *g = kva__grant(r);
+	uint32_t n = atomic_load_explicit(&g->npages, memory_order_relaxed);
+	uint32_t want = kva__pages_for(e, tokens);
+	if (want <= n)
+		return true;
+	if (!plan_room(e->plan, want) || kva__grant_ensure(e, r, want) != 0)
+		return false;
+	g = kva__grant(r);
+	bool ok = kva_pagepool_take_n(&e->pool, g->pages + n, want - n);
+	(void)ok; /* cannot fail: the credits are owned (R1/A1 of capacity.c) */
+	atomic_store_explicit(&g->npages, want, memory_order_relaxed);
+	atomic_store_explicit(&g->reserved,
+	                      atomic_load_explicit(&g->reserved, memory_order_relaxed) - (want - n),
+	                      memory_order_relaxed);
+	return true;
+}
+
 /* A request that owns its capacity (import done, or an owned fallback) is
  * admitted past a blocked head (rule 7). false when the plan is full. */
 static bool admit_ready(kva_engine *e, struct kva__req *r)
@@ -268,14 +289,21 @@ static bool admit_ready(kva_engine *e, struct kva__req *r)
 	struct kva__grant *g = kva__grant(r);
 	if (!plan_room(e->plan, atomic_load_explicit(&g->npages, memory_order_relaxed)))
 		return false;
-	cds_list_del(&r->link);
 	if (r->flags & KVA__F_RESTORE) {
 		const kva_checkpoint *c = kva__sel(r);
-		if (c->location == KVA_LOC_LOCAL)
-			plan_admit(e, r, KVA_ADMIT_LOCAL, c->position, 0);
+		/* rule 22: a local checkpoint the host stated during the copy
+		 * serves its tokens; the import the rest, or nothing if the local
+		 * one covers it (its pages then come from the reservation) */
+		uint32_t q = c->location == KVA_LOC_LOCAL ? c->position : kva__host_position(r);
+		if (q >= c->position && c->location != KVA_LOC_LOCAL && !take_more(e, r, q))
+			return false;
+		cds_list_del(&r->link);
+		if (q >= c->position)
+			plan_admit(e, r, KVA_ADMIT_LOCAL, q, 0);
 		else
-			plan_admit(e, r, KVA_ADMIT_RESTORE, 0, c->position);
+			plan_admit(e, r, KVA_ADMIT_RESTORE, q, c->position - q);
 	} else {
+		cds_list_del(&r->link);
 		plan_admit(e, r, KVA_ADMIT_RECOMPUTE, 0, 0);
 	}
 	return true;
@@ -295,7 +323,7 @@ void kva__admit_on_copy(kva_engine *e, struct kva__req *r, struct kva__event *ev
 		make_ready(e, r);
 		break;
 	case KVA__COPY_REQUEUE:
-		kva__admit_requeue_front(e, r);
+		kva__admit_requeue_front(e, r, false);
 		break;
 	default:
 		break;
@@ -311,7 +339,7 @@ void kva__admit_reset_ready(kva_engine *e)
 		cds_list_del(&r->link);
 		kva__touched(e);
 		kva__rec_give_back(e, r, 0, true); /* rule 17: pages back, to the front */
-		kva__admit_requeue_front(e, r);
+		kva__admit_requeue_front(e, r, false);
 	}
 }
 

@@ -143,6 +143,8 @@ static void discard_event(struct kva__event *ev)
 		kva__free(ev, sizeof(struct kva__evict));
 	else if (ev->type == KVA__EV_CANCEL)
 		kva__free(ev, sizeof(struct kva__cancel));
+	else if (ev->type == KVA__EV_LOCAL)
+		kva__free(ev, sizeof(struct kva__local));
 }
 
 static void discard_queue(struct kva_inbox *q, struct kva_inbox_batch *b)
@@ -252,7 +254,7 @@ static void handle_life_event(kva_engine *e, struct kva__req *r, uint8_t type)
 		kva__rec_end(e, r, KVA_STATE_CANCELLED);
 		return;
 	}
-	kva__admit_requeue_front(e, r);
+	kva__admit_requeue_front(e, r, true);
 }
 
 static struct kva__req *embedded_req(kva_engine *e, struct kva__event *ev)
@@ -292,6 +294,14 @@ static int dispatch_event(kva_engine *e, struct kva__event *ev)
 	case KVA__EV_EVICT:
 		kva__lookup_on_evict(e, caa_container_of(ev, struct kva__evict, ev));
 		break;
+	case KVA__EV_LOCAL: {
+		struct kva__local *l = caa_container_of(ev, struct kva__local, ev);
+		struct kva__req *r = kva__rec_find(e, l->h.slot, l->h.gen, l->h.id);
+		if (r && kva__lookup_on_local(e, r, &l->cp) != 0)
+			return -ENOMEM;
+		kva__free(l, sizeof(*l));
+		break;
+	}
 	case KVA__EV_RESET:
 		/* R1: re-arm before acting, so a reset requested from now on is a
 		 * new event. */
@@ -318,6 +328,8 @@ static struct kva__req *event_req_hint(kva_engine *e, struct kva_inbox_node *n)
 		return kva_slab_get(&e->slab, caa_container_of(ev, struct kva__cancel, ev)->h.slot);
 	case KVA__EV_ANSWER:
 		return kva_slab_get(&e->slab, caa_container_of(ev, struct kva__answer, ev)->token.slot);
+	case KVA__EV_LOCAL:
+		return kva_slab_get(&e->slab, caa_container_of(ev, struct kva__local, ev)->h.slot);
 	case KVA__EV_EVICT:
 	case KVA__EV_RESET:
 		return NULL;

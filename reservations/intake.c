@@ -31,12 +31,25 @@ static struct kva__req *find(kva_engine *e, kva_handle h)
 	return kva__rec_find(e, h.slot, h.gen, h.id);
 }
 
+/* 0, -EINVAL, -ERANGE (past a prompt of `prompt` tokens). */
+static int host_local_valid(const kva_checkpoint *cp, uint32_t prompt)
+{
+	if (cp->location != KVA_LOC_LOCAL || !cp->compatible)
+		return -EINVAL;
+	return cp->position > prompt ? -ERANGE : 0;
+}
+
 /* ---- submit ------------------------------------------------------------------ */
 
 int kva_submit(kva_engine *e, const kva_request *q, kva_handle *out)
 {
 	if (!e || !q || !out || q->prompt_tokens == 0 || q->flags != 0)
 		return -EINVAL;
+	if (q->local.position) {
+		int rc = host_local_valid(&q->local, q->prompt_tokens);
+		if (rc)
+			return rc;
+	}
 	uint32_t slot;
 	struct kva__req *r = kva__rec_new(e, &slot);
 	if (!r)
@@ -56,9 +69,16 @@ int kva_submit(kva_engine *e, const kva_request *q, kva_handle *out)
 	atomic_init(&r->lookups, 0);
 	atomic_init(&r->pub_reason, 0);
 	r->reason = KVA_REASON_NONE;
-	r->flags = 0;
 	r->sel = -1;
-	r->nents = 0;
+	if (q->local.position) { /* rule 22: the retained manifest starts with it */
+		r->one = q->local;
+		r->one.reserved_ = KVA__CK_HOST;
+		r->nents = 1;
+		r->flags = KVA__F_HOSTLOCAL;
+	} else {
+		r->nents = 0;
+		r->flags = 0;
+	}
 	r->blocked_since = 0;
 	kva_timer_init(&r->deadline);
 	uint32_t gen = kva__rec_publish(e, r);
@@ -148,15 +168,44 @@ int kva_lookup_answer(kva_engine *e, kva_lookup_token t, const kva_manifest *m)
 		kva__st_add(e, ST_LATE_ANSWERS, 1);
 	if (rc)
 		return rc;
-	struct kva__answer *a = kva__alloc(kva__answer_bytes(m->count));
+	struct kva__answer *a = kva__answer_new(m->count + 1); /* + the host's entry */
 	if (!a)
 		return -ENOMEM;
-	kva_inbox_node_init(&a->ev.node);
-	a->ev.type = KVA__EV_ANSWER;
 	a->token = t;
 	a->count = m->count;
 	memcpy(a->entries, m->entries, m->count * sizeof(kva_checkpoint));
+	for (uint32_t i = 0; i < m->count; i++)
+		a->entries[i].reserved_ = 0; /* never KVA__CK_HOST: the directory's */
 	kva__event_push(e, &a->ev);
+	return 0;
+}
+
+/* ---- local checkpoints the host knows (rule 22) ------------------------------ */
+
+int kva_local_checkpoint(kva_engine *e, kva_handle h, const kva_checkpoint *cp)
+{
+	if (!e || !cp || cp->position == 0)
+		return -EINVAL;
+	struct kva__local *l = kva__alloc(sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	kva_rcu_read_lock();
+	struct kva__req *r = find(e, h);
+	/* A2: pairs with R2 of record.c. */
+	int rc = !r || kva__state_is_terminal(atomic_load_explicit(&r->state, memory_order_acquire))
+	                 ? -ENOENT
+	                 : host_local_valid(cp, r->prompt_tokens);
+	kva_rcu_read_unlock();
+	if (rc) {
+		kva__free(l, sizeof(*l));
+		return rc;
+	}
+	kva_inbox_node_init(&l->ev.node);
+	l->ev.type = KVA__EV_LOCAL;
+	l->h = h;
+	l->cp = *cp;
+	l->cp.reserved_ = KVA__CK_HOST;
+	kva__event_push(e, &l->ev);
 	return 0;
 }
 

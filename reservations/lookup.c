@@ -92,7 +92,7 @@ void kva__manifest_drop(kva_engine *e, struct kva__req *r)
 		kva__answer_free(r->manifest);
 	r->nents = 0;
 	r->sel = -1;
-	r->flags &= (uint16_t)~KVA__F_RESTORE;
+	r->flags &= (uint16_t) ~(KVA__F_RESTORE | KVA__F_HOSTLOCAL);
 	atomic_store_explicit(&r->pub_sel, 0, memory_order_relaxed);
 }
 
@@ -177,7 +177,10 @@ void kva__select(kva_engine *e, struct kva__req *r, int sel)
  * entry is kept in the record and the answer freed. */
 static void manifest_adopt(kva_engine *e, struct kva__req *r, struct kva__answer *a, int sel)
 {
+	bool host = r->flags & KVA__F_HOSTLOCAL; /* merged into a by the caller */
 	kva__manifest_drop(e, r);
+	if (host)
+		r->flags |= KVA__F_HOSTLOCAL;
 	r->nents = (uint8_t)a->count;
 	if (a->count == 1) {
 		r->one = a->entries[0];
@@ -196,6 +199,195 @@ static bool any_local(const struct kva__answer *a)
 	return false;
 }
 
+/* rule 9: a reservation that can never fit. */
+static bool too_large(const kva_engine *e, const struct kva__req *r)
+{
+	uint64_t need = (uint64_t)kva__pages_for(e, r->prompt_tokens) + e->cfg.decode_headroom_pages;
+	return need > e->usable_pages;
+}
+
+/* ---- the host's own local checkpoint (rule 22) ------------------------------------ */
+
+/* Index of r's KVA__CK_HOST entry, -1 if none. */
+static int host_idx(const struct kva__req *r)
+{
+	if (!(r->flags & KVA__F_HOSTLOCAL))
+		return -1;
+	const kva_checkpoint *c = kva__ents(r);
+	for (int i = r->nents - 1; i >= 0; i--)
+		if (c[i].reserved_ & KVA__CK_HOST)
+			return i;
+	return -1;
+}
+
+uint32_t kva__host_position(const struct kva__req *r)
+{
+	int h = host_idx(r);
+	return h < 0 ? 0 : kva__ents(r)[h].position;
+}
+
+/* Puts the host's checkpoint h into ents[0, n) (room for n + 1): it replaces
+ * the previous host entry and an entry with its id (the host knows its own
+ * cache best), and goes after entries of equal position so that it is the
+ * one selected among them. Returns the new count. */
+static uint32_t put_host(kva_checkpoint *ents, uint32_t n, const kva_checkpoint *h)
+{
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < n; i++)
+		if (!(ents[i].reserved_ & KVA__CK_HOST) && ents[i].id != h->id)
+			ents[k++] = ents[i];
+	uint32_t at = k;
+	while (at > 0 && ents[at - 1].position > h->position)
+		at--;
+	memmove(&ents[at + 1], &ents[at], (k - at) * sizeof(*ents));
+	ents[at] = *h;
+	return k + 1;
+}
+
+static int find_id(const struct kva__req *r, uint64_t id)
+{
+	const kva_checkpoint *c = kva__ents(r);
+	for (int i = 0; i < r->nents; i++)
+		if (c[i].id == id)
+			return i;
+	return -1;
+}
+
+/* Drops r's manifest but the host's checkpoint (if any, and `keep`), which
+ * stays as its only entry, unselected. */
+static void manifest_keep_host(kva_engine *e, struct kva__req *r, bool keep)
+{
+	int h = keep ? host_idx(r) : -1;
+	kva_checkpoint host;
+	if (h >= 0)
+		host = kva__ents(r)[h];
+	kva__manifest_drop(e, r);
+	if (h >= 0) {
+		r->one = host;
+		r->nents = 1;
+		r->flags |= KVA__F_HOSTLOCAL;
+	}
+}
+
+/* The decisive lookup r awaits is settled without its answer (which will
+ * be counted late). */
+static void lookup_settle(kva_engine *e, struct kva__req *r)
+{
+	uint32_t w = atomic_load_explicit(&r->lookup_word, memory_order_relaxed);
+	atomic_store_explicit(&r->lookup_word, w & ~KVA__LW_AWAITING, memory_order_relaxed);
+	kva_timerwheel_cancel(&e->wheel, &r->deadline);
+}
+
+/* r (WAITING, in the queue) takes the host's checkpoint as its path, if it
+ * has one and the checkpoint index has room. */
+static bool decide_host(kva_engine *e, struct kva__req *r)
+{
+	int h = host_idx(r);
+	if (h < 0 || kva_idmap_reserve(&e->ckpt, 1) != 0)
+		return false;
+	if (too_large(e, r))
+		kva__fallback(e, r, KVA_REASON_TOO_LARGE);
+	else
+		kva__select(e, r, h);
+	return true;
+}
+
+void kva__lookup_begin(kva_engine *e, struct kva__req *r, bool resume)
+{
+	/* rule 22: a full local hit needs no directory; a preempted request
+	 * resumes from the local checkpoint the host keeps for it */
+	if ((resume || kva__host_position(r) == r->prompt_tokens) && decide_host(e, r))
+		return;
+	kva__lookup_issue(e, r, true);
+}
+
+void kva__lookup_requeue(kva_engine *e, struct kva__req *r, bool keep_host)
+{
+	manifest_keep_host(e, r, keep_host);
+}
+
+/* A decided waiting request may take a longer checkpoint than its current
+ * path: a restore a longer one, a recompute any (unless no restore could
+ * ever fit or its bounded wait already expired). */
+static void upgrade(kva_engine *e, struct kva__req *r, int cur)
+{
+	int best = select_entry(kva__ents(r), r->nents, r->prompt_tokens, UINT32_MAX);
+	if (best < 0)
+		return;
+	if (cur >= 0) {
+		if (kva__ents(r)[best].position <= kva__ents(r)[cur].position)
+			best = cur;
+	} else if (r->reason == KVA_REASON_TOO_LARGE || r->reason == KVA_REASON_WAIT_EXPIRED) {
+		return;
+	} else {
+		r->reason = KVA_REASON_NONE;
+		atomic_store_explicit(&r->pub_reason, 0, memory_order_relaxed);
+	}
+	if (best != cur)
+		kva__st_sched(e, ST_LOCAL_UPGRADES, 1);
+	kva__select(e, r, best);
+}
+
+int kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint *cp)
+{
+	uint32_t st = atomic_load_explicit(&r->state, memory_order_relaxed);
+	int h = host_idx(r);
+	if (kva__state_is_terminal(st) || (h >= 0 && kva__ents(r)[h].position >= cp->position))
+		return 0; /* ended meanwhile, or no news */
+	bool waiting = st == KVA_STATE_WAITING && (r->flags & KVA__F_INGESTED);
+	/* Room first: nothing may fail halfway. */
+	if (waiting && kva_idmap_reserve(&e->ckpt, 1) != 0)
+		return -ENOMEM;
+	uint32_t n = r->nents, need = n + (h < 0);
+	struct kva__answer *grow = NULL;
+	if (need > 1 && (n <= 1 || r->manifest->cap < need) && !(grow = kva__answer_new(need)))
+		return -ENOMEM;
+
+	bool restore = r->flags & KVA__F_RESTORE;
+	uint64_t sel_id = restore ? kva__sel(r)->id : 0;
+	ckpt_unindex(e, r); /* reads the selection: before the manifest changes */
+	if (grow) {
+		memcpy(grow->entries, kva__ents(r), n * sizeof(kva_checkpoint));
+		if (n > 1)
+			kva__answer_free(r->manifest);
+		r->manifest = grow;
+	}
+	kva_checkpoint *ents = need > 1 ? r->manifest->entries : &r->one;
+	uint32_t cnt = put_host(ents, n, cp);
+	if (need > 1 && cnt == 1) { /* it replaced the only other entry */
+		struct kva__answer *m = r->manifest;
+		r->one = m->entries[0];
+		kva__answer_free(m);
+	} else if (need > 1) {
+		r->manifest->count = cnt;
+	}
+	r->nents = (uint8_t)cnt;
+	r->flags |= KVA__F_HOSTLOCAL;
+	kva__st_sched(e, ST_LOCAL_STATED, 1);
+
+	/* the selection follows its checkpoint; the host's replaced one is
+	 * followed by the host's new one (longer) */
+	int cur = -1;
+	if (restore) {
+		cur = find_id(r, sel_id);
+		if (cur < 0)
+			cur = host_idx(r);
+		r->sel = (int8_t)cur;
+	}
+	if (!waiting)
+		return 0; /* importing, ready: admission counts it; running: kept for a preemption */
+	if (!(r->flags & KVA__F_DECIDED)) {
+		/* the decisive lookup is out: only a full hit decides before it */
+		if (cp->position == r->prompt_tokens) {
+			lookup_settle(e, r);
+			decide_host(e, r);
+		}
+		return 0;
+	}
+	upgrade(e, r, cur);
+	return 0;
+}
+
 int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a)
 {
 	struct kva__req *r = kva__rec_find(e, a->token.slot, a->token.gen, a->token.id);
@@ -208,10 +400,13 @@ int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a)
 		return 0;
 	}
 	/* An index entry must not fail halfway: make room first. */
-	if (any_local(a) && kva_idmap_reserve(&e->ckpt, 1) != 0)
+	if ((any_local(a) || (r->flags & KVA__F_HOSTLOCAL)) && kva_idmap_reserve(&e->ckpt, 1) != 0)
 		return -ENOMEM;
 	atomic_store_explicit(&r->lookup_word, a->token.seq << 1, memory_order_relaxed);
 	kva__st_sched(e, ST_ANSWERED, 1);
+	int h = host_idx(r); /* rule 22: the directory does not know the host's cache */
+	if (h >= 0)
+		a->count = put_host(a->entries, a->count, &kva__ents(r)[h]); /* room: cap */
 	int sel = select_entry(a->entries, a->count, r->prompt_tokens, UINT32_MAX);
 
 	if (r->flags & KVA__F_REFRESH) {
@@ -241,8 +436,7 @@ int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a)
 		return 0;
 	}
 	/* rule 9: a reservation that can never fit is classified at once */
-	uint64_t need = (uint64_t)kva__pages_for(e, r->prompt_tokens) + e->cfg.decode_headroom_pages;
-	if (need > e->usable_pages) {
+	if (too_large(e, r)) {
 		kva__answer_free(a);
 		kva__fallback(e, r, KVA_REASON_TOO_LARGE);
 		return 0;
@@ -258,7 +452,8 @@ void kva__lookup_on_deadline(kva_engine *e, struct kva__req *r)
 		return;
 	atomic_store_explicit(&r->lookup_word, w & ~KVA__LW_AWAITING, memory_order_relaxed);
 	kva__st_sched(e, ST_LOOKUP_TIMEOUTS, 1);
-	kva__fallback(e, r, KVA_REASON_LOOKUP_TIMEOUT);
+	if (!decide_host(e, r)) /* rule 22: what the host knows still holds */
+		kva__fallback(e, r, KVA_REASON_LOOKUP_TIMEOUT);
 }
 
 /* Only the requests that selected this checkpoint, and only if their copy
@@ -272,7 +467,8 @@ void kva__lookup_on_evict(kva_engine *e, struct kva__evict *ev)
 		kva__touched(e);
 		if (kva__sel(r)->epoch < ev->epoch) {
 			kva__st_sched(e, ST_REVALIDATIONS, 1);
-			kva__manifest_drop(e, r);
+			int h = host_idx(r); /* another local checkpoint the host knows stays */
+			manifest_keep_host(e, r, h >= 0 && kva__ents(r)[h].id != ev->checkpoint_id);
 			kva__lookup_issue(e, r, true);
 		}
 		r = next;

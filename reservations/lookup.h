@@ -3,8 +3,9 @@
  * lookup.c: the directory side of a waiting request — one lookup per
  * incarnation (rule 2), its deadline (rule 3), the retained manifest and the
  * checkpoint it selects, refresh answers (rule 18), the checkpoint index and
- * revalidation on eviction (rule 15), and the fallback to recompute. Calls
- * only record.c. Scheduler thread only.
+ * revalidation on eviction (rule 15), the host's own local checkpoints
+ * (rule 22), and the fallback to recompute. Calls only record.c. Scheduler
+ * thread only.
  */
 #ifndef KVA_RESERVATIONS_LOOKUP_H
 #define KVA_RESERVATIONS_LOOKUP_H
@@ -15,6 +16,18 @@
  * the head until it is answered or times out); a refresh only may replace
  * the retained manifest. The callback runs with no lock held. */
 void kva__lookup_issue(kva_engine *e, struct kva__req *r, bool decisive);
+/* r joins the waiting queue: a decisive lookup, unless the host's own local
+ * checkpoint decides it (rule 22) — a full hit, or any when `resume`
+ * (a preempted request). */
+void kva__lookup_begin(kva_engine *e, struct kva__req *r, bool resume);
+/* r goes back to waiting as a new wait: its manifest and selection go, but
+ * the host's local checkpoint when keep_host (preemption, not a reset). */
+void kva__lookup_requeue(kva_engine *e, struct kva__req *r, bool keep_host);
+/* The host stated a local checkpoint of r (rule 22). 0, or -ENOMEM:
+ * nothing changed, retry. */
+int kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint *cp);
+/* Tokens of the host's local checkpoint in r's manifest, 0 if none. */
+uint32_t kva__host_position(const struct kva__req *r);
 /* 0, or -ENOMEM: the answer could not be indexed; nothing changed, retry. */
 int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a);
 void kva__lookup_on_deadline(kva_engine *e, struct kva__req *r);

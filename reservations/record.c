@@ -58,15 +58,27 @@ void kva__event_push(kva_engine *e, struct kva__event *ev)
 		e->cfg.wake(e->cfg.wake_ctx);
 }
 
-size_t kva__answer_bytes(uint32_t count)
+static size_t answer_bytes(uint32_t cap)
 {
-	return sizeof(struct kva__answer) + count * sizeof(kva_checkpoint);
+	return sizeof(struct kva__answer) + cap * sizeof(kva_checkpoint);
+}
+
+struct kva__answer *kva__answer_new(uint32_t cap)
+{
+	struct kva__answer *a = kva__alloc(answer_bytes(cap));
+	if (a) {
+		kva_inbox_node_init(&a->ev.node);
+		a->ev.type = KVA__EV_ANSWER;
+		a->count = 0;
+		a->cap = cap;
+	}
+	return a;
 }
 
 void kva__answer_free(struct kva__answer *a)
 {
 	if (a)
-		kva__free(a, kva__answer_bytes(a->count));
+		kva__free(a, answer_bytes(a->cap));
 }
 
 /* A grant, its per-rank events, then inline room for its first page ids. */

@@ -49,6 +49,7 @@ enum kva__event_type {
 	KVA__EV_RESET,
 	KVA__EV_FINISHED,  /* kva_finish released a running request */
 	KVA__EV_PREEMPTED, /* kva_preempt released a running request */
+	KVA__EV_LOCAL,     /* kva_local_checkpoint (rule 22) */
 };
 
 struct kva__event {
@@ -65,7 +66,21 @@ struct kva__answer {
 	struct kva__event ev;
 	kva_lookup_token token;
 	uint32_t count;
+	uint32_t cap; /* entries allocated: one more than the directory's, for
+	               * the host's own local checkpoint (rule 22) */
 	kva_checkpoint entries[];
+};
+
+/* kva_checkpoint.reserved_ inside the engine: this entry is the local
+ * checkpoint the host stated (rule 22), not the directory's. At most one per
+ * manifest, flagged KVA__F_HOSTLOCAL in its record. */
+#define KVA__CK_HOST 1u
+
+/* The host states a local checkpoint of a request (rule 22). */
+struct kva__local {
+	struct kva__event ev;
+	kva_handle h;
+	kva_checkpoint cp;
 };
 
 /* A cancel request: names the incarnation, so a cancel that arrives after
@@ -117,6 +132,7 @@ enum kva__req_flag {
 	KVA__F_BLOCKED = 1u << 5,  /* blocked_since is valid */
 	KVA__F_INDEXED = 1u << 6,  /* in the checkpoint index (lookup.c) */
 	KVA__F_COUNTED = 1u << 7,  /* counted in ST_RESTORES_WAITING (lookup.c) */
+	KVA__F_HOSTLOCAL = 1u << 8, /* the manifest holds a KVA__CK_HOST entry */
 };
 
 /* 160 bytes: 64 Ki of them fill a 10 MiB chunk (an exact jemalloc size
@@ -137,7 +153,8 @@ struct kva__req {
 	uint8_t reason;             /* enum kva_reason once on the ordinary path */
 	uint16_t flags;             /* enum kva__req_flag, scheduler only */
 	int8_t sel;                 /* selected manifest entry, -1 none */
-	uint8_t nents;              /* entries of the retained manifest */
+	uint8_t nents;              /* entries of the retained manifest (one, or
+	                             * manifest->count) */
 	/* The waiting queue: RCU readers (kva_waiting_foreach) walk it, so a
 	 * record never reuses these links for another list while it lives. */
 	struct kva_waitq_node wq;
@@ -179,6 +196,7 @@ enum kva__stat {
 	ST_BLOCKED_STEPS, ST_WAIT_LOGS, ST_WAIT_EXPIRED, ST_STEPS, ST_EVENTS,
 	ST_RESERVED_PAGES, ST_IN_USE_PAGES, ST_DRAINING_PAGES,
 	ST_RESTORES_WAITING, ST_CAPACITY_WAIT_NS,
+	ST_LOCAL_STATED, ST_LOCAL_UPGRADES,
 	ST_FALLBACK0, /* + enum kva_reason */
 	ST_COUNT = ST_FALLBACK0 + KVA_REASON_COUNT
 };
@@ -242,7 +260,9 @@ void kva__rec_stepping(kva_engine *e);
  * the scheduler thread produces inside kva_step. */
 void kva__event_push(kva_engine *e, struct kva__event *ev);
 
-size_t kva__answer_bytes(uint32_t count);
+/* Any thread: an answer event with room for `cap` entries (count 0); NULL
+ * when out of memory. */
+struct kva__answer *kva__answer_new(uint32_t cap);
 void kva__answer_free(struct kva__answer *a);
 
 /* Scheduler thread, or the GROWING owner: r owns a grant whose page array

@@ -80,6 +80,8 @@ void kva_stats_get(const kva_engine *e, kva_stats *out)
 	out->events = kva__st_get(e, ST_EVENTS);
 	out->restores_waiting = kva__st_get(e, ST_RESTORES_WAITING);
 	out->capacity_wait_ns = kva__st_get(e, ST_CAPACITY_WAIT_NS);
+	out->local_stated = kva__st_get(e, ST_LOCAL_STATED);
+	out->local_upgrades = kva__st_get(e, ST_LOCAL_UPGRADES);
 }
 
 size_t kva_stats_format(const kva_stats *s, char *buf, size_t len)
@@ -120,6 +122,8 @@ size_t kva_stats_format(const kva_stats *s, char *buf, size_t len)
 		{"kvadmit_steps_total", s->steps},
 		{"kvadmit_restores_waiting", s->restores_waiting},
 		{"kvadmit_capacity_wait_nanoseconds", s->capacity_wait_ns},
+		{"kvadmit_local_checkpoints_stated", s->local_stated},
+		{"kvadmit_local_upgrades", s->local_upgrades},
 	};
 	size_t need = 0, written = 0; /* whole lines only: written <= need */
 	char line[160];

@@ -11,7 +11,7 @@
  *   kva_engine_create / kva_engine_destroy  nothing else may run on the engine
  *   kva_step                                 the scheduler thread only
  *   kva_submit, kva_cancel, kva_lookup_answer, kva_copy_done,
- *   kva_checkpoint_evicted, kva_reset_prefix_cache,
+ *   kva_checkpoint_evicted, kva_local_checkpoint, kva_reset_prefix_cache,
  *   kva_stats_get, kva_query,
  *   kva_waiting_foreach                      any thread, lock-free
  *   kva_grow, kva_preempt, kva_finish        any thread; calls for the SAME
@@ -80,6 +80,7 @@ enum kva_feature {
 	KVA_FEATURE_LOCAL_REVALIDATION = 4,
 	KVA_FEATURE_RESET_RELEASES_READY = 5,
 	KVA_FEATURE_CUDA_IMPORTER = 6, /* built with the CUDA toolkit */
+	KVA_FEATURE_HOST_LOCAL = 7,    /* kva_request.local, kva_local_checkpoint (rule 22) */
 };
 /* KVA_VERSION_NUMBER of the library actually loaded. */
 uint32_t kva_version(void);
@@ -176,12 +177,30 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err);
 void kva_engine_destroy(kva_engine *e);
 
 /* ---- requests --------------------------------------------------------- */
+/* A checkpoint of a prompt prefix: in a directory's answer, or one the host
+ * knows locally (kva_request.local, kva_local_checkpoint). */
+typedef struct kva_checkpoint {
+	uint32_t position; /* prefix tokens covered, > 0 */
+	uint8_t location;  /* enum kva_location */
+	uint8_t compatible;
+	uint16_t reserved_;
+	uint64_t id;
+	uint64_t epoch;
+} kva_checkpoint;
+
 typedef struct kva_request {
 	uint64_t id;            /* host's id; reusable once the incarnation ended */
 	uint64_t prefix_key;    /* what the directory is asked about; 0 = no lookup */
 	uint32_t prompt_tokens; /* > 0 */
 	uint32_t flags;         /* reserved, 0 */
 	void *user;             /* returned in kva_query and plans */
+	/* Rule 22: the longest checkpoint of this prompt the host's own prefix
+	 * cache holds (location KVA_LOC_LOCAL, compatible, position <=
+	 * prompt_tokens); position 0 = none. A full hit (position ==
+	 * prompt_tokens) is decided at once, without a lookup; a partial one is
+	 * merged into the directory's answer (and used if the lookup misses or
+	 * times out). ABI 0.2: new field. */
+	struct kva_checkpoint local;
 } kva_request;
 
 enum kva_state {
@@ -212,7 +231,7 @@ const char *kva_reason_name(int reason);
 /* Any thread: a slot from the calling thread's cache and one wait-free
  * enqueue (the cache refills in batches, the slab grows in chunks). The
  * request is ingested at the next step. *out receives its handle.
- * 0, -EINVAL, -ENOMEM. */
+ * 0, -EINVAL, -ERANGE (r->local past the prompt), -ENOMEM. */
 int kva_submit(kva_engine *e, const kva_request *r, kva_handle *out);
 
 /* Any thread, O(1): the handle's slot, a generation compare, one small
@@ -222,14 +241,6 @@ int kva_submit(kva_engine *e, const kva_request *r, kva_handle *out);
 int kva_cancel(kva_engine *e, kva_handle h);
 
 /* ---- directory answers ------------------------------------------------ */
-typedef struct kva_checkpoint {
-	uint32_t position; /* prefix tokens covered, > 0 */
-	uint8_t location;  /* enum kva_location */
-	uint8_t compatible;
-	uint16_t reserved_;
-	uint64_t id;
-	uint64_t epoch;
-} kva_checkpoint;
 
 typedef struct kva_manifest {
 	uint32_t count; /* 0 = miss; <= KVA_MAX_CHECKPOINTS */
@@ -240,6 +251,21 @@ typedef struct kva_manifest {
  * -ESTALE (this lookup is no longer awaited: late or superseded; counted),
  * -ENOMEM. */
 int kva_lookup_answer(kva_engine *e, kva_lookup_token t, const kva_manifest *m);
+
+/* Any thread (rule 22): the host's own prefix cache now holds checkpoint
+ * `cp` of h's prompt (a longer local checkpoint appeared). Takes effect at
+ * the next step, without a new lookup:
+ *   WAITING   the selection is upgraded if cp is the longer compatible
+ *             checkpoint (a recompute decision becomes a local admission;
+ *             a full hit decides an outstanding lookup at once);
+ *   IMPORTING, READY  accounted at admission: the local tokens first, the
+ *             import for the rest (or only local if cp covers the import);
+ *   RUNNING   kept: a preemption resumes from it without a new lookup.
+ * Not longer than the checkpoint already stated: changes nothing. A
+ * prefix-cache reset forgets stated checkpoints.
+ * 0, -EINVAL (NULL, position 0, not local, not compatible), -ERANGE
+ * (position past the prompt), -ENOENT (unknown or ended handle), -ENOMEM. */
+int kva_local_checkpoint(kva_engine *e, kva_handle h, const kva_checkpoint *cp);
 
 /* ---- copies ------------------------------------------------------------ */
 typedef struct kva_copy_job {
@@ -376,6 +402,9 @@ typedef struct kva_stats {
 	 * how long the blocked head restore has waited so far (0: none), as of
 	 * the last step */
 	uint64_t restores_waiting, capacity_wait_ns;
+	/* rule 22: local checkpoints stated by the host after submit, and the
+	 * selections they upgraded */
+	uint64_t local_stated, local_upgrades;
 } kva_stats;
 
 /* Any thread; atomics only, never blocks. */

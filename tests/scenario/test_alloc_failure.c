@@ -5,7 +5,7 @@
  * engine: create, submit (slab chunks), cancel events, directory answers,
  * the live-id map and checkpoint index, grants and their page arrays
  * (admission, kva_grow), checkpoint evictions, revalidation, retries,
- * preemption, reset and duplicate ids. It runs once clean to count its
+ * preemption, reset, duplicate ids and the host's local checkpoints. It runs once clean to count its
  * allocations N, then once for every K in 1..N with allocation number K
  * failing, and once more for every K with every allocation from K on failing
  * until the host has seen three failures (or five steps went by).
@@ -290,7 +290,13 @@ static void run(uint64_t k, bool sticky)
 	assert_int_equal(A.q[a].how, KVA_ADMIT_RESTORE);
 	grow(c, 3); /* page arrays grow */
 	grow(a, 8);
-	release(b, false); /* preempt: front of the queue, fresh lookup */
+	int rc;
+	kva_checkpoint kept = ckpt(128, 21, 1); /* rule 22: the host keeps b's state */
+	while (again(rc = kva_local_checkpoint(A.e, A.q[b].h, &kept)))
+		; /* the event is allocated, the step grows b's manifest */
+	assert_int_equal(rc, 0);
+	step();
+	release(b, false); /* preempt: front of the queue, resumes from 128 locally */
 	STEP_UNTIL(A.q[b].running);
 	assert_int_equal(A.q[b].how, KVA_ADMIT_LOCAL);
 	assert_int_equal(A.q[b].admissions, 2);
@@ -301,7 +307,10 @@ static void run(uint64_t k, bool sticky)
 	step();
 	step();
 	assert_false(A.q[d].running || A.q[e].running);
-	int rc;
+	kva_checkpoint longer = ckpt(176, 31, 1); /* upgrades the waiting head d */
+	while (again(rc = kva_local_checkpoint(A.e, A.q[d].h, &longer)))
+		;
+	assert_int_equal(rc, 0);
 	while (again(rc = kva_checkpoint_evicted(A.e, 40, 2)))
 		; /* e re-looks-up (rule 15) */
 	assert_int_equal(rc, 0);

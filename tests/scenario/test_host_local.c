@@ -1,0 +1,336 @@
+/* Rule 22: local checkpoints the host already knows (its own prefix cache),
+ * stated at submit (kva_request.local) or later (kva_local_checkpoint). */
+#include "scenario/scenario.h"
+
+static kva_handle submit_local(struct sc *s, uint64_t id, uint64_t key, uint32_t prompt,
+                               kva_checkpoint local)
+{
+	kva_request r = {.id = id, .prefix_key = key, .prompt_tokens = prompt, .local = local};
+	kva_handle h;
+	assert_int_equal(kva_submit(s->e, &r, &h), 0);
+	return h;
+}
+
+static kva_request_info info_of(struct sc *s, kva_handle h)
+{
+	kva_request_info i;
+	assert_int_equal(kva_query(s->e, h, &i), 0);
+	return i;
+}
+
+/* h was admitted in the last step, `how`, with these local and restored tokens. */
+static const kva_admission *expect_admitted(struct sc *s, kva_handle h, int how, uint32_t local,
+                                            uint32_t restored)
+{
+	const kva_admission *a = sc_admitted(s, h);
+	assert_non_null(a);
+	assert_int_equal(a->how, how);
+	assert_int_equal(a->local_tokens, local);
+	assert_int_equal(a->restored_tokens, restored);
+	return a;
+}
+
+static void rule22_full_local_hit_is_admitted_without_a_lookup(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_handle h = submit_local(s, 1, 7, 256, sc_ckpt(256, 70, 1));
+	assert_int_equal(sc_step(s, 0), 1);
+	const kva_admission *a = expect_admitted(s, h, KVA_ADMIT_LOCAL, 256, 0);
+	assert_int_equal(a->recompute_tokens, 0);
+	assert_int_equal(a->npages, 16);
+	assert_int_equal(s->n_lookups, 0); /* the directory was never asked */
+	assert_int_equal(sc_stats(s).lookups_issued, 0);
+	sc_assert_conserved(s);
+	sc_free(s);
+}
+
+static void rule22_partial_local_is_merged_with_the_answer(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	sc_dir_set(s, 7, sc_ckpt(128, 80, 0)); /* external, longer than the local */
+	kva_handle h = submit_local(s, 1, 7, 256, sc_ckpt(64, 70, 1));
+	sc_step(s, 0);
+	assert_int_equal(s->n_lookups, 1); /* partial: the directory may know more */
+	assert_int_equal(s->plan.n_copies, 1);
+	assert_int_equal(s->copies[0].position, 128);
+	sc_copies_done(s, 0);
+	assert_int_equal(sc_step(s, 0), 1);
+	const kva_admission *a = sc_admitted(s, h);
+	assert_non_null(a);
+	assert_int_equal(a->how, KVA_ADMIT_RESTORE);
+	/* every token once: the host's own cache first, the import for the rest */
+	assert_int_equal(a->local_tokens, 64);
+	assert_int_equal(a->restored_tokens, 64);
+	assert_int_equal(a->recompute_tokens, 128);
+	sc_free(s);
+}
+
+static void rule22_miss_or_timeout_keeps_the_local_checkpoint(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_manifest miss = {0};
+	s->dir[s->n_dir++] = (struct sc_dir_entry){7, miss};
+	kva_handle a = submit_local(s, 1, 7, 256, sc_ckpt(64, 70, 1));
+	kva_handle b = submit_local(s, 2, 8, 256, sc_ckpt(96, 71, 1)); /* key 8: never answered */
+	sc_step(s, 0);
+	expect_admitted(s, a, KVA_ADMIT_LOCAL, 64, 0);
+	assert_null(sc_admitted(s, b)); /* waits for its answer */
+	sc_step(s, 2 * SC_SEC);          /* the lookup times out */
+	expect_admitted(s, b, KVA_ADMIT_LOCAL, 96, 0);
+	kva_stats x = sc_stats(s);
+	assert_int_equal(x.lookups_timed_out, 1);
+	assert_int_equal(x.fallbacks[KVA_REASON_MISS] + x.fallbacks[KVA_REASON_LOOKUP_TIMEOUT], 0);
+	sc_free(s);
+}
+
+static void rule22_full_local_hit_decides_an_outstanding_lookup(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_handle h = sc_submit(s, 1, 7, 256); /* key 7 is not answered */
+	sc_step(s, 0);
+	assert_int_equal(s->n_lookups, 1);
+	assert_int_equal(s->plan.n_admitted, 0);
+	kva_checkpoint full = sc_ckpt(256, 70, 1);
+	assert_int_equal(kva_local_checkpoint(s->e, h, &full), 0);
+	assert_int_equal(sc_step(s, 0), 1);
+	expect_admitted(s, h, KVA_ADMIT_LOCAL, 256, 0);
+	/* the directory's answer now comes late and changes nothing */
+	kva_manifest m = {.count = 1, .entries = {sc_ckpt(128, 80, 0)}};
+	assert_int_equal(kva_lookup_answer(s->e, s->lookups[0].token, &m), -ESTALE);
+	sc_step(s, 0);
+	assert_int_equal(sc_state(s, h), KVA_STATE_RUNNING);
+	assert_int_equal(sc_stats(s).local_stated, 1);
+	sc_free(s);
+}
+
+static void rule22_longer_local_upgrades_a_waiting_restore_without_a_lookup(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_handle big = sc_occupy(s, 100, 90); /* 10 pages free */
+	sc_dir_set(s, 7, sc_ckpt(64, 80, 0));
+	kva_handle h = sc_submit(s, 1, 7, 256); /* needs 16: waits */
+	sc_step(s, 0);
+	assert_true(s->plan.head_blocked);
+	kva_request_info i = info_of(s, h);
+	assert_int_equal(i.selected_position, 64);
+	assert_int_equal(i.selected_location, KVA_LOC_EXTERNAL);
+	uint32_t lookups = s->n_lookups;
+
+	kva_checkpoint loc = sc_ckpt(192, 70, 1);
+	assert_int_equal(kva_local_checkpoint(s->e, h, &loc), 0);
+	sc_step(s, 0);
+	i = info_of(s, h);
+	assert_int_equal(i.selected_position, 192);
+	assert_int_equal(i.selected_location, KVA_LOC_LOCAL);
+	assert_int_equal(s->n_lookups, lookups); /* no new lookup */
+	assert_int_equal(sc_stats(s).local_upgrades, 1);
+
+	/* a shorter one than what the host already stated changes nothing */
+	kva_checkpoint shorter = sc_ckpt(128, 71, 1);
+	assert_int_equal(kva_local_checkpoint(s->e, h, &shorter), 0);
+	sc_step(s, 0);
+	assert_int_equal(info_of(s, h).selected_position, 192);
+	assert_int_equal(sc_stats(s).local_stated, 1);
+
+	assert_int_equal(kva_finish(s->e, big), 0);
+	assert_int_equal(sc_step(s, 0), 1);
+	expect_admitted(s, h, KVA_ADMIT_LOCAL, 192, 0);
+	assert_int_equal(sc_stats(s).copy_jobs, 0); /* the external one was never copied */
+	sc_assert_conserved(s);
+	sc_free(s);
+}
+
+static void rule22_local_upgrades_a_waiting_recompute(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_handle big = sc_occupy(s, 100, 95); /* 5 pages free */
+	kva_manifest miss = {0};
+	s->dir[s->n_dir++] = (struct sc_dir_entry){7, miss};
+	kva_handle h = sc_submit(s, 1, 7, 256); /* miss: recompute, first chunk 16 pages: waits */
+	sc_step(s, 0);
+	assert_true(s->plan.head_blocked);
+	assert_int_equal(info_of(s, h).reason, KVA_REASON_MISS);
+	kva_checkpoint loc = sc_ckpt(128, 70, 1);
+	assert_int_equal(kva_local_checkpoint(s->e, h, &loc), 0);
+	sc_step(s, 0);
+	kva_request_info i = info_of(s, h);
+	assert_true(i.has_selection);
+	assert_int_equal(i.selected_position, 128);
+	assert_int_equal(i.reason, KVA_REASON_NONE);
+	assert_int_equal(kva_finish(s->e, big), 0);
+	assert_int_equal(sc_step(s, 0), 1);
+	const kva_admission *a = expect_admitted(s, h, KVA_ADMIT_LOCAL, 128, 0);
+	assert_int_equal(a->recompute_tokens, 128);
+	sc_free(s);
+}
+
+static void rule22_local_stated_during_copy_is_counted_at_admission(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	sc_dir_set(s, 7, sc_ckpt(128, 80, 0));
+	sc_dir_set(s, 8, sc_ckpt(128, 81, 0));
+	kva_handle a = sc_submit(s, 1, 7, 256);
+	kva_handle b = sc_submit(s, 2, 8, 256);
+	sc_step(s, 0);
+	assert_int_equal(s->plan.n_copies, 2);
+	assert_int_equal(sc_state(s, a), KVA_STATE_IMPORTING);
+	kva_checkpoint shorter = sc_ckpt(48, 70, 1), longer = sc_ckpt(200, 71, 1);
+	assert_int_equal(kva_local_checkpoint(s->e, a, &shorter), 0);
+	assert_int_equal(kva_local_checkpoint(s->e, b, &longer), 0);
+	sc_copies_done(s, 0);
+	assert_int_equal(sc_step(s, 0), 2);
+	const kva_admission *x = sc_admitted(s, a), *y = sc_admitted(s, b);
+	assert_non_null(x);
+	assert_non_null(y);
+	assert_int_equal(x->how, KVA_ADMIT_RESTORE);
+	assert_int_equal(x->local_tokens, 48);
+	assert_int_equal(x->restored_tokens, 80);
+	assert_int_equal(x->npages, 8);
+	/* the local checkpoint covers the import: local only, its pages taken
+	 * from the reservation the request already owns */
+	assert_int_equal(y->how, KVA_ADMIT_LOCAL);
+	assert_int_equal(y->local_tokens, 200);
+	assert_int_equal(y->restored_tokens, 0);
+	assert_int_equal(y->npages, 13);
+	assert_int_equal(y->npages + y->reserved_pages, 16);
+	kva_stats t = sc_stats(s);
+	assert_int_equal(t.tokens_local, 248);
+	assert_int_equal(t.tokens_restored, 80);
+	assert_int_equal(t.tokens_recomputed, 512 - 248 - 80);
+	sc_assert_conserved(s);
+	sc_free(s);
+}
+
+static void rule22_preempted_request_resumes_from_local_without_a_lookup(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_manifest miss = {0};
+	s->dir[s->n_dir++] = (struct sc_dir_entry){7, miss};
+	kva_handle h = sc_submit(s, 1, 7, 256);
+	kva_handle plain = sc_submit(s, 2, 7, 256);
+	sc_step(s, 0);
+	assert_int_equal(s->plan.n_admitted, 2);
+	assert_int_equal(s->n_lookups, 2);
+	kva_checkpoint loc = sc_ckpt(160, 70, 1);
+	assert_int_equal(kva_local_checkpoint(s->e, h, &loc), 0);
+	sc_step(s, 0);
+	assert_int_equal(kva_preempt(s->e, h), 0);
+	assert_int_equal(kva_preempt(s->e, plain), 0);
+	sc_step(s, 0);
+	expect_admitted(s, h, KVA_ADMIT_LOCAL, 160, 0);
+	/* only the one without a local checkpoint asked the directory again */
+	assert_int_equal(s->n_lookups, 3);
+	assert_int_equal(s->lookups[2].token.id, 2);
+	const kva_admission *p = sc_admitted(s, plain);
+	assert_non_null(p);
+	assert_int_equal(p->how, KVA_ADMIT_RECOMPUTE);
+	sc_free(s);
+}
+
+static void rule22_eviction_keeps_the_hosts_other_local_checkpoint(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_handle big = sc_occupy(s, 100, 95);
+	/* the directory lists a longer local checkpoint (id 90) than the host's (id 70) */
+	sc_dir_set(s, 7, sc_ckpt(192, 90, 1));
+	kva_handle h = submit_local(s, 1, 7, 256, sc_ckpt(64, 70, 1));
+	sc_step(s, 0);
+	assert_int_equal(info_of(s, h).selected_position, 192);
+	sc_dir_clear(s); /* after the eviction the directory knows nothing */
+	assert_int_equal(kva_checkpoint_evicted(s->e, 90, 2), 0);
+	sc_step(s, 0); /* revalidation lookup, unanswered */
+	assert_int_equal(s->n_lookups, 2);
+	sc_step(s, 2 * SC_SEC); /* it times out: the host's own checkpoint is still there */
+	kva_request_info i = info_of(s, h);
+	assert_true(i.has_selection);
+	assert_int_equal(i.selected_position, 64);
+	assert_int_equal(kva_finish(s->e, big), 0);
+	assert_int_equal(sc_step(s, 0), 1);
+	assert_int_equal(sc_admitted(s, h)->local_tokens, 64);
+	sc_free(s);
+}
+
+static void rule22_prefix_cache_reset_forgets_stated_checkpoints(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	sc_dir_set(s, 7, sc_ckpt(128, 80, 0));
+	kva_handle h = submit_local(s, 1, 7, 256, sc_ckpt(48, 70, 1));
+	sc_step(s, 0);
+	assert_int_equal(s->plan.n_copies, 1);
+	kva_copy_job job = s->copies[0];
+	assert_int_equal(kva_reset_prefix_cache(s->e), 0);
+	sc_step(s, 0);
+	/* drained: back to the front with a fresh lookup */
+	assert_int_equal(kva_copy_done(s->e, job.token, 0, 0), 0);
+	sc_step(s, 0);
+	assert_int_equal(s->n_lookups, 2);
+	assert_int_equal(s->plan.n_copies, 1);
+	sc_copies_done(s, 0);
+	assert_int_equal(sc_step(s, 0), 1);
+	const kva_admission *a = sc_admitted(s, h);
+	assert_non_null(a);
+	assert_int_equal(a->how, KVA_ADMIT_RESTORE);
+	assert_int_equal(a->local_tokens, 0); /* the reset wiped the host's cache */
+	assert_int_equal(a->restored_tokens, 128);
+	sc_free(s);
+}
+
+static void rule22_bad_input_is_refused(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_handle h = sc_submit(s, 1, 7, 256);
+	kva_checkpoint c = sc_ckpt(64, 70, 1);
+	assert_int_equal(kva_local_checkpoint(NULL, h, &c), -EINVAL);
+	assert_int_equal(kva_local_checkpoint(s->e, h, NULL), -EINVAL);
+	c.position = 0;
+	assert_int_equal(kva_local_checkpoint(s->e, h, &c), -EINVAL);
+	c = sc_ckpt(64, 70, 0); /* not local */
+	assert_int_equal(kva_local_checkpoint(s->e, h, &c), -EINVAL);
+	c = sc_ckpt(64, 70, 1);
+	c.compatible = 0;
+	assert_int_equal(kva_local_checkpoint(s->e, h, &c), -EINVAL);
+	c = sc_ckpt(257, 70, 1);
+	assert_int_equal(kva_local_checkpoint(s->e, h, &c), -ERANGE);
+	kva_request r = {.id = 2, .prefix_key = 7, .prompt_tokens = 100, .local = sc_ckpt(101, 1, 1)};
+	kva_handle h2;
+	assert_int_equal(kva_submit(s->e, &r, &h2), -ERANGE);
+	r.local = sc_ckpt(50, 1, 0);
+	assert_int_equal(kva_submit(s->e, &r, &h2), -EINVAL);
+	assert_int_equal(kva_cancel(s->e, h), 0);
+	sc_step(s, 0);
+	c = sc_ckpt(64, 70, 1);
+	assert_int_equal(kva_local_checkpoint(s->e, h, &c), -ENOENT);
+	sc_step(s, 0);
+	assert_int_equal(sc_stats(s).local_stated, 0);
+	sc_assert_conserved(s);
+	sc_free(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(rule22_full_local_hit_is_admitted_without_a_lookup),
+		cmocka_unit_test(rule22_partial_local_is_merged_with_the_answer),
+		cmocka_unit_test(rule22_miss_or_timeout_keeps_the_local_checkpoint),
+		cmocka_unit_test(rule22_full_local_hit_decides_an_outstanding_lookup),
+		cmocka_unit_test(rule22_longer_local_upgrades_a_waiting_restore_without_a_lookup),
+		cmocka_unit_test(rule22_local_upgrades_a_waiting_recompute),
+		cmocka_unit_test(rule22_local_stated_during_copy_is_counted_at_admission),
+		cmocka_unit_test(rule22_preempted_request_resumes_from_local_without_a_lookup),
+		cmocka_unit_test(rule22_eviction_keeps_the_hosts_other_local_checkpoint),
+		cmocka_unit_test(rule22_prefix_cache_reset_forgets_stated_checkpoints),
+		cmocka_unit_test(rule22_bad_input_is_refused),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
