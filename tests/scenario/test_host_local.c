@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Rule 22: local checkpoints the host already knows (its own prefix cache),
  * stated at submit (kva_request.local) or later (kva_local_checkpoint). */
 #include "scenario/scenario.h"
