@@ -12,6 +12,8 @@
 
 #ifndef KVADMIT_HAVE_CUDA
 
+bool kva_cuda_importer_supported(void) { return false; }
+
 void kva_cuda_importer_config_default(kva_cuda_importer_config *cfg)
 {
 	if (!cfg)

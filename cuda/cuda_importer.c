@@ -496,6 +496,10 @@ static int cuda_submit(void *ctx, kva_engine *e, const kva_copy_job *job)
 
 /* ---- create / destroy ----------------------------------------------------------------------- */
 
+/* Beside create, so that a static link that uses the importer also brings
+ * the answer to the core's weak KVA_FEATURE_CUDA_IMPORTER reference. */
+bool kva_cuda_importer_supported(void) { return true; }
+
 void kva_cuda_importer_config_default(kva_cuda_importer_config *cfg)
 {
 	if (!cfg)

@@ -1,6 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Owns kvadmit's memory: the dedicated jemalloc arena and its per-thread
- * tcaches, or plain malloc in sanitizer builds; plus fault injection. */
+ * tcaches, or plain malloc (a host without jemalloc, sanitizer builds); plus
+ * fault injection.
+ *
+ * Which jemalloc: KVA_JEMALLOC_RUNTIME (the default build) never links it;
+ * the first allocation looks up mallocx, rallocx, sdallocx and mallctl in
+ * the host process (dlsym(RTLD_DEFAULT)) and, when all four are there, uses
+ * them for kvadmit's own arena; otherwise malloc, for the process's whole
+ * life. So the library never replaces the host's allocator and stays
+ * dlopen-able (Debian's libjemalloc.so.2 cannot be dlopen'ed: "cannot
+ * allocate memory in static TLS block"). Without KVA_JEMALLOC_RUNTIME,
+ * KVA_WITH_JEMALLOC means linked (KVADMIT_LINK_JEMALLOC). The choice and
+ * its measured cost: docs/embedding.md. */
+#define _GNU_SOURCE 1 /* RTLD_DEFAULT */
 #include "alloc.h"
 
 #include <pthread.h>
@@ -43,6 +55,38 @@ uint64_t kva__fault_arm(uint64_t k, int sticky)
 #ifdef KVA_WITH_JEMALLOC
 #include <jemalloc/jemalloc.h>
 
+#ifdef KVA_JEMALLOC_RUNTIME
+#include <dlfcn.h>
+
+/* Written once inside arena_once (pthread_once orders it before every use). */
+static void *(*kj_mallocx)(size_t, int);
+static void *(*kj_rallocx)(void *, size_t, int);
+static void (*kj_sdallocx)(void *, size_t, int);
+static int (*kj_mallctl)(const char *, void *, size_t *, void *, size_t);
+static int kj_present;
+
+static void kj_lookup(void)
+{
+	/* Object-to-function-pointer casts through memcpy: ISO C has no direct one. */
+	void *m = dlsym(RTLD_DEFAULT, "mallocx"), *r = dlsym(RTLD_DEFAULT, "rallocx");
+	void *d = dlsym(RTLD_DEFAULT, "sdallocx"), *c = dlsym(RTLD_DEFAULT, "mallctl");
+	if (!m || !r || !d || !c)
+		return;
+	memcpy(&kj_mallocx, &m, sizeof(m));
+	memcpy(&kj_rallocx, &r, sizeof(r));
+	memcpy(&kj_sdallocx, &d, sizeof(d));
+	memcpy(&kj_mallctl, &c, sizeof(c));
+	kj_present = 1;
+}
+#else
+#define kj_mallocx mallocx
+#define kj_rallocx rallocx
+#define kj_sdallocx sdallocx
+#define kj_mallctl mallctl
+#define kj_present 1
+#define kj_lookup() ((void)0)
+#endif
+
 static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
 static unsigned arena_ind;
 static int arena_ok;
@@ -54,13 +98,16 @@ static _Thread_local int tl_tcache_failed;
 static void tcache_destroy(void *v)
 {
 	unsigned tc = (unsigned)(uintptr_t)v - 1;
-	mallctl("tcache.destroy", NULL, NULL, &tc, sizeof(tc));
+	kj_mallctl("tcache.destroy", NULL, NULL, &tc, sizeof(tc));
 }
 
 static void arena_create(void)
 {
+	kj_lookup();
+	if (!kj_present)
+		return;
 	size_t sz = sizeof(arena_ind);
-	arena_ok = mallctl("arenas.create", &arena_ind, &sz, NULL, 0) == 0;
+	arena_ok = kj_mallctl("arenas.create", &arena_ind, &sz, NULL, 0) == 0;
 	tcache_key_ok = pthread_key_create(&tcache_key, tcache_destroy) == 0;
 }
 
@@ -74,7 +121,7 @@ static int jflags(void)
 	if (!tl_tcache && !tl_tcache_failed && tcache_key_ok) {
 		unsigned tc;
 		size_t sz = sizeof(tc);
-		if (mallctl("tcache.create", &tc, &sz, NULL, 0) == 0 &&
+		if (kj_mallctl("tcache.create", &tc, &sz, NULL, 0) == 0 &&
 		    pthread_setspecific(tcache_key, (void *)(uintptr_t)(tc + 1)) == 0)
 			tl_tcache = tc + 1;
 		else
@@ -84,18 +131,25 @@ static int jflags(void)
 	       (tl_tcache ? (int)MALLOCX_TCACHE(tl_tcache - 1) : (int)MALLOCX_TCACHE_NONE);
 }
 
+/* jflags() first: it settles, once, whether jemalloc is there at all. */
 void *kva__alloc(size_t size)
 {
 	if (fault_now())
 		return NULL;
-	return mallocx(size ? size : 1, jflags());
+	int f = jflags();
+	if (!kj_present)
+		return malloc(size ? size : 1);
+	return kj_mallocx(size ? size : 1, f);
 }
 
 void *kva__calloc(size_t size)
 {
 	if (fault_now())
 		return NULL;
-	return mallocx(size ? size : 1, jflags() | MALLOCX_ZERO);
+	int f = jflags();
+	if (!kj_present)
+		return calloc(1, size ? size : 1);
+	return kj_mallocx(size ? size : 1, f | MALLOCX_ZERO);
 }
 
 void *kva__realloc(void *p, size_t old_size, size_t new_size)
@@ -103,15 +157,23 @@ void *kva__realloc(void *p, size_t old_size, size_t new_size)
 	(void)old_size;
 	if (fault_now())
 		return NULL;
+	int f = jflags();
+	if (!kj_present)
+		return realloc(p, new_size ? new_size : 1);
 	if (!p)
-		return mallocx(new_size ? new_size : 1, jflags());
-	return rallocx(p, new_size ? new_size : 1, jflags());
+		return kj_mallocx(new_size ? new_size : 1, f);
+	return kj_rallocx(p, new_size ? new_size : 1, f);
 }
 
 void kva__free(void *p, size_t size)
 {
-	if (p)
-		sdallocx(p, size ? size : 1, jflags());
+	if (!p)
+		return;
+	int f = jflags();
+	if (!kj_present)
+		free(p);
+	else
+		kj_sdallocx(p, size ? size : 1, f);
 }
 
 uint64_t kva__alloc_arena_bytes(void)
@@ -121,15 +183,15 @@ uint64_t kva__alloc_arena_bytes(void)
 		return 0;
 	uint64_t epoch = 1;
 	size_t sz = sizeof(epoch);
-	mallctl("epoch", &epoch, &sz, &epoch, sz); /* refresh the stats snapshot */
+	kj_mallctl("epoch", &epoch, &sz, &epoch, sz); /* refresh the stats snapshot */
 	char name[64];
 	size_t small = 0, large = 0;
 	sz = sizeof(size_t);
 	snprintf(name, sizeof(name), "stats.arenas.%u.small.allocated", arena_ind);
-	if (mallctl(name, &small, &sz, NULL, 0) != 0)
+	if (kj_mallctl(name, &small, &sz, NULL, 0) != 0)
 		small = 0;
 	snprintf(name, sizeof(name), "stats.arenas.%u.large.allocated", arena_ind);
-	if (mallctl(name, &large, &sz, NULL, 0) != 0)
+	if (kj_mallctl(name, &large, &sz, NULL, 0) != 0)
 		large = 0;
 	return small + large;
 }

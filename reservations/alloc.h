@@ -2,10 +2,12 @@
 /*
  * Allocation for request records, answers and grants.
  *
- * With jemalloc: one dedicated arena for the whole library (created once) and
- * an explicit per-thread tcache that only ever holds blocks of that arena, so
- * records never mix with the host's heap and the fast path takes no lock.
- * Without jemalloc (sanitizer builds): malloc/free, so sanitizers see all.
+ * With jemalloc (in the host process, found at run time, or linked by an
+ * explicit build option): one dedicated arena for the whole library (created
+ * once) and an explicit per-thread tcache that only ever holds blocks of that
+ * arena, so records never mix with the host's heap and the fast path takes no
+ * lock. Without jemalloc (a host without it, sanitizer builds): malloc/free,
+ * so sanitizers see all.
  *
  * Fault injection (KVA_FAULT_INJECTION builds): allocation number K fails,
  * for the allocation-failure sweep in tests/.
@@ -22,7 +24,7 @@ void *kva__calloc(size_t size);
 void *kva__realloc(void *p, size_t old_size, size_t new_size);
 void kva__free(void *p, size_t size);
 
-/* Bytes currently allocated in kvadmit's arena (jemalloc builds; 0 else). */
+/* Bytes currently allocated in kvadmit's arena (0 without jemalloc). */
 uint64_t kva__alloc_arena_bytes(void);
 
 /* Fault injection: the next allocation counted as number k (1-based) fails,

@@ -4,15 +4,16 @@
 #include <string.h>
 #include "kvadmit/kvadmit.h"
 
-#define KVA_STR2(x) #x
-#define KVA_STR(x) KVA_STR2(x)
+/* The CUDA importer lives in libkvadmit-cuda, which the core never links:
+ * the weak reference is non-NULL exactly when that library is linked into
+ * the process or was loaded together with the core, and it says whether it
+ * was built with CUDA (its stub build says false). */
+extern bool kva_cuda_importer_supported(void) __attribute__((weak));
 
+/* KVA_VERSION_* come from kvadmit/version.h, generated from project(VERSION). */
 uint32_t kva_version(void) { return KVA_VERSION_NUMBER; }
 
-const char *kva_version_string(void)
-{
-	return KVA_STR(KVA_VERSION_MAJOR) "." KVA_STR(KVA_VERSION_MINOR) "." KVA_STR(KVA_VERSION_PATCH);
-}
+const char *kva_version_string(void) { return KVA_VERSION_STRING; }
 
 bool kva_has_feature(int feature)
 {
@@ -25,11 +26,7 @@ bool kva_has_feature(int feature)
 	case KVA_FEATURE_HOST_LOCAL:
 		return true;
 	case KVA_FEATURE_CUDA_IMPORTER:
-#ifdef KVADMIT_HAVE_CUDA
-		return true;
-#else
-		return false;
-#endif
+		return kva_cuda_importer_supported && kva_cuda_importer_supported();
 	default:
 		return false;
 	}

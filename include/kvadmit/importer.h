@@ -104,46 +104,55 @@ typedef struct kva_cpu_importer_config {
 
 /* Fills *cfg with defaults: 1 thread, rank 0, no injection. The page pool,
  * page_bytes and resolve still have to be set. */
-void kva_cpu_importer_config_default(kva_cpu_importer_config *cfg);
+KVA_API void kva_cpu_importer_config_default(kva_cpu_importer_config *cfg);
 
 /* Starts the workers. Returns NULL and *err < 0 on failure: -EINVAL (bad
  * config), -ENOMEM, -EAGAIN (threads). */
-kva_cpu_importer *kva_cpu_importer_create(const kva_cpu_importer_config *cfg, int *err);
+KVA_API kva_cpu_importer *kva_cpu_importer_create(const kva_cpu_importer_config *cfg, int *err);
 
 /* Drains: jobs already copying finish (their remaining injected latency is
  * cut short), jobs not started are reported failed (-ECANCELED); every
  * accepted job is reported before this returns. Frees everything. */
-void kva_cpu_importer_destroy(kva_cpu_importer *imp);
+KVA_API void kva_cpu_importer_destroy(kva_cpu_importer *imp);
 
 /* The reference to put in kva_config.importers[rank]. */
-kva_importer_ref kva_cpu_importer_ref(kva_cpu_importer *imp);
+KVA_API kva_importer_ref kva_cpu_importer_ref(kva_cpu_importer *imp);
 
 /* Blocks until every accepted job has been reported, or timeout_ns passed
  * (0 = forever). 0 or -ETIMEDOUT. */
-int kva_cpu_importer_wait_idle(kva_cpu_importer *imp, uint64_t timeout_ns);
+KVA_API int kva_cpu_importer_wait_idle(kva_cpu_importer *imp, uint64_t timeout_ns);
 
-void kva_cpu_importer_stats(const kva_cpu_importer *imp, kva_importer_stats *out);
+KVA_API void kva_cpu_importer_stats(const kva_cpu_importer *imp, kva_importer_stats *out);
 
 /* Changes the injected failure rate and seed for jobs submitted from now on
  * (the decision is taken at submit, on the scheduler thread). */
-void kva_cpu_importer_set_failures(kva_cpu_importer *imp, double fail_rate, uint64_t seed);
+KVA_API void kva_cpu_importer_set_failures(kva_cpu_importer *imp, double fail_rate, uint64_t seed);
 
 /* The failure decision, a pure function of (seed, token, rank): true when a
  * job with this token for this rank fails under (fail_rate, seed). Independent
  * of thread timing, so runs are reproducible and tests can predict them.
  * An injected failure copies the first half of the job's pages (rounded
  * down) and then reports -EIO, so a retry must overwrite stale bytes. */
-bool kva_cpu_importer_fails(uint64_t seed, double fail_rate, kva_copy_token token, uint32_t rank);
+KVA_API bool kva_cpu_importer_fails(uint64_t seed, double fail_rate, kva_copy_token token, uint32_t rank);
 
 /* ====================================================================== *
  * CUDA importer
  *
- * Always declared; a build without CUDA returns -ENOTSUP from create.
- * Without a usable device create returns -ENODEV; the message and the raw
- * cudaError_t of the failure stay retrievable with
+ * Defined by its own library, libkvadmit-cuda (CMake kvadmit::cuda,
+ * pkg-config kvadmit-cuda), which a host links beside libkvadmit when it
+ * imports with CUDA; the core library never depends on libcudart. The
+ * library exists in every build: built without CUDA, create returns
+ * -ENOTSUP. Without a usable device create returns -ENODEV; the message and
+ * the raw cudaError_t of the failure stay retrievable with
  * kva_cuda_importer_last_error() on the calling thread.
  * ====================================================================== */
 typedef struct kva_cuda_importer kva_cuda_importer;
+
+/* True when this libkvadmit-cuda was built with the CUDA toolkit (create can
+ * succeed given a device), false in a build without CUDA. The core's
+ * kva_has_feature(KVA_FEATURE_CUDA_IMPORTER) asks it through a weak
+ * reference: false when no CUDA library is linked or loaded with the core. */
+KVA_API bool kva_cuda_importer_supported(void);
 
 enum kva_cuda_completion {
 	/* cudaLaunchHostFunc after a job's copies; the host function only pushes
@@ -182,42 +191,42 @@ typedef struct kva_cuda_importer_config {
 
 /* Defaults: device 0, 2 streams, host-function completion, AUTO copies,
  * an internal progress thread. */
-void kva_cuda_importer_config_default(kva_cuda_importer_config *cfg);
+KVA_API void kva_cuda_importer_config_default(kva_cuda_importer_config *cfg);
 
 /* NULL and *err < 0 on failure: -ENOTSUP (built without CUDA), -ENODEV (no
  * device / driver too old / bad ordinal), -EINVAL (bad config, or a decode
  * stream that already has the lowest priority), -ENOMEM, -EIO (other CUDA
  * errors). Leaves the calling thread's current device as it found it. */
-kva_cuda_importer *kva_cuda_importer_create(const kva_cuda_importer_config *cfg, int *err);
+KVA_API kva_cuda_importer *kva_cuda_importer_create(const kva_cuda_importer_config *cfg, int *err);
 
 /* Waits for the copies already issued (on the import streams only), reports
  * them, reports jobs not yet issued as failed, frees streams and events. */
-void kva_cuda_importer_destroy(kva_cuda_importer *imp);
+KVA_API void kva_cuda_importer_destroy(kva_cuda_importer *imp);
 
-kva_importer_ref kva_cuda_importer_ref(kva_cuda_importer *imp);
+KVA_API kva_importer_ref kva_cuda_importer_ref(kva_cuda_importer *imp);
 
 /* Manual mode: issues queued jobs and reports finished ones; never blocks on
  * the device. Returns the number of jobs reported, or -EINVAL (not manual). */
-int kva_cuda_importer_progress(kva_cuda_importer *imp);
+KVA_API int kva_cuda_importer_progress(kva_cuda_importer *imp);
 
 /* As kva_cpu_importer_wait_idle (in manual mode it progresses itself). */
-int kva_cuda_importer_wait_idle(kva_cuda_importer *imp, uint64_t timeout_ns);
+KVA_API int kva_cuda_importer_wait_idle(kva_cuda_importer *imp, uint64_t timeout_ns);
 
-void kva_cuda_importer_stats(const kva_cuda_importer *imp, kva_importer_stats *out);
+KVA_API void kva_cuda_importer_stats(const kva_cuda_importer *imp, kva_importer_stats *out);
 
 /* The decode stream the importer was given or created (a cudaStream_t). */
-void *kva_cuda_importer_decode_stream(const kva_cuda_importer *imp);
+KVA_API void *kva_cuda_importer_decode_stream(const kva_cuda_importer *imp);
 
 /* The copy method in use after AUTO was resolved (enum kva_cuda_copy_method). */
-int kva_cuda_importer_copy_method(const kva_cuda_importer *imp);
+KVA_API int kva_cuda_importer_copy_method(const kva_cuda_importer *imp);
 
 /* Last CUDA error an importer met (a cudaError_t value, 0 if none). */
-int kva_cuda_importer_cuda_error(const kva_cuda_importer *imp);
+KVA_API int kva_cuda_importer_cuda_error(const kva_cuda_importer *imp);
 
 /* Why the last kva_cuda_importer_create() on this thread failed (a static
  * or thread-local string, "" after a success); *cuda_error (may be NULL)
  * receives the raw cudaError_t, 0 when the failure was not a CUDA one. */
-const char *kva_cuda_importer_last_error(int *cuda_error);
+KVA_API const char *kva_cuda_importer_last_error(int *cuda_error);
 
 #ifdef __cplusplus
 }

@@ -27,15 +27,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvadmit/export.h"  /* KVA_API */
+#include "kvadmit/version.h" /* KVA_VERSION_*, generated from project(VERSION) */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define KVA_VERSION_MAJOR 0
-#define KVA_VERSION_MINOR 2
-#define KVA_VERSION_PATCH 0
-/* major << 16 | minor << 8 | patch */
-#define KVA_VERSION_NUMBER ((KVA_VERSION_MAJOR << 16) | (KVA_VERSION_MINOR << 8) | KVA_VERSION_PATCH)
 
 #define KVA_MAX_CHECKPOINTS 8 /* entries in one manifest */
 #define KVA_MAX_WORLD 32      /* ranks of one copy job (one 32-bit report mask) */
@@ -79,13 +76,13 @@ enum kva_feature {
 	KVA_FEATURE_COLLECTIVE_COPY = 3, /* world_size > 1 */
 	KVA_FEATURE_LOCAL_REVALIDATION = 4,
 	KVA_FEATURE_RESET_RELEASES_READY = 5,
-	KVA_FEATURE_CUDA_IMPORTER = 6, /* built with the CUDA toolkit */
+	KVA_FEATURE_CUDA_IMPORTER = 6, /* libkvadmit-cuda, built with CUDA, is in the process */
 	KVA_FEATURE_HOST_LOCAL = 7,    /* kva_request.local, kva_local_checkpoint (rule 22) */
 };
 /* KVA_VERSION_NUMBER of the library actually loaded. */
-uint32_t kva_version(void);
-const char *kva_version_string(void);
-bool kva_has_feature(int feature);
+KVA_API uint32_t kva_version(void);
+KVA_API const char *kva_version_string(void);
+KVA_API bool kva_has_feature(int feature);
 
 /* ---- errors ---------------------------------------------------------- *
  * Negative errno values used by the API:
@@ -101,7 +98,7 @@ bool kva_has_feature(int feature);
  *   -ENOMEM   allocation failed; nothing changed, the engine stays usable
  *   -ENODEV   (importers) no device
  */
-const char *kva_strerror(int err);
+KVA_API const char *kva_strerror(int err);
 
 /* ---- configuration ---------------------------------------------------- */
 enum kva_policy {
@@ -168,13 +165,13 @@ typedef struct kva_config {
 /* Fills *cfg with defaults: timeouts as DESIGN.md (wait 60 s, log 30 s,
  * lookup 5 s, refresh 20 s), 1 rank, 2 retries, wait policy. The pool size,
  * page_tokens, slots and max_running still have to be chosen. */
-void kva_config_default(kva_config *cfg);
+KVA_API void kva_config_default(kva_config *cfg);
 
 /* Returns NULL and *err < 0 on failure. */
-kva_engine *kva_engine_create(const kva_config *cfg, int *err);
+KVA_API kva_engine *kva_engine_create(const kva_config *cfg, int *err);
 /* Frees everything, also with requests in any state. Importers must be
  * quiesced first (no kva_copy_done after destroy begins). */
-void kva_engine_destroy(kva_engine *e);
+KVA_API void kva_engine_destroy(kva_engine *e);
 
 /* ---- requests --------------------------------------------------------- */
 /* A checkpoint of a prompt prefix: in a directory's answer, or one the host
@@ -226,19 +223,19 @@ enum kva_reason {
 	KVA_REASON_LEGACY,            /* legacy policy: refused restore recomputes */
 	KVA_REASON_COUNT
 };
-const char *kva_reason_name(int reason);
+KVA_API const char *kva_reason_name(int reason);
 
 /* Any thread: a slot from the calling thread's cache and one wait-free
  * enqueue (the cache refills in batches, the slab grows in chunks). The
  * request is ingested at the next step. *out receives its handle.
  * 0, -EINVAL, -ERANGE (r->local past the prompt), -ENOMEM. */
-int kva_submit(kva_engine *e, const kva_request *r, kva_handle *out);
+KVA_API int kva_submit(kva_engine *e, const kva_request *r, kva_handle *out);
 
 /* Any thread, O(1): the handle's slot, a generation compare, one small
  * allocation and one enqueue. Takes effect at the next step: credits and the
  * copy slot return at once, destination pages after their copy drains (rule 12).
  * 0, -EINVAL, -ENOENT (unknown / ended), -EALREADY, -ENOMEM. */
-int kva_cancel(kva_engine *e, kva_handle h);
+KVA_API int kva_cancel(kva_engine *e, kva_handle h);
 
 /* ---- directory answers ------------------------------------------------ */
 
@@ -250,7 +247,7 @@ typedef struct kva_manifest {
 /* Any thread. 0, -EINVAL (bad manifest), -ENOENT (unknown incarnation),
  * -ESTALE (this lookup is no longer awaited: late or superseded; counted),
  * -ENOMEM. */
-int kva_lookup_answer(kva_engine *e, kva_lookup_token t, const kva_manifest *m);
+KVA_API int kva_lookup_answer(kva_engine *e, kva_lookup_token t, const kva_manifest *m);
 
 /* Any thread (rule 22): the host's own prefix cache now holds checkpoint
  * `cp` of h's prompt (a longer local checkpoint appeared). Takes effect at
@@ -265,7 +262,7 @@ int kva_lookup_answer(kva_engine *e, kva_lookup_token t, const kva_manifest *m);
  * prefix-cache reset forgets stated checkpoints.
  * 0, -EINVAL (NULL, position 0, not local, not compatible), -ERANGE
  * (position past the prompt), -ENOENT (unknown or ended handle), -ENOMEM. */
-int kva_local_checkpoint(kva_engine *e, kva_handle h, const kva_checkpoint *cp);
+KVA_API int kva_local_checkpoint(kva_engine *e, kva_handle h, const kva_checkpoint *cp);
 
 /* ---- copies ------------------------------------------------------------ */
 typedef struct kva_copy_job {
@@ -283,11 +280,11 @@ typedef struct kva_copy_job {
 /* Any thread. status 0 = success, anything else = failure. 0, -EINVAL,
  * -ERANGE (rank), -ENOENT (unknown incarnation), -ESTALE (not the current
  * attempt), -EALREADY (this rank already reported). */
-int kva_copy_done(kva_engine *e, kva_copy_token t, uint32_t rank, int status);
+KVA_API int kva_copy_done(kva_engine *e, kva_copy_token t, uint32_t rank, int status);
 
 /* Any thread. A local checkpoint was evicted; waiting requests that selected
  * it with an older epoch re-look-up externally (rule 15). 0, -EINVAL, -ENOMEM. */
-int kva_checkpoint_evicted(kva_engine *e, uint64_t checkpoint_id, uint64_t epoch);
+KVA_API int kva_checkpoint_evicted(kva_engine *e, uint64_t checkpoint_id, uint64_t epoch);
 
 /* ---- the step ---------------------------------------------------------- */
 enum kva_how {
@@ -357,25 +354,25 @@ typedef struct kva_plan {
  * producer is still linking it, and everything after it, waits for the next
  * step. Callbacks (lookup, log, importer submit) run outside any RCU
  * read-side section. */
-int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan);
+KVA_API int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan);
 
 /* ---- running requests -------------------------------------------------- */
 /* Adds `pages` pages to a RUNNING request: first from its own reservation,
  * then from free credits (may go below the decode watermark). Writes the
  * page ids to ids_out (may be NULL). 0, -ENOSPC (nothing changed), -ENOENT,
  * -EBUSY (not running), -ERANGE, -ENOMEM. */
-int kva_grow(kva_engine *e, kva_handle h, uint32_t pages, uint32_t *ids_out);
+KVA_API int kva_grow(kva_engine *e, kva_handle h, uint32_t pages, uint32_t *ids_out);
 /* RUNNING -> front of the waiting queue with a fresh lookup; its pages and
  * credits return at once. 0, -ENOENT, -EBUSY. */
-int kva_preempt(kva_engine *e, kva_handle h);
+KVA_API int kva_preempt(kva_engine *e, kva_handle h);
 /* RUNNING -> FINISHED; pages and credits return at once. 0, -ENOENT,
  * -EALREADY (already finished), -EBUSY (not running). */
-int kva_finish(kva_engine *e, kva_handle h);
+KVA_API int kva_finish(kva_engine *e, kva_handle h);
 /* Forced prefix-cache reset (rule 17): READY-but-unadmitted imports give
  * their pages back and return to the front of the waiting queue with a fresh
  * lookup; imports still copying do so once their copy drains. Takes effect
  * at the next step. 0, -EINVAL, -ENOMEM. */
-int kva_reset_prefix_cache(kva_engine *e);
+KVA_API int kva_reset_prefix_cache(kva_engine *e);
 
 /* ---- introspection ------------------------------------------------------ */
 typedef struct kva_stats {
@@ -408,7 +405,7 @@ typedef struct kva_stats {
 } kva_stats;
 
 /* Any thread; atomics only, never blocks. */
-void kva_stats_get(const kva_engine *e, kva_stats *out);
+KVA_API void kva_stats_get(const kva_engine *e, kva_stats *out);
 
 typedef struct kva_request_info {
 	kva_handle handle;
@@ -426,7 +423,7 @@ typedef struct kva_request_info {
 } kva_request_info;
 
 /* Any thread, under RCU. 0, -EINVAL, -ENOENT. */
-int kva_query(kva_engine *e, kva_handle h, kva_request_info *out);
+KVA_API int kva_query(kva_engine *e, kva_handle h, kva_request_info *out);
 
 /* One waiting request, as kva_waiting_foreach sees it. */
 typedef struct kva_waiting_info {
@@ -447,11 +444,11 @@ typedef int (*kva_waiting_fn)(void *ctx, const kva_waiting_info *w);
  * meanwhile may still be listed, one requeued to the front meanwhile may be
  * listed twice or missed; every listed one was waiting during the walk.
  * Returns the number of requests passed to fn, or -EINVAL. */
-int kva_waiting_foreach(kva_engine *e, kva_waiting_fn fn, void *ctx, size_t max);
+KVA_API int kva_waiting_foreach(kva_engine *e, kva_waiting_fn fn, void *ctx, size_t max);
 
 /* Renders the stats as Prometheus-style text into buf (NUL-terminated,
  * truncated to len). Returns the length it needed. */
-size_t kva_stats_format(const kva_stats *s, char *buf, size_t len);
+KVA_API size_t kva_stats_format(const kva_stats *s, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

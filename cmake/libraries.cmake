@@ -1,0 +1,129 @@
+# SPDX-License-Identifier: Apache-2.0
+# The libraries (included by the top-level CMakeLists.txt). In-tree name ->
+# installed file -> name in the CMake package:
+#
+#   kvadmit_lockfree    libkvadmit_lockfree.a   kvadmit::lockfree      reusable building blocks
+#   kvadmit             libkvadmit.a            kvadmit::kvadmit_static
+#   kvadmit_shared      libkvadmit.so.0.2       kvadmit::kvadmit       the public API only
+#   kvadmit_cuda_static libkvadmit-cuda.a       kvadmit::cuda_static   CUDA importer
+#   kvadmit_cuda        libkvadmit-cuda.so.0.2  kvadmit::cuda
+#
+# The in-tree static `kvadmit` keeps its name: tests, benchmarks and fuzzers
+# link it and reach internals (kva__*), which the shared library hides. Every
+# object is compiled with -fvisibility=hidden; only KVA_API declarations
+# (kvadmit/export.h) are exported from the shared libraries, and
+# --exclude-libs keeps the archives they link (lockfree) out of their
+# dynamic symbol tables. The soname carries major.minor: a 0.x minor
+# release may change the ABI (CHANGELOG.md).
+#
+# Allocator (reservations/alloc.c, docs/embedding.md): with
+# KVADMIT_WITH_JEMALLOC the libraries look up jemalloc's mallocx/tcache API
+# at run time in the host process (dlsym) and use plain malloc when the
+# host has no jemalloc, so they never link jemalloc, never replace the
+# host's malloc and stay dlopen-able (libjemalloc.so.2 cannot be dlopen'ed
+# on Debian 12: its static TLS block). KVADMIT_LINK_JEMALLOC links it
+# instead, an explicit choice with both of those consequences.
+option(KVADMIT_LINK_JEMALLOC
+  "Link libjemalloc into the libraries (replaces the host's malloc; breaks dlopen)" OFF)
+
+configure_file(${PROJECT_SOURCE_DIR}/cmake/version.h.in
+  ${PROJECT_BINARY_DIR}/include/kvadmit/version.h @ONLY)
+
+file(GLOB KVADMIT_LOCKFREE_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/lockfree/*.c)
+file(GLOB KVADMIT_LOCKFREE_HEADERS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/lockfree/*.h)
+file(GLOB KVADMIT_ENGINE_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/reservations/*.c)
+file(GLOB KVADMIT_CPU_IMPORTER_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/cuda/cpu_*.c)
+list(REMOVE_ITEM KVADMIT_CPU_IMPORTER_SOURCES ${PROJECT_SOURCE_DIR}/cuda/cpu_cuda_stub.c)
+
+set(_kva_public_includes
+  $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+  $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>
+  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+
+# Linker flags of the shared libraries: archives stay private, and (outside
+# sanitizer builds, whose runtimes resolve at program link) no undefined
+# symbols except the weak CUDA reference.
+set(_kva_shared_link_options LINKER:--exclude-libs,ALL)
+if(NOT KVADMIT_SANITIZE)
+  list(APPEND _kva_shared_link_options LINKER:--no-undefined)
+endif()
+
+# lockfree/ is reusable on its own: its own target, no LLM vocabulary.
+add_library(kvadmit_lockfree STATIC ${KVADMIT_LOCKFREE_SOURCES})
+add_library(kvadmit::lockfree ALIAS kvadmit_lockfree)
+set_target_properties(kvadmit_lockfree PROPERTIES POSITION_INDEPENDENT_CODE ON
+  C_VISIBILITY_PRESET hidden EXPORT_NAME lockfree)
+target_include_directories(kvadmit_lockfree PUBLIC
+  $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/lockfree>
+  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/kvadmit/lockfree>)
+target_link_libraries(kvadmit_lockfree PUBLIC PkgConfig::URCU Threads::Threads)
+
+# The engine and the CPU importer: static, and shared from the same objects.
+add_library(kvadmit STATIC ${KVADMIT_ENGINE_SOURCES} ${KVADMIT_CPU_IMPORTER_SOURCES})
+set_target_properties(kvadmit PROPERTIES POSITION_INDEPENDENT_CODE ON C_VISIBILITY_PRESET hidden
+  EXPORT_NAME kvadmit_static)
+target_include_directories(kvadmit PUBLIC ${_kva_public_includes}
+  PRIVATE ${PROJECT_SOURCE_DIR}/reservations ${PROJECT_SOURCE_DIR}/cuda)
+target_link_libraries(kvadmit PRIVATE kvadmit_lockfree ${CMAKE_DL_LIBS} PUBLIC Threads::Threads)
+if(KVADMIT_WITH_JEMALLOC AND KVADMIT_LINK_JEMALLOC)
+  target_link_libraries(kvadmit PRIVATE PkgConfig::JEMALLOC)
+  target_compile_definitions(kvadmit PRIVATE KVA_WITH_JEMALLOC=1)
+elseif(KVADMIT_WITH_JEMALLOC)
+  # Only jemalloc's header (its MALLOCX_* flag macros); the functions are
+  # found at run time.
+  target_include_directories(kvadmit PRIVATE ${JEMALLOC_INCLUDE_DIRS})
+  target_compile_definitions(kvadmit PRIVATE KVA_WITH_JEMALLOC=1 KVA_JEMALLOC_RUNTIME=1)
+endif()
+if(KVADMIT_FAULT_INJECTION)
+  target_compile_definitions(kvadmit PUBLIC KVA_FAULT_INJECTION=1)
+endif()
+
+add_library(kvadmit_shared SHARED $<TARGET_OBJECTS:kvadmit>)
+add_library(kvadmit::kvadmit ALIAS kvadmit_shared)
+set_target_properties(kvadmit_shared PROPERTIES OUTPUT_NAME kvadmit EXPORT_NAME kvadmit
+  VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
+target_include_directories(kvadmit_shared PUBLIC ${_kva_public_includes})
+target_link_libraries(kvadmit_shared PRIVATE kvadmit_lockfree ${CMAKE_DL_LIBS} PUBLIC Threads::Threads)
+target_link_options(kvadmit_shared PRIVATE ${_kva_shared_link_options})
+if(KVADMIT_WITH_JEMALLOC AND KVADMIT_LINK_JEMALLOC)
+  target_link_libraries(kvadmit_shared PRIVATE PkgConfig::JEMALLOC)
+endif()
+
+# The CUDA importer, its own library so that the core never needs libcudart.
+# Built in every configuration: without CUDA from the stub (create returns
+# -ENOTSUP), so hosts link it the same way everywhere.
+if(KVADMIT_WITH_CUDA)
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "52")
+    set(CMAKE_CUDA_ARCHITECTURES 90) # Hopper (H100/H200); override on the command line
+  endif()
+  file(GLOB _kva_cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/cuda/cuda_*.c)
+else()
+  set(_kva_cuda_sources ${PROJECT_SOURCE_DIR}/cuda/cpu_cuda_stub.c)
+endif()
+add_library(kvadmit_cuda_static STATIC ${_kva_cuda_sources})
+add_library(kvadmit::cuda_static ALIAS kvadmit_cuda_static)
+set_target_properties(kvadmit_cuda_static PROPERTIES OUTPUT_NAME kvadmit-cuda
+  POSITION_INDEPENDENT_CODE ON C_VISIBILITY_PRESET hidden EXPORT_NAME cuda_static)
+target_include_directories(kvadmit_cuda_static PRIVATE ${PROJECT_SOURCE_DIR}/cuda)
+# The importer's shared helpers (cpu_import_common.c) come from libkvadmit.a.
+target_link_libraries(kvadmit_cuda_static PUBLIC kvadmit PRIVATE kvadmit_lockfree)
+
+add_library(kvadmit_cuda SHARED $<TARGET_OBJECTS:kvadmit_cuda_static>)
+add_library(kvadmit::cuda ALIAS kvadmit_cuda)
+set_target_properties(kvadmit_cuda PROPERTIES OUTPUT_NAME kvadmit-cuda EXPORT_NAME cuda
+  VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
+target_link_libraries(kvadmit_cuda PUBLIC kvadmit_shared)
+target_link_options(kvadmit_cuda PRIVATE ${_kva_shared_link_options})
+if(KVADMIT_WITH_CUDA)
+  # libkvadmit.so hides the helpers, so the shared CUDA library has its own copy.
+  target_sources(kvadmit_cuda PRIVATE ${PROJECT_SOURCE_DIR}/cuda/cpu_import_common.c)
+  set_target_properties(kvadmit_cuda PROPERTIES C_VISIBILITY_PRESET hidden)
+  target_include_directories(kvadmit_cuda PRIVATE ${PROJECT_SOURCE_DIR}/cuda)
+  target_link_libraries(kvadmit_cuda PRIVATE kvadmit_lockfree CUDA::cudart)
+  target_link_libraries(kvadmit_cuda_static PRIVATE CUDA::cudart)
+  foreach(_t kvadmit_cuda kvadmit_cuda_static)
+    target_compile_definitions(${_t} PUBLIC $<BUILD_INTERFACE:KVADMIT_HAVE_CUDA=1>)
+  endforeach()
+endif()
