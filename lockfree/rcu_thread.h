@@ -6,7 +6,9 @@
  * increments, no signals). Hosts call kvadmit from threads the library has
  * never seen, so registration is the library's job: kva_rcu_enter() registers
  * the calling thread on its first use (thread-local flag) and a pthread key
- * destructor unregisters it when the thread exits. urcu-bp would do the same
+ * destructor unregisters it when the thread exits (or, when that hook cannot
+ * be set, registers it only around each read-side section: never is an
+ * exited thread left registered). urcu-bp would do the same
  * implicitly but pays a registration check plus a heavier read lock on every
  * call; measured in bench/ (BM_reserve_release / BM_submit use this path).
  *
@@ -27,15 +29,43 @@
 #include <urcu/urcu-memb.h>
 #include "tsan_hb.h"
 
-/* Registers the calling thread with urcu-memb if it is not yet registered.
- * Returns 0, or -EAGAIN if the pthread key could not be created or -ENOMEM if
- * it could not be set (the thread is still registered; it is then
- * unregistered only at process exit). A thread that liburcu or the host
- * already registered is left alone (and never unregistered by kvadmit). */
+/* Once per process (any thread; idempotent): creates the exit-hook key and
+ * liburcu's default call_rcu thread with every signal blocked. 0, or -EAGAIN
+ * when the key could not be created. kva_slab_init calls it. */
+int kva_rcu_init(void);
+
+/* Registers the calling thread with urcu-memb if it is not yet registered,
+ * together with the exit hook that unregisters it. Returns 0, or -EAGAIN if
+ * the pthread key could not be created, -ENOMEM if it could not be set for
+ * this thread, -ESRCH if the thread's exit hook already ran (a later key
+ * destructor calling in): the thread is then "transient", registered only
+ * inside each outermost kva_rcu_read_lock section and kva_rcu_call (slower,
+ * still correct), so no exited thread stays registered. A thread that liburcu
+ * or the host already registered is left alone (and never unregistered by
+ * kvadmit); if the host unregisters a thread kvadmit registered, the exit
+ * hook sees it and does not unregister it again. */
 int kva_rcu_enter(void);
 
-/* true when the calling thread is registered through kva_rcu_enter(). */
+/* true when the calling thread is registered for good (kvadmit's or its
+ * owner's registration), false when unregistered or transient. */
 bool kva_rcu_registered(void);
+
+/* Fork handlers for liburcu's call_rcu threads (urcu-memb's
+ * call_rcu_before_fork / after_fork_parent / after_fork_child); the child's
+ * new call_rcu thread starts with every signal blocked. */
+void kva_rcu_atfork_prepare(void);
+void kva_rcu_atfork_parent(void);
+void kva_rcu_atfork_child(void);
+
+/* Transient threads (see kva_rcu_enter). */
+extern _Thread_local unsigned kva__rcu_transient_depth;
+void kva__rcu_transient_read_lock(void);
+void kva__rcu_transient_read_unlock(void);
+/* Tests: the exit hook of the next n registrations fails as if
+ * pthread_setspecific had returned ENOMEM. */
+void kva__rcu_fail_exit_hook(int n);
+/* Tests: liburcu's own "registered" flag of the calling thread. */
+bool kva__rcu_urcu_registered(void);
 
 /* A small number for the calling thread, assigned round-robin on its first
  * call (0, 1, 2, ...): an index for per-thread shards (inbox lanes, free-slot
@@ -45,7 +75,10 @@ unsigned kva_thread_index(void);
 /* Read-side critical section helpers (register on first use). */
 static inline void kva_rcu_read_lock(void)
 {
-	(void)kva_rcu_enter();
+	if (__builtin_expect(kva_rcu_enter() != 0, 0)) {
+		kva__rcu_transient_read_lock();
+		return;
+	}
 	urcu_memb_read_lock();
 }
 
@@ -65,6 +98,10 @@ extern char kva__rcu_tsan_gp;
 static inline void kva_rcu_read_unlock(void)
 {
 	KVA__TSAN_RELEASE(&kva__rcu_tsan_gp);
+	if (__builtin_expect(kva__rcu_transient_depth != 0, 0)) {
+		kva__rcu_transient_read_unlock();
+		return;
+	}
 	urcu_memb_read_unlock();
 }
 
@@ -74,6 +111,12 @@ static inline void kva_rcu_read_unlock(void)
 static inline void kva_rcu_call(struct rcu_head *head, void (*func)(struct rcu_head *head))
 {
 	KVA__TSAN_RELEASE(&kva__rcu_tsan_gp);
+	if (__builtin_expect(kva_rcu_enter() != 0, 0)) {
+		kva__rcu_transient_read_lock(); /* call_rcu wants a registered caller */
+		urcu_memb_call_rcu(head, func);
+		kva__rcu_transient_read_unlock();
+		return;
+	}
 	urcu_memb_call_rcu(head, func);
 }
 

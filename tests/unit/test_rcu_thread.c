@@ -9,7 +9,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "rcu_thread.h"
 
@@ -81,9 +86,151 @@ static void test_thread_registered_by_its_owner_is_left_alone(void **state)
 	kva_rcu_synchronize();
 }
 
+/* Item 9 of the hardening issue: a thread whose exit hook cannot be set
+ * must not stay in liburcu's registry after it exits. */
+struct transient_probe {
+	int enter_rc, registered_api, urcu_outside, urcu_inside, urcu_after;
+};
+
+static void *transient_thread(void *p)
+{
+	struct transient_probe *r = p;
+	r->enter_rc = kva_rcu_enter();
+	r->registered_api = kva_rcu_registered();
+	r->urcu_outside = kva__rcu_urcu_registered();
+	kva_rcu_read_lock();
+	kva_rcu_read_lock(); /* nested: registered once, for the outermost */
+	r->urcu_inside = kva__rcu_urcu_registered();
+	kva_rcu_read_unlock();
+	kva_rcu_read_unlock();
+	r->urcu_after = kva__rcu_urcu_registered();
+	return NULL;
+}
+
+static void check_transient(const struct transient_probe *r, int rc)
+{
+	assert_int_equal(r->enter_rc, rc);
+	assert_false(r->registered_api);
+	assert_false(r->urcu_outside);
+	assert_true(r->urcu_inside);
+	assert_false(r->urcu_after);
+}
+
+static void test_failed_setspecific_leaves_no_exited_thread_registered(void **state)
+{
+	(void)state;
+	for (int round = 0; round < 8; round++) {
+		pthread_t th;
+		struct transient_probe r = {0};
+		kva__rcu_fail_exit_hook(1);
+		assert_int_equal(pthread_create(&th, NULL, transient_thread, &r), 0);
+		pthread_join(th, NULL);
+		check_transient(&r, -ENOMEM);
+		kva_rcu_synchronize(); /* walks the registry: no dangling reader */
+	}
+}
+
+/* In a child process, so that kvadmit's key is not created yet there:
+ * every pthread key is taken first, so pthread_key_create fails. */
+static void test_failed_key_create_leaves_no_exited_thread_registered(void **state)
+{
+	(void)state;
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		pthread_key_t k;
+		while (pthread_key_create(&k, NULL) == 0)
+			;
+		pthread_t th;
+		struct transient_probe r = {0};
+		if (pthread_create(&th, NULL, transient_thread, &r) != 0)
+			_exit(3);
+		pthread_join(th, NULL);
+		if (r.enter_rc != -EAGAIN || r.registered_api || r.urcu_outside || !r.urcu_inside ||
+		    r.urcu_after)
+			_exit(1);
+		kva_rcu_synchronize();
+		_exit(0);
+	}
+	int st = 0;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* A later key destructor that calls kvadmit after kvadmit's own exit hook
+ * ran: the thread is transient from then on, never registered again for
+ * good (the hook would not run again to unregister it). */
+static pthread_key_t late_key;
+static struct transient_probe late_probe;
+static int late_rounds;
+
+static void late_destructor(void *v)
+{
+	(void)v;
+	if (++late_rounds == 1) {
+		/* run once more, in the next round: kvadmit's hook ran by then */
+		(void)pthread_setspecific(late_key, (void *)1);
+		return;
+	}
+	transient_thread(&late_probe);
+}
+
+static void *late_thread(void *p)
+{
+	(void)p;
+	assert_int_equal(kva_rcu_enter(), 0);
+	(void)pthread_setspecific(late_key, (void *)1);
+	return NULL;
+}
+
+static void test_call_from_a_later_key_destructor_stays_transient(void **state)
+{
+	(void)state;
+	assert_int_equal(pthread_key_create(&late_key, late_destructor), 0);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, late_thread, NULL), 0);
+	pthread_join(th, NULL);
+	assert_int_equal(late_rounds, 2);
+	check_transient(&late_probe, -ESRCH);
+	kva_rcu_synchronize();
+	pthread_key_delete(late_key);
+}
+
+/* The other order: kvadmit registered the thread first. The host may use
+ * urcu-memb read-side sections on it as they are (it is registered), and if
+ * it unregisters the thread itself before exiting, kvadmit's exit hook must
+ * not unregister it a second time (liburcu asserts on that). */
+static void *host_after(void *p)
+{
+	int *ok = p;
+	*ok = kva_rcu_enter() == 0 && kva_rcu_registered() && kva__rcu_urcu_registered();
+	urcu_memb_read_lock();
+	urcu_memb_read_unlock();
+	urcu_memb_unregister_thread();
+	return NULL;
+}
+
+static void test_thread_registered_by_kvadmit_then_unregistered_by_its_host(void **state)
+{
+	(void)state;
+	pthread_t th;
+	int ok = 0;
+
+	assert_int_equal(pthread_create(&th, NULL, host_after, &ok), 0);
+	pthread_join(th, NULL);
+	assert_true(ok);
+	kva_rcu_synchronize();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    /* first: forks before this process created kvadmit's key */
+	    cmocka_unit_test(test_failed_key_create_leaves_no_exited_thread_registered),
+	    cmocka_unit_test(test_failed_setspecific_leaves_no_exited_thread_registered),
+	    cmocka_unit_test(test_call_from_a_later_key_destructor_stays_transient),
+	    cmocka_unit_test(test_thread_registered_by_kvadmit_then_unregistered_by_its_host),
 	    cmocka_unit_test(test_thread_registers_on_first_use_and_unregisters_at_exit),
 	    cmocka_unit_test(test_thread_registered_by_its_owner_is_left_alone),
 	};
