@@ -12,11 +12,14 @@
  *   R3/A3  a thread leaves its cache -> the thread that adopts it
  *   R4/A4  a chain pushed on the free stack -> the thread that pops it
  *   R5/A5  a cache linked into the slab's list -> a thread walking the list
+ *   R6/A6  a ticket pushed on the ticket free list -> the thread that pops it
+ *   R7/A7  a ticket segment published -> a thread reading a ticket by index
  */
 #include "slab.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct kva_slab_cache {
@@ -40,6 +43,102 @@ static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t exit_key;
 static int exit_key_err;
 
+static struct kva_slab *slab_by_serial(uint64_t serial);
+
+/* ---- reclaim tickets ----------------------------------------------------------
+ *
+ * A flushed batch of retired slots travels through call_rcu on a ticket, not
+ * in the slots' own memory, so a slab can be finished with callbacks still
+ * queued: kva_slab_fini needs no urcu_memb_barrier (liburcu 0.13's call_rcu
+ * thread sleeps 10 ms between batches, which made every engine teardown cost
+ * 10 ms). A callback finds its slab by serial in the registry, under
+ * registry_lock (fini unlinks it under the same lock before freeing), and
+ * only hands its ticket back when the slab is gone.
+ *
+ * Tickets live in segments that are never freed (plain malloc: they outlive
+ * every slab). The free list is a Treiber stack of ticket indices whose top
+ * carries a 32-bit tag bumped by every pop: any retiring thread pops, call_rcu
+ * threads push, and a pop whose top was popped and pushed again meanwhile
+ * fails its CAS on the tag.
+ */
+#define TICKET_SEG_SHIFT 8u
+#define TICKET_SEGS 4096u
+
+struct ticket {
+	struct rcu_head head;
+	uint64_t serial;      /* the slab the batch returns to */
+	uint32_t first;       /* the chain's first slot, linked by hdr.next */
+	uint32_t self;        /* index in the pool */
+	_Atomic uint32_t next; /* free list: index + 1, 0 = none */
+};
+
+static _Atomic(struct ticket *) ticket_seg[TICKET_SEGS];
+static _Atomic uint32_t ticket_nsegs;
+static _Atomic uint64_t ticket_top; /* pop tag << 32 | (index + 1) */
+
+static struct ticket *ticket_at(uint32_t i)
+{
+	/* A7: pairs with R7 in ticket_grow — the segment's tickets are set up. */
+	struct ticket *seg = atomic_load_explicit(&ticket_seg[i >> TICKET_SEG_SHIFT],
+	                                          memory_order_acquire);
+	return &seg[i & ((1u << TICKET_SEG_SHIFT) - 1)];
+}
+
+/* Pushes the chain first..last (linked by next) on the free list. */
+static void ticket_push(struct ticket *first, struct ticket *last)
+{
+	uint64_t top = atomic_load_explicit(&ticket_top, memory_order_relaxed), want;
+	do {
+		atomic_store_explicit(&last->next, (uint32_t)top, memory_order_relaxed);
+		want = (top & ~(uint64_t)UINT32_MAX) | (first->self + 1u);
+		/* R6: the tickets' links, and the callback's last reads of them, to
+		 * the popper (A6). */
+	} while (!atomic_compare_exchange_weak_explicit(&ticket_top, &top, want, memory_order_release,
+	                                                memory_order_relaxed));
+}
+
+/* A new segment: its first ticket for the caller, the rest on the free list.
+ * NULL when no segment is left or malloc fails (that segment stays a hole). */
+static struct ticket *ticket_grow(void)
+{
+	uint32_t k = atomic_load_explicit(&ticket_nsegs, memory_order_relaxed);
+	do {
+		if (k >= TICKET_SEGS)
+			return NULL;
+	} while (!atomic_compare_exchange_weak_explicit(&ticket_nsegs, &k, k + 1,
+	                                                memory_order_relaxed, memory_order_relaxed));
+	const uint32_t n = 1u << TICKET_SEG_SHIFT;
+	struct ticket *seg = malloc(n * sizeof(*seg));
+	if (!seg)
+		return NULL;
+	for (uint32_t i = 0; i < n; i++) {
+		seg[i].self = (k << TICKET_SEG_SHIFT) + i;
+		atomic_init(&seg[i].next, i + 1 < n ? seg[i].self + 2u : 0u);
+	}
+	/* R7: the tickets' indices, to ticket_at (A7). */
+	atomic_store_explicit(&ticket_seg[k], seg, memory_order_release);
+	ticket_push(&seg[1], &seg[n - 1]);
+	return &seg[0];
+}
+
+/* Any thread: a free ticket, or NULL (no memory). */
+static struct ticket *ticket_get(void)
+{
+	/* A6: pairs with R6 in ticket_push. */
+	uint64_t top = atomic_load_explicit(&ticket_top, memory_order_acquire);
+	for (;;) {
+		uint32_t i = (uint32_t)top;
+		if (!i)
+			return ticket_grow();
+		struct ticket *t = ticket_at(i - 1);
+		uint32_t nx = atomic_load_explicit(&t->next, memory_order_relaxed);
+		uint64_t want = (((top >> 32) + 1u) << 32) | nx;
+		if (atomic_compare_exchange_weak_explicit(&ticket_top, &top, want, memory_order_acquire,
+		                                          memory_order_acquire))
+			return t;
+	}
+}
+
 static uint32_t chunk_slots(uint32_t c)
 {
 	return c < KVA_SLAB_DOUBLINGS ? 1u << (KVA_SLAB_FIRST_SHIFT + c) : 1u << KVA_SLAB_BIG_SHIFT;
@@ -58,6 +157,9 @@ int kva_slab_init(struct kva_slab *s, size_t slot_size, size_t rcu_off, kva_slab
 	    rcu_off < sizeof(struct kva_slab_hdr) || rcu_off % alignof(struct kva_slab_rcu) ||
 	    rcu_off + sizeof(struct kva_slab_rcu) > slot_size || slot_size > UINT32_MAX)
 		return -EINVAL;
+	int rc = kva_rcu_init(); /* exit hooks for reader threads, the call_rcu thread */
+	if (rc)
+		return rc;
 	memset(s, 0, sizeof(*s));
 	s->slot_size = (uint32_t)slot_size;
 	s->rcu_off = (uint32_t)rcu_off;
@@ -80,8 +182,8 @@ void kva_slab_fini(struct kva_slab *s)
 {
 	if (!s)
 		return;
-	/* After urcu_memb_barrier() (the contract): every callback of this
-	 * slab has run; TSan learns it here (the release in reclaim_batch). */
+	/* Callbacks still queued for this slab find it unlinked below and touch
+	 * nothing; one running now holds registry_lock until it is done. */
 	kva_rcu_reclaim_begin();
 	pthread_mutex_lock(&registry_lock);
 	for (struct kva_slab **p = &registry; *p; p = &(*p)->live_next)
@@ -229,12 +331,13 @@ static int grow(struct kva_slab *s, struct kva_slab_cache *c)
 
 /* ---- per-thread caches ------------------------------------------------------ */
 
-static bool slab_live(uint64_t serial)
+/* Under registry_lock: the live slab with this serial, or NULL. */
+static struct kva_slab *slab_by_serial(uint64_t serial)
 {
 	for (struct kva_slab *x = registry; x; x = x->live_next)
 		if (x->serial == serial)
-			return true;
-	return false;
+			return x;
+	return NULL;
 }
 
 /* The thread stops using a cache; its slots stay in it for the next thread
@@ -243,7 +346,7 @@ static void detach(struct tls_cache *t)
 {
 	pthread_mutex_lock(&registry_lock);
 	/* R3: the cache's slots, to the thread that adopts it (A3). */
-	if (slab_live(t->serial))
+	if (slab_by_serial(t->serial))
 		atomic_store_explicit(&t->c->owned, 0, memory_order_release);
 	pthread_mutex_unlock(&registry_lock);
 	t->serial = 0;
@@ -341,14 +444,11 @@ uint32_t kva_slab_publish(struct kva_slab *s, void *slot)
 
 /* After the grace period: the retired chain (linked by hdr.next) becomes
  * batches — walked here, on the call_rcu thread, so refills never walk. */
-static void reclaim_batch(struct rcu_head *head)
+static void reclaim_chain(struct kva_slab *s, uint32_t first)
 {
-	kva_rcu_reclaim_begin();
-	struct kva_slab_rcu *r = caa_container_of(head, struct kva_slab_rcu, head);
-	struct kva_slab *s = r->slab;
-	uint32_t idx[KVA_SLAB_REFILL], m = 0, next_head = 0, last_head = r->first;
-	unsigned k = r->first; /* spread batches over the stacks by index */
-	for (uint32_t i = r->first + 1; i;) {
+	uint32_t idx[KVA_SLAB_REFILL], m = 0, next_head = 0, last_head = first;
+	unsigned k = first; /* spread batches over the stacks by index */
+	for (uint32_t i = first + 1; i;) {
 		uint32_t nx = atomic_load_explicit(&hdr(s, i - 1)->next, memory_order_relaxed);
 		idx[m++] = i - 1;
 		if (m == s->batch_cap || !nx) {
@@ -359,9 +459,21 @@ static void reclaim_batch(struct rcu_head *head)
 		i = nx;
 	}
 	push_batches(s, k, next_head - 1, last_head);
-	/* For TSan: this callback's use of the slab, to kva_slab_fini after
-	 * urcu_memb_barrier() (which TSan cannot see). */
+}
+
+static void reclaim_ticket(struct rcu_head *head)
+{
+	kva_rcu_reclaim_begin();
+	struct ticket *t = caa_container_of(head, struct ticket, head);
+	pthread_mutex_lock(&registry_lock);
+	struct kva_slab *s = slab_by_serial(t->serial);
+	if (s)
+		reclaim_chain(s, t->first);
+	/* For TSan: this callback's use of the slab, to kva_slab_fini (the
+	 * mutex orders them too) and to whoever waits in urcu_memb_barrier. */
 	KVA__TSAN_RELEASE(&kva__rcu_tsan_gp);
+	pthread_mutex_unlock(&registry_lock);
+	ticket_push(t, t);
 }
 
 void kva_slab_retire(struct kva_slab *s, struct kva_slab_retired *b, uint32_t idx)
@@ -382,10 +494,27 @@ void kva_slab_flush(struct kva_slab *s, struct kva_slab_retired *b)
 {
 	if (!b->n)
 		return;
-	struct kva_slab_rcu *r = (struct kva_slab_rcu *)((char *)hdr(s, b->first - 1) + s->rcu_off);
-	r->slab = s;
-	r->first = b->first - 1;
-	r->last = b->last - 1;
+	struct ticket *t = ticket_get();
+	if (!t)
+		return; /* no memory for a ticket: the chain waits for a later flush */
+	t->serial = s->serial;
+	t->first = b->first - 1;
 	*b = (struct kva_slab_retired){0, 0, 0};
-	kva_rcu_call(&r->head, reclaim_batch);
+	kva_rcu_call(&t->head, reclaim_ticket);
+}
+
+void kva_slab_atfork_prepare(void)
+{
+	pthread_mutex_lock(&registry_lock);
+}
+
+void kva_slab_atfork_parent(void)
+{
+	pthread_mutex_unlock(&registry_lock);
+}
+
+void kva_slab_atfork_child(void)
+{
+	/* The forking thread took it in prepare: it is the owner here too. */
+	pthread_mutex_unlock(&registry_lock);
 }

@@ -14,7 +14,9 @@
  * (even) and hands it back only after an RCU grace period, so a reader that
  * matched the old generation inside its read-side section never sees the
  * slot reused, and a handle never matches a slot in transit. A slot wraps
- * after 2^31 incarnations of that one slot.
+ * after 2^31 incarnations of that one slot. A flushed batch travels through
+ * call_rcu on a ticket from a process-wide pool, not in the slots, so fini
+ * never waits for call_rcu: callbacks still queued find the slab gone.
  *
  * Free slots: each thread allocates from its own cache (64 indices), refilled
  * with one batch of up to 32 (one CAS; the batch's first slot lists the
@@ -36,7 +38,7 @@
  *   kva_slab_alloc / _publish    | everything but init/fini (any threads)
  *   kva_slab_lookup / _get       | everything but init/fini (RCU reader)
  *   kva_slab_retire / _flush     | everything but itself (one retirer)
- *   kva_slab_init / _fini        | nothing; fini after rcu_barrier
+ *   kva_slab_init / _fini        | nothing (no barrier needed before fini)
  */
 #ifndef KVA_LOCKFREE_SLAB_H
 #define KVA_LOCKFREE_SLAB_H
@@ -72,11 +74,12 @@ struct kva_slab_hdr {
 	_Atomic uint32_t next; /* free-stack link: index + 1, 0 = none */
 };
 
-/* The area of a slot that the slab uses while a retired slot waits for its
- * grace period. The user places it where no reader looks (a union with
- * owner-private fields). While a slot is free the slab also writes the bytes
- * between the header and this area (a free batch's list); the bytes after
- * it survive from one incarnation of the slot to the next. */
+/* The area of a slot that the slab may write while the slot is free (a free
+ * batch's list, from the header to the end of this area). The user places
+ * it where no reader looks (a union with owner-private fields); the bytes
+ * after it survive from one incarnation of the slot to the next. Its fields
+ * are no longer used by name (a flushed batch travels on a ticket): the
+ * struct keeps the area's size. */
 struct kva_slab_rcu {
 	struct rcu_head head;
 	struct kva_slab *slab;
@@ -111,12 +114,15 @@ struct kva_slab {
 	_Atomic(char *) chunk[KVA_SLAB_MAX_CHUNKS]; /* R1 of slab.c publishes each */
 };
 
-/* 0, -EINVAL (slot_size too small for the header or rcu_off misplaced). The
+/* 0, -EINVAL (slot_size too small for the header or rcu_off misplaced),
+ * -EAGAIN (kva_rcu_init: no pthread key for reader threads' exit hook). The
  * allocator hooks provide chunk memory (e.g. a dedicated arena). */
 int kva_slab_init(struct kva_slab *s, size_t slot_size, size_t rcu_off, kva_slab_alloc_fn a,
                   kva_slab_free_fn f);
-/* Frees every chunk. No call_rcu of this slab may be pending
- * (urcu_memb_barrier() first) and no other thread may use it. */
+/* Frees every chunk. No other thread may use the slab; retired slots not yet
+ * flushed are simply dropped. No barrier is needed: callbacks of earlier
+ * flushes still queued in call_rcu find the slab gone and do nothing (they
+ * never touch its memory), so fini never waits for the call_rcu thread. */
 void kva_slab_fini(struct kva_slab *s);
 
 /* Any thread. A free slot (its generation even), its index in *idx; NULL
@@ -182,8 +188,17 @@ static inline void *kva_slab_lookup(const struct kva_slab *s, uint32_t idx, uint
 /* The one retiring thread. The slot stops matching its generation now and
  * joins *batch; the batch is flushed (handed to call_rcu) when full. */
 void kva_slab_retire(struct kva_slab *s, struct kva_slab_retired *batch, uint32_t idx);
-/* The one retiring thread: hands a partial batch to call_rcu. */
+/* The one retiring thread: hands a partial batch to call_rcu (on a ticket;
+ * when no ticket memory is left the batch stays for a later flush). */
 void kva_slab_flush(struct kva_slab *s, struct kva_slab_retired *batch);
+
+/* Fork (kva_atfork_* in kvadmit.h): prepare takes the registry lock that
+ * call_rcu callbacks and thread attach/exit take; parent and child release
+ * it. Call prepare after liburcu's call_rcu_before_fork (its callbacks need
+ * the lock to finish) and release before the after_fork ones. */
+void kva_slab_atfork_prepare(void);
+void kva_slab_atfork_parent(void);
+void kva_slab_atfork_child(void);
 
 /* Slots in published chunks (a statistic). */
 static inline uint32_t kva_slab_slots(const struct kva_slab *s)

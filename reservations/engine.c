@@ -170,9 +170,11 @@ void kva_engine_destroy(kva_engine *e)
 	kva_inbox_batch_init(&b);
 	discard_queue(&e->local, &e->local_batch);
 	discard_queue(&e->deferred, &b);
-	kva_slab_flush(&e->slab, &e->retired);
-	urcu_memb_barrier(); /* every retired slot is back, no callback pending */
-	kva_rcu_reclaim_begin();
+	/* No reader is left (the contract), so retired slots need no grace
+	 * period and no barrier: call_rcu callbacks still queued for the slab
+	 * find it gone (slab.c). Destroy never waits for liburcu's call_rcu
+	 * thread, which sleeps 10 ms between batches and may not exist at all
+	 * in a forked child. */
 	kva__rec_free_all(e);
 	kva_slab_fini(&e->slab);
 	kva_idmap_fini(&e->live_ids);

@@ -8,9 +8,10 @@
 # every input once; seeds and regress-* inputs), then, when SECONDS > 0, fuzzes
 # it for SECONDS on a scratch corpus under BUILD_DIR/fuzz-work/<target>/ seeded
 # from the checked-in one, and prints libFuzzer's own summary lines. The engine
-# targets run FUZZ_FORKS (default 4) libFuzzer fork-mode workers: each
-# kva_engine_destroy waits about 10 ms for liburcu's call_rcu thread, so one
-# process is mostly asleep. Exits non-zero if a replay or a run failed or left
+# targets run FUZZ_FORKS (default 4) libFuzzer fork-mode workers (an input
+# costs what its operations cost: kva_engine_destroy no longer waits for
+# liburcu's call_rcu thread, so more workers than cores only add overhead;
+# FUZZ_FORKS=1 is as fast on two cores). Exits non-zero if a replay or a run failed or left
 # a crash, leak or timeout artifact (kept in BUILD_DIR/fuzz-work/<target>/).
 set -uo pipefail
 
