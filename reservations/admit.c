@@ -56,15 +56,48 @@ static void plan_admit(kva_engine *e, struct kva__req *r, uint8_t how, uint32_t 
 	kva__rec_set_state(e, r, KVA_STATE_RUNNING);
 }
 
-/* Takes n page ids for credits r already holds. */
-static void take_pages(kva_engine *e, struct kva__grant *g, uint32_t n, uint32_t total)
+/* Page ids for credits just reserved were not in the pool. Cannot happen
+ * while ids >= credits outstanding (R1/A1 of capacity.c); if that invariant
+ * ever broke, nothing garbage is handed out: the credits go back, the head
+ * waits, and the host hears of it. */
+static int pages_missing(kva_engine *e, struct kva__req *r, struct kva_credits reserved)
 {
-	bool ok = kva_pagepool_take_n(&e->pool, g->pages, n);
-	(void)ok; /* cannot fail: ids in the pool >= credits outstanding (R1/A1 of capacity.c) */
+	kva_capacity_release(&e->cap, reserved);
+	kva__log(e, KVA_LOG_ERROR, "kvadmit: no page ids for request %llu's owned credits",
+	         (unsigned long long)r->id);
+	e->plan->head_blocked = true;
+	return 0;
+}
+
+/* Takes n page ids for the `total` credits r just reserved; false: the pool
+ * had fewer ids (nothing taken). */
+static bool take_pages(kva_engine *e, struct kva__grant *g, uint32_t n, uint32_t total)
+{
+	if (!kva_pagepool_take_n(&e->pool, g->pages, n))
+		return false;
 	atomic_store_explicit(&g->npages, n, memory_order_relaxed);
 	atomic_store_explicit(&g->reserved, total - n, memory_order_relaxed);
 	g->import_pages = n;
 	kva__st_add(e, ST_RESERVED_PAGES, total);
+	return true;
+}
+
+/* The head's page list could not be allocated: it holds the line this step
+ * (head_blocked) and is retried at the next. */
+static int head_no_memory(kva_engine *e, struct kva__req *r)
+{
+	e->plan->head_blocked = true;
+	kva__alloc_failed(e, r->id, "page list");
+	return 0;
+}
+
+/* The head does not fit the plan: -1 (admission stops for this step); if
+ * it could not fit even an empty plan, the plan is too small. */
+static int head_no_room(kva_engine *e, struct kva__req *r, uint32_t pages)
+{
+	if (!kva__plan_could_hold(e->plan, pages))
+		kva__plan_too_small(e, r->id, "admission pages", pages);
+	return -1;
 }
 
 /* ---- the head's timers (rules 8, 18) ----------------------------------------- */
@@ -207,13 +240,15 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 		uint32_t total = prompt_pages + e->cfg.decode_headroom_pages;
 		uint32_t kp = kva__pages_for(e, c->position);
 		if (local && !plan_room(p, kp))
-			return -1;
+			return head_no_room(e, r, kp);
 		if (kva__grant_ensure(e, r, kp) != 0)
-			return 0; /* out of memory: try again next step, nothing taken */
+			return head_no_memory(e, r); /* nothing taken */
+		kva__alloc_ok(e);
 		/* rules 4 and 5: everything it needs or nothing, above the watermark */
 		struct kva_credits want = {total, local ? 0 : 1, 1};
 		if (kva_capacity_try_reserve(&e->cap, want, e->cfg.decode_reserve_pages)) {
-			take_pages(e, kva__grant(r), kp, total);
+			if (!take_pages(e, kva__grant(r), kp, total))
+				return pages_missing(e, r, want);
 			/* rule 11: a new reservation (after preemption or reset too)
 			 * gets the whole retry budget; the grant outlives them */
 			kva__grant(r)->retries = 0;
@@ -221,6 +256,7 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 			if (local) {
 				plan_admit(e, r, KVA_ADMIT_LOCAL, c->position, 0);
 			} else {
+				kva__grant(r)->queue_seq = ++e->import_seq;
 				kva__rec_set_state(e, r, KVA_STATE_IMPORTING);
 				kva__copy_start(e, r);
 			}
@@ -243,19 +279,21 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 	if (first > e->usable_pages)
 		first = e->usable_pages; /* a first chunk larger than the pool could never start */
 	if (!plan_room(p, first))
-		return -1;
+		return head_no_room(e, r, first);
 	if (kva__grant_ensure(e, r, first) != 0)
-		return 0;
-	if (!kva_capacity_try_reserve(&e->cap, (struct kva_credits){first, 0, 1},
-	                              e->cfg.decode_reserve_pages)) {
+		return head_no_memory(e, r);
+	kva__alloc_ok(e);
+	struct kva_credits want = {first, 0, 1};
+	if (!kva_capacity_try_reserve(&e->cap, want, e->cfg.decode_reserve_pages)) {
 		head_block(e, r, false);
 		return 0;
 	}
+	if (!take_pages(e, kva__grant(r), first, first))
+		return pages_missing(e, r, want);
 	if (legacy) {
 		head_forget(e, r);
 		kva__fallback(e, r, KVA_REASON_LEGACY);
 	}
-	take_pages(e, kva__grant(r), first, first);
 	kva__admit_forget_waiting(e, r);
 	plan_admit(e, r, KVA_ADMIT_RECOMPUTE, 0, 0);
 	return 1;
@@ -270,11 +308,23 @@ static bool take_more(kva_engine *e, struct kva__req *r, uint32_t tokens)
 	uint32_t want = kva__pages_for(e, tokens);
 	if (want <= n)
 		return true;
-	if (!plan_room(e->plan, want) || kva__grant_ensure(e, r, want) != 0)
+	if (!plan_room(e->plan, want)) {
+		if (!kva__plan_could_hold(e->plan, want))
+			kva__plan_too_small(e, r->id, "admission pages", want);
 		return false;
+	}
+	if (kva__grant_ensure(e, r, want) != 0) {
+		kva__alloc_failed(e, r->id, "page list");
+		return false;
+	}
 	g = kva__grant(r);
-	bool ok = kva_pagepool_take_n(&e->pool, g->pages + n, want - n);
-	(void)ok; /* cannot fail: the credits are owned (R1/A1 of capacity.c) */
+	if (!kva_pagepool_take_n(&e->pool, g->pages + n, want - n)) {
+		/* the credits are owned, so the ids must be there (R1/A1 of
+		 * capacity.c); if not, admit with the imported pages only */
+		kva__log(e, KVA_LOG_ERROR, "kvadmit: no page ids for request %llu's owned credits",
+		         (unsigned long long)r->id);
+		return true;
+	}
 	atomic_store_explicit(&g->npages, want, memory_order_relaxed);
 	atomic_store_explicit(&g->reserved,
 	                      atomic_load_explicit(&g->reserved, memory_order_relaxed) - (want - n),
@@ -287,8 +337,12 @@ static bool take_more(kva_engine *e, struct kva__req *r, uint32_t tokens)
 static bool admit_ready(kva_engine *e, struct kva__req *r)
 {
 	struct kva__grant *g = kva__grant(r);
-	if (!plan_room(e->plan, atomic_load_explicit(&g->npages, memory_order_relaxed)))
+	uint32_t n = atomic_load_explicit(&g->npages, memory_order_relaxed);
+	if (!plan_room(e->plan, n)) {
+		if (!kva__plan_could_hold(e->plan, n))
+			kva__plan_too_small(e, r->id, "imported pages", n);
 		return false;
+	}
 	if (r->flags & KVA__F_RESTORE) {
 		const kva_checkpoint *c = kva__sel(r);
 		/* rule 22: a local checkpoint the host stated during the copy
@@ -309,11 +363,19 @@ static bool admit_ready(kva_engine *e, struct kva__req *r)
 	return true;
 }
 
+/* The READY list stays in queue order (the order imports left the head), so
+ * READY restores are admitted and reset (rule 17) in that order whatever
+ * order their copies finish in. Copies mostly finish in order: the walk from
+ * the tail is short. */
 static void make_ready(kva_engine *e, struct kva__req *r)
 {
 	kva_capacity_release(&e->cap, (struct kva_credits){0, 1, 0}); /* the copy slot */
 	kva__rec_set_state(e, r, KVA_STATE_READY);
-	cds_list_add_tail(&r->link, &e->ready);
+	uint64_t seq = kva__grant(r)->queue_seq;
+	struct cds_list_head *at = e->ready.prev;
+	while (at != &e->ready && kva__grant(kva__req_of_link(at))->queue_seq > seq)
+		at = at->prev;
+	cds_list_add(&r->link, at);
 }
 
 void kva__admit_on_copy(kva_engine *e, struct kva__req *r, struct kva__event *ev)

@@ -104,19 +104,24 @@ enum kva__copy_outcome kva__copy_on_report(kva_engine *e, struct kva__req *r,
 	return KVA__COPY_READY; /* recomputes with the capacity it already owns */
 }
 
-/* Without importers the plan is the only channel, so a job waits until the
- * plan has room for all its ranks. */
+/* A job is listed whole or waits: without importers the plan is the only
+ * channel; with them the list is optional (a cap of 0 lists nothing) but
+ * never partial. A job waits until the plan has room for all its ranks. */
 void kva__copy_dispatch_pending(kva_engine *e)
 {
 	kva_plan *p = e->plan;
 	uint32_t w = e->cfg.world_size;
 	bool importers = e->cfg.importers[0].submit != NULL;
+	bool listed = !importers || p->copies_cap > 0;
 	struct cds_list_head *pos, *tmp;
 	cds_list_for_each_safe(pos, tmp, &e->copy_pending) {
 		struct kva__req *r = kva__req_of_link(pos);
 		struct kva__grant *g = kva__grant(r);
-		if (!importers && p->copies_cap - p->n_copies < w)
+		if (listed && p->copies_cap - p->n_copies < w) {
+			if (p->copies_cap < w)
+				kva__plan_too_small(e, r->id, "copy job ranks", w);
 			break;
+		}
 		cds_list_del(&r->link);
 		g->copy_queued = false;
 		p->records_touched++;
@@ -138,7 +143,7 @@ void kva__copy_dispatch_pending(kva_engine *e)
 		};
 		for (uint32_t rank = 0; rank < w; rank++) {
 			job.rank = rank;
-			if (p->n_copies < p->copies_cap)
+			if (listed)
 				p->copies[p->n_copies++] = job;
 			if (importers && e->cfg.importers[rank].submit(e->cfg.importers[rank].ctx, e, &job) != 0)
 				kva__grant_report(e, g, g->attempts, rank, -1); /* refused: that rank failed */

@@ -62,7 +62,7 @@ static int config_check(const kva_config *c)
 	if (!c->total_pages || !c->page_tokens || !c->prefill_chunk_tokens || !c->copy_slots ||
 	    !c->max_running || !c->world_size || c->world_size > KVA_MAX_WORLD)
 		return -EINVAL;
-	if (c->decode_reserve_pages >= c->total_pages)
+	if (c->decode_reserve_pages >= c->total_pages || c->decode_headroom_pages > c->total_pages)
 		return -EINVAL;
 	if (c->policy != KVA_POLICY_WAIT && c->policy != KVA_POLICY_LEGACY)
 		return -EINVAL;
@@ -70,6 +70,20 @@ static int config_check(const kva_config *c)
 	for (uint32_t i = 1; i < c->world_size; i++)
 		if ((c->importers[i].submit != NULL) != first)
 			return -EINVAL;
+	return 0;
+}
+
+int kva_plan_min_sizes(const kva_config *cfg, kva_plan_sizes *out)
+{
+	if (!cfg || !out || config_check(cfg) != 0)
+		return -EINVAL;
+	*out = (kva_plan_sizes){
+		.admitted = 1,
+		.pages = cfg->total_pages - cfg->decode_reserve_pages,
+		.copies = cfg->importers[0].submit ? 0 : cfg->world_size,
+		.fallbacks = 0,
+		.ended = 1,
+	};
 	return 0;
 }
 
@@ -156,6 +170,13 @@ static void discard_queue(struct kva_inbox *q, struct kva_inbox_batch *b)
 		discard_event(caa_container_of(n, struct kva__event, node));
 }
 
+void kva_engine_destroy_with(kva_engine *e, kva_unfinished_fn fn, void *ctx)
+{
+	if (e && fn)
+		kva__rec_each_unreported(e, fn, ctx);
+	kva_engine_destroy(e);
+}
+
 void kva_engine_destroy(kva_engine *e)
 {
 	if (!e)
@@ -188,10 +209,33 @@ void kva_engine_destroy(kva_engine *e)
 
 /* ---- event handlers ------------------------------------------------------------ */
 
+static bool handle_cancel(kva_engine *e, struct kva__req *r);
+
+/* The live incarnation of r's id may be on its way out already: finished
+ * (kva_finish released it) or cancelled on another thread, whose event is
+ * in a lane spliced after this submit. For the host that end came first, so
+ * it is handled now (its own event then finds it ended). true: id free. */
+static bool end_departing(kva_engine *e, uint64_t id)
+{
+	uint32_t *slot = kva_idmap_find(&e->live_ids, id);
+	struct kva__req *old = slot ? kva_slab_get(&e->slab, *slot) : NULL;
+	if (!old)
+		return false;
+	if (atomic_load_explicit(&old->state, memory_order_acquire) == KVA__STATE_ENDING) {
+		old->flags |= KVA__F_EV_PENDING; /* its EV_FINISHED is still queued */
+		kva__rec_end(e, old, KVA_STATE_FINISHED);
+	}
+	else if (atomic_load_explicit(&old->cancel_requested, memory_order_relaxed))
+		handle_cancel(e, old); /* may not end it (preempted, growing): then not free */
+	return kva_idmap_find(&e->live_ids, id) == NULL;
+}
+
 /* 0, or -ENOMEM: nothing changed, the event is retried next step. */
 static int handle_submit(kva_engine *e, struct kva__req *r)
 {
 	int rc = kva__rec_claim_id(e, r);
+	if (rc == -EEXIST && end_departing(e, r->id))
+		rc = kva__rec_claim_id(e, r);
 	if (rc == -ENOMEM)
 		return rc;
 	kva__st_sched(e, ST_INGESTED, 1);
@@ -226,7 +270,7 @@ static bool handle_cancel(kva_engine *e, struct kva__req *r)
 	case KVA_STATE_RUNNING: {
 		uint32_t want = KVA_STATE_RUNNING;
 		/* Pairs with R4 of intake.c: we own the page list afterwards. */
-		if (atomic_compare_exchange_strong_explicit(&r->state, &want, KVA__STATE_ENDING,
+		if (atomic_compare_exchange_strong_explicit(&r->state, &want, KVA__STATE_CANCELLING,
 		                                            memory_order_acquire, memory_order_relaxed)) {
 			kva__st_add(e, ST_RUNNING, -1);
 			kva__rec_give_back(e, r, 0, false);
@@ -248,7 +292,15 @@ static bool handle_cancel(kva_engine *e, struct kva__req *r)
 static void handle_life_event(kva_engine *e, struct kva__req *r, uint8_t type)
 {
 	if (type == KVA__EV_FINISHED) {
-		kva__rec_end(e, r, KVA_STATE_FINISHED);
+		if (!(r->flags & KVA__F_EV_PENDING)) {
+			kva__rec_end(e, r, KVA_STATE_FINISHED);
+			return;
+		}
+		/* a resubmit of its id ended it first (end_departing): the slot,
+		 * which this event lives in, may go now */
+		r->flags &= (uint16_t)~KVA__F_EV_PENDING;
+		if (r->flags & KVA__F_REPORTED)
+			kva__rec_retire(e, r);
 		return;
 	}
 	/* preempted: back to the front with a fresh lookup, unless cancelled */
@@ -384,6 +436,14 @@ static void scout_popped(struct scouts *sc)
 		sc->near = NULL;
 }
 
+/* ev needed memory the step could not get: it is handled first next step. */
+static void stall(kva_engine *e, struct kva__event *ev)
+{
+	struct kva__req *r = event_req_hint(e, &ev->node);
+	kva__alloc_failed(e, r ? r->id : 0, "event");
+	e->stalled = ev;
+}
+
 /* Handles a batch's events in order; false when one needed memory: it waits
  * in e->stalled, the rest in the batch, for the next step. */
 static bool handle_batch(kva_engine *e, struct kva_inbox_batch *b)
@@ -394,7 +454,7 @@ static bool handle_batch(kva_engine *e, struct kva_inbox_batch *b)
 		scout_popped(&sc);
 		struct kva__event *ev = caa_container_of(n, struct kva__event, node);
 		if (dispatch_event(e, ev) != 0) {
-			e->stalled = ev;
+			stall(e, ev);
 			return false;
 		}
 	}
@@ -424,9 +484,10 @@ static void handle_events(kva_engine *e)
 		struct kva__event *ev = e->stalled;
 		e->stalled = NULL;
 		if (dispatch_event(e, ev) != 0) {
-			e->stalled = ev;
+			stall(e, ev);
 			return;
 		}
+		kva__alloc_ok(e);
 	}
 	if (!handle_local(e))
 		return;
@@ -460,7 +521,7 @@ static void emit_ended(kva_engine *e)
 			                                     (uint8_t)atomic_load_explicit(&r->state,
 			                                                                   memory_order_relaxed)};
 		struct kva__grant *g = kva__grant(r);
-		if (!g || !g->copying)
+		if ((!g || !g->copying) && !(r->flags & KVA__F_EV_PENDING))
 			kva__rec_retire(e, r);
 	}
 }
@@ -485,6 +546,7 @@ static void plan_clear(kva_plan *p)
 	p->events = p->timers_fired = p->records_touched = 0;
 	p->head_blocked = false;
 	p->backlog = false;
+	p->too_small = false;
 }
 
 /* A NULL array must not claim room: the step would write through it. */
@@ -520,6 +582,7 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	                !kva_inbox_empty(&e->deferred) ||
 	                !cds_list_empty(&e->ended);
 
+	e->was_too_small = plan->too_small;
 	kva__rec_stepping(NULL);
 	kva__st_sched(e, ST_EVENTS, plan->events);
 	e->in_step = false;

@@ -48,7 +48,7 @@ struct kva_engine {
 	struct kva_inbox_batch local_batch; /* spliced from local, not yet handled */
 	struct kva_inbox deferred;          /* cancels retried next step */
 	struct kva__event *stalled;         /* needed memory: handled first next step */
-	struct cds_list_head ready;         /* READY restores, completion order */
+	struct cds_list_head ready;         /* READY restores, queue order (admit.c) */
 	struct cds_list_head ended;         /* terminal, not yet reported */
 	struct cds_list_head copy_pending;  /* need a copy job dispatched */
 	struct kva_idmap live_ids;          /* id -> slot of its live incarnation */
@@ -57,10 +57,13 @@ struct kva_engine {
 	struct kva_timerwheel wheel;
 	struct kva__req *head_req; /* request the head timers belong to */
 	uint32_t reset_epoch;      /* bumped by each prefix-cache reset */
+	uint64_t import_seq;       /* imports started from the head, in queue order */
 	struct kva_timer head_timer[HT_COUNT];
 	uint64_t now;
 	kva_plan *plan; /* the plan of the step in progress */
 	bool in_step;
+	bool was_too_small; /* the last step's plan was too small (log once per run) */
+	bool alloc_failing; /* the last step-side allocation failed (log once per run) */
 };
 
 /* statistics helpers: kva__st_add for counters other threads also write
@@ -106,5 +109,19 @@ static inline void kva__touched(kva_engine *e)
 
 /* stats.c: one line through the host's log callback (scheduler thread). */
 void kva__log(kva_engine *e, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* stats.c: the plan cannot hold what `what` (request id) needs even when
+ * empty: flag, count (once per step) and log (once per run of such steps). */
+void kva__plan_too_small(kva_engine *e, uint64_t id, const char *what, uint32_t need);
+/* stats.c: a step-side allocation failed (retried later): count; log once
+ * per run of failures. kva__alloc_ok ends the run. */
+void kva__alloc_failed(kva_engine *e, uint64_t id, const char *what);
+static inline void kva__alloc_ok(kva_engine *e) { e->alloc_failing = false; }
+
+/* Whether an empty plan could hold an admission of `pages` pages. */
+static inline bool kva__plan_could_hold(const kva_plan *p, uint32_t pages)
+{
+	return p->admitted_cap > 0 && p->pages_cap >= pages;
+}
 
 #endif

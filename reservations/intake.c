@@ -256,8 +256,10 @@ int kva_reset_prefix_cache(kva_engine *e)
 /* ---- running requests ------------------------------------------------------ */
 
 /* RCU read lock held. Moves h's request out of RUNNING into `to` with one
- * CAS; the winner owns its page list until it stores a new state.
- * 0, -ENOENT (unknown or ended), -EALREADY (finishing twice), -EBUSY. */
+ * CAS; the winner owns its page list until it stores a new state (a cancel
+ * the step has not handled yet loses to it).
+ * 0, -ENOENT (unknown or ended), -EALREADY (finishing twice), -EBUSY (not
+ * running, or the step's cancel owns it this instant). */
 static int take_running(kva_engine *e, kva_handle h, uint32_t to, struct kva__req **out)
 {
 	struct kva__req *r = find(e, h);
@@ -272,6 +274,8 @@ static int take_running(kva_engine *e, kva_handle h, uint32_t to, struct kva__re
 	}
 	if (to == KVA__STATE_ENDING && (s == KVA__STATE_ENDING || s == KVA_STATE_FINISHED))
 		return -EALREADY;
+	if (s == KVA__STATE_CANCELLING) /* it ends CANCELLED within this step */
+		return -EBUSY;
 	return kva__state_is_terminal(s) ? -ENOENT : -EBUSY;
 }
 
@@ -356,16 +360,6 @@ int kva_preempt(kva_engine *e, kva_handle h)
 
 /* ---- readers ------------------------------------------------------------------ */
 
-static uint8_t public_state(uint32_t s)
-{
-	switch (s) {
-	case KVA__STATE_GROWING: return KVA_STATE_RUNNING;
-	case KVA__STATE_PREEMPTED: return KVA_STATE_WAITING;
-	case KVA__STATE_ENDING: return KVA_STATE_FINISHED;
-	default: return (uint8_t)s;
-	}
-}
-
 int kva_query(kva_engine *e, kva_handle h, kva_request_info *out)
 {
 	if (!e || !out)
@@ -380,13 +374,15 @@ int kva_query(kva_engine *e, kva_handle h, kva_request_info *out)
 		out->handle = h;
 		out->user = r->user;
 		out->prompt_tokens = r->prompt_tokens;
-		out->state = public_state(atomic_load_explicit(&r->state, memory_order_acquire));
+		out->state = kva__public_state(atomic_load_explicit(&r->state, memory_order_acquire));
 		out->reason = atomic_load_explicit(&r->pub_reason, memory_order_relaxed);
 		uint32_t sel = atomic_load_explicit(&r->pub_sel, memory_order_relaxed);
 		out->has_selection = sel != 0;
 		out->selected_position = sel >> 1;
 		out->selected_location = (sel & 1) ? KVA_LOC_LOCAL : KVA_LOC_EXTERNAL;
 		out->lookups = atomic_load_explicit(&r->lookups, memory_order_relaxed);
+		out->cancel_requested = atomic_load_explicit(&r->cancel_requested,
+		                                             memory_order_relaxed);
 		struct kva__grant *g = kva__grant(r);
 		if (g) {
 			out->pages_held = atomic_load_explicit(&g->npages, memory_order_relaxed);

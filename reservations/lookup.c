@@ -141,10 +141,14 @@ void kva__lookup_issue(kva_engine *e, struct kva__req *r, bool decisive)
 	e->cfg.lookup(e->cfg.lookup_ctx, r->prefix_key, r->prompt_tokens, t);
 }
 
+/* No upper limit for select_entry: above every 32-bit position, UINT32_MAX
+ * included. */
+#define ANY_POSITION ((uint64_t)UINT32_MAX + 1)
+
 /* The longest compatible checkpoint that does not extend past the prompt
  * and lies below below_pos; -1 if none. */
 static int select_entry(const kva_checkpoint *ents, uint32_t count, uint32_t prompt,
-                        uint32_t below_pos)
+                        uint64_t below_pos)
 {
 	for (int i = (int)count - 1; i >= 0; i--) {
 		const kva_checkpoint *c = &ents[i];
@@ -311,7 +315,7 @@ void kva__lookup_requeue(kva_engine *e, struct kva__req *r, bool keep_host)
  * ever fit or its bounded wait already expired). */
 static void upgrade(kva_engine *e, struct kva__req *r, int cur)
 {
-	int best = select_entry(kva__ents(r), r->nents, r->prompt_tokens, UINT32_MAX);
+	int best = select_entry(kva__ents(r), r->nents, r->prompt_tokens, ANY_POSITION);
 	if (best < 0)
 		return;
 	if (cur >= 0) {
@@ -407,7 +411,7 @@ int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a)
 	int h = host_idx(r); /* rule 22: the directory does not know the host's cache */
 	if (h >= 0)
 		a->count = put_host(a->entries, a->count, &kva__ents(r)[h]); /* room: cap */
-	int sel = select_entry(a->entries, a->count, r->prompt_tokens, UINT32_MAX);
+	int sel = select_entry(a->entries, a->count, r->prompt_tokens, ANY_POSITION);
 
 	if (r->flags & KVA__F_REFRESH) {
 		/* rule 18: the refresh's answer replaces the retained manifest —

@@ -260,6 +260,19 @@ void kva__rec_retire(kva_engine *e, struct kva__req *r)
 	kva_slab_retire(&e->slab, &e->retired, kva__rec_slot(r));
 }
 
+void kva__rec_each_unreported(kva_engine *e, kva_unfinished_fn fn, void *ctx)
+{
+	for (uint32_t i = 0, end = kva_slab_end(&e->slab); i < end; i++) {
+		struct kva__req *r = kva_slab_get(&e->slab, i);
+		if (!r || !(atomic_load_explicit(&r->hdr.gen, memory_order_relaxed) & 1) ||
+		    (r->flags & KVA__F_REPORTED))
+			continue; /* no chunk, free or retired, or the host knows it ended */
+		kva_ended x = {kva__rec_handle(r), r->user,
+		               kva__public_state(atomic_load_explicit(&r->state, memory_order_relaxed))};
+		fn(ctx, &x);
+	}
+}
+
 void kva__rec_free_all(kva_engine *e)
 {
 	for (uint32_t i = 0, end = kva_slab_end(&e->slab); i < end; i++) {

@@ -37,7 +37,8 @@
 enum {
 	KVA__STATE_GROWING = 16,   /* RUNNING, a kva_grow owns the page list */
 	KVA__STATE_PREEMPTED = 17, /* released, waiting for the step to requeue */
-	KVA__STATE_ENDING = 18,    /* finish/cancel released, step reports it */
+	KVA__STATE_ENDING = 18,    /* kva_finish released it, the step reports it */
+	KVA__STATE_CANCELLING = 19, /* the step's cancel owns a running request */
 };
 
 enum kva__event_type {
@@ -109,6 +110,7 @@ struct kva__grant {
 	uint32_t cap;
 	_Atomic uint32_t reserved; /* credits owned, not yet materialised */
 	uint32_t import_pages;     /* pages[0 .. import_pages) are copy destinations */
+	uint64_t queue_seq;        /* order it left the waiting queue to import (rule 17) */
 	uint32_t attempts;         /* copy attempts started for this request */
 	uint32_t retries;          /* failed attempts on the current checkpoint */
 	uint32_t n_reported;       /* scheduler's count for the current attempt */
@@ -133,6 +135,8 @@ enum kva__req_flag {
 	KVA__F_INDEXED = 1u << 6,  /* in the checkpoint index (lookup.c) */
 	KVA__F_COUNTED = 1u << 7,  /* counted in ST_RESTORES_WAITING (lookup.c) */
 	KVA__F_HOSTLOCAL = 1u << 8, /* the manifest holds a KVA__CK_HOST entry */
+	KVA__F_EV_PENDING = 1u << 9, /* ended before its own queued ev_main was
+	                              * handled: retired only after that (engine.c) */
 };
 
 /* 160 bytes: 64 Ki of them fill a 10 MiB chunk (an exact jemalloc size
@@ -196,7 +200,7 @@ enum kva__stat {
 	ST_BLOCKED_STEPS, ST_WAIT_LOGS, ST_WAIT_EXPIRED, ST_STEPS, ST_EVENTS,
 	ST_RESERVED_PAGES, ST_IN_USE_PAGES, ST_DRAINING_PAGES,
 	ST_RESTORES_WAITING, ST_CAPACITY_WAIT_NS,
-	ST_LOCAL_STATED, ST_LOCAL_UPGRADES,
+	ST_LOCAL_STATED, ST_LOCAL_UPGRADES, ST_PLAN_TOO_SMALL, ST_ALLOC_FAILURES,
 	ST_FALLBACK0, /* + enum kva_reason */
 	ST_COUNT = ST_FALLBACK0 + KVA_REASON_COUNT
 };
@@ -210,7 +214,19 @@ static inline struct kva__grant *kva__grant(struct kva__req *r)
 static inline bool kva__state_is_terminal(uint32_t s)
 {
 	return s == KVA_STATE_FINISHED || s == KVA_STATE_CANCELLED || s == KVA_STATE_REJECTED ||
-	       s == KVA__STATE_ENDING;
+	       s == KVA__STATE_ENDING || s == KVA__STATE_CANCELLING;
+}
+
+/* What the host sees of an internal state (enum kva_state). */
+static inline uint8_t kva__public_state(uint32_t s)
+{
+	switch (s) {
+	case KVA__STATE_GROWING: return KVA_STATE_RUNNING;
+	case KVA__STATE_PREEMPTED: return KVA_STATE_WAITING;
+	case KVA__STATE_ENDING: return KVA_STATE_FINISHED;
+	case KVA__STATE_CANCELLING: return KVA_STATE_CANCELLED;
+	default: return (uint8_t)s;
+	}
 }
 
 static inline struct kva__req *kva__req_of_wq(struct kva_waitq_node *n)
@@ -294,6 +310,8 @@ void kva__rec_end(kva_engine *e, struct kva__req *r, uint32_t terminal);
 /* Scheduler thread: r's slot goes back after a grace period; what r owned
  * but its grant goes now. */
 void kva__rec_retire(kva_engine *e, struct kva__req *r);
+/* Engine destroy: fn for every live record whose end the host was not told. */
+void kva__rec_each_unreported(kva_engine *e, kva_unfinished_fn fn, void *ctx);
 /* Engine destroy: frees every grant and manifest left in the slab. */
 void kva__rec_free_all(kva_engine *e);
 

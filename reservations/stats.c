@@ -8,6 +8,30 @@
 
 #include "engine_state.h"
 
+void kva__plan_too_small(kva_engine *e, uint64_t id, const char *what, uint32_t need)
+{
+	kva_plan *p = e->plan;
+	if (p->too_small)
+		return;
+	p->too_small = true;
+	kva__st_sched(e, ST_PLAN_TOO_SMALL, 1);
+	if (!e->was_too_small)
+		kva__log(e, KVA_LOG_ERROR,
+		         "kvadmit: the plan is too small for request %llu's %s (needs %u; plan has "
+		         "%u admissions, %u pages, %u copies): it waits; see kva_plan_min_sizes",
+		         (unsigned long long)id, what, need, p->admitted_cap, p->pages_cap,
+		         p->copies_cap);
+}
+
+void kva__alloc_failed(kva_engine *e, uint64_t id, const char *what)
+{
+	kva__st_sched(e, ST_ALLOC_FAILURES, 1);
+	if (!e->alloc_failing)
+		kva__log(e, KVA_LOG_WARN, "kvadmit: out of memory for request %llu's %s; retried next step",
+		         (unsigned long long)id, what);
+	e->alloc_failing = true;
+}
+
 void kva__log(kva_engine *e, int level, const char *fmt, ...)
 {
 	if (!e->cfg.log)
@@ -82,6 +106,8 @@ void kva_stats_get(const kva_engine *e, kva_stats *out)
 	out->capacity_wait_ns = kva__st_get(e, ST_CAPACITY_WAIT_NS);
 	out->local_stated = kva__st_get(e, ST_LOCAL_STATED);
 	out->local_upgrades = kva__st_get(e, ST_LOCAL_UPGRADES);
+	out->plan_too_small = kva__st_get(e, ST_PLAN_TOO_SMALL);
+	out->alloc_failures = kva__st_get(e, ST_ALLOC_FAILURES);
 }
 
 size_t kva_stats_format(const kva_stats *s, char *buf, size_t len)
@@ -124,6 +150,8 @@ size_t kva_stats_format(const kva_stats *s, char *buf, size_t len)
 		{"kvadmit_capacity_wait_nanoseconds", s->capacity_wait_ns},
 		{"kvadmit_local_checkpoints_stated", s->local_stated},
 		{"kvadmit_local_upgrades", s->local_upgrades},
+		{"kvadmit_plan_too_small_steps", s->plan_too_small},
+		{"kvadmit_step_allocation_failures", s->alloc_failures},
 	};
 	size_t need = 0, written = 0; /* whole lines only: written <= need */
 	char line[160];

@@ -91,7 +91,9 @@ KVA_API bool kva_has_feature(int feature);
  *   -ESTALE   token of a lookup or copy attempt that is no longer current
  *   -EALREADY the operation was already done (double finish, rank reported
  *             twice, cancel already requested)
- *   -EEXIST   a live request with this id exists
+ * (A duplicate live id is not an error code: kva_submit accepts it and the
+ * step ends it REJECTED, rule 14. Each call lists the codes it can return,
+ * and tests/scenario/test_errno_contract.c checks both directions.)
  *   -EBUSY    the request is in a state that does not allow the call now
  *   -ENOSPC   kva_grow: no free credits
  *   -ERANGE   a number out of range (rank >= world_size, too many pages)
@@ -112,21 +114,36 @@ enum kva_location { KVA_LOC_EXTERNAL = 0, KVA_LOC_LOCAL = 1 };
 
 struct kva_copy_job;
 
+/* Callbacks. For each: the thread that runs it, what it may call, what it
+ * must not do. No callback runs inside an RCU read-side section or holds a
+ * kvadmit lock, so none can deadlock the engine; but the step waits for each
+ * callback it runs, so a slow one delays every admission. None may destroy
+ * the engine, wait for an RCU grace period (synchronize_rcu, rcu_barrier) or
+ * call kva_step: a re-entrant kva_step returns -EINVAL. */
+
 /* Directory: asked once per request incarnation at ingest (and on refresh /
- * revalidation). Runs on the scheduler thread inside kva_step and must not
- * block; it may call kva_lookup_answer() re-entrantly or later from any
- * thread. */
+ * revalidation). Thread: the scheduler, inside kva_step. May call any
+ * any-thread entry point, kva_lookup_answer() included (re-entrantly: the
+ * answer is handled in the same step). Must not block (hand the token to
+ * another thread and answer from there); a lookup never answered times out
+ * (rule 3). */
 typedef void (*kva_lookup_fn)(void *ctx, uint64_t prefix_key, uint32_t prompt_tokens,
                               kva_lookup_token token);
-/* Importer: hands one rank's share of a copy job to an importer. Runs on the
- * scheduler thread and must not block; the importer reports with
- * kva_copy_done() (any thread). Returns 0, or a negative errno, in which case
- * the engine treats that rank as failed. */
+/* Importer: hands one rank's share of a copy job to an importer. Thread: the
+ * scheduler, inside kva_step. May call kva_copy_done() re-entrantly (e.g. to
+ * report a failure at once) or later from any thread. Must not block.
+ * Returns 0, or a negative errno, in which case the engine treats that rank
+ * as failed. job->pages stays valid until every rank of the attempt
+ * reported. */
 typedef int (*kva_import_fn)(void *ctx, kva_engine *e, const struct kva_copy_job *job);
+/* Log line (level enum kva_log_level, text without a newline, valid only
+ * during the call). Thread: the scheduler, inside kva_step. May call any
+ * any-thread entry point; must not block for long (queue the line). */
 typedef void (*kva_log_fn)(void *ctx, int level, const char *msg);
-/* Wakeup: the engine's inbox went from empty to non-empty. Runs on the
- * thread that produced the event (submit, cancel, an answer, a copy report
- * ...), so it must be cheap and must not block or call back into kvadmit:
+/* Wakeup: the engine's inbox went from empty to non-empty. Thread: whichever
+ * produced the event (kva_submit, kva_cancel, an answer, a copy report ...),
+ * possibly several at once, possibly the scheduler itself. Must be cheap and
+ * must not block or call back into kvadmit (it runs inside those calls):
  * signal a condition variable or write an eventfd the scheduler sleeps on. */
 typedef void (*kva_wake_fn)(void *ctx);
 
@@ -135,43 +152,101 @@ typedef struct kva_importer_ref {
 	void *ctx;
 } kva_importer_ref;
 
+/* Every field's valid range is given beside it; kva_engine_create returns
+ * -EINVAL for anything outside (and -ENOMEM when total_pages' page-id array
+ * cannot be allocated: 4 bytes a page). */
 typedef struct kva_config {
-	uint32_t total_pages;          /* > 0 */
-	uint32_t page_tokens;          /* tokens per page, > 0 */
-	uint32_t decode_reserve_pages; /* decode watermark: reservations keep this many free */
-	uint32_t decode_headroom_pages; /* added to every restore's continuation */
-	uint32_t prefill_chunk_tokens;  /* first credit grant of an ordinary admission; > 0 */
+	uint32_t total_pages;          /* 1..UINT32_MAX */
+	uint32_t page_tokens;          /* tokens per page, 1..UINT32_MAX */
+	uint32_t decode_reserve_pages; /* decode watermark, 0..total_pages - 1: reservations
+	                                * keep this many free */
+	uint32_t decode_headroom_pages; /* 0..total_pages: added to every restore's continuation */
+	uint32_t prefill_chunk_tokens;  /* 1..UINT32_MAX: first credit grant of an ordinary
+	                                 * admission (capped at the usable pool) */
 	uint16_t copy_slots;            /* concurrent copy jobs, 1..65535 */
 	uint16_t max_running;           /* IMPORTING + READY + RUNNING, 1..65535 */
 	uint32_t world_size;            /* ranks per copy job, 1..KVA_MAX_WORLD */
-	uint32_t max_copy_retries;      /* retries of one checkpoint before a shorter one */
+	uint32_t max_copy_retries;      /* 0..UINT32_MAX: retries of one checkpoint before a
+	                                 * shorter one */
 	/* Durations: 0 means never (unbounded), and so does any value whose
 	 * deadline would pass UINT64_MAX ns (deadlines saturate, never wrap). */
 	uint64_t lookup_timeout_ns;     /* per unanswered lookup; 0 = never */
 	uint64_t max_restore_wait_ns;   /* bounded wait; 0 = unbounded */
 	uint64_t wait_log_interval_ns;  /* at most one wait log per interval; 0 = never */
 	uint64_t lookup_refresh_ns;     /* refresh a long-waiting lookup; 0 = never */
-	int policy;                     /* enum kva_policy */
+	int policy;                     /* enum kva_policy: WAIT or LEGACY */
 	kva_lookup_fn lookup;           /* NULL: every request is a miss */
 	void *lookup_ctx;
-	kva_importer_ref importers[KVA_MAX_WORLD]; /* one per rank (index = rank) */
-	kva_log_fn log;
+	/* one per rank (index = rank): all of ranks 0..world_size-1 set, or none */
+	kva_importer_ref importers[KVA_MAX_WORLD];
+	kva_log_fn log;                 /* NULL: no log lines */
 	void *log_ctx;
-	uint64_t start_ns; /* the clock's value at creation */
+	uint64_t start_ns; /* any: the clock's value at creation */
 	kva_wake_fn wake;  /* NULL: the host polls kva_step */
 	void *wake_ctx;
 } kva_config;
 
-/* Fills *cfg with defaults: timeouts as DESIGN.md (wait 60 s, log 30 s,
+/* Fills *cfg with defaults: timeouts (wait 60 s, log 30 s,
  * lookup 5 s, refresh 20 s), 1 rank, 2 retries, wait policy. The pool size,
  * page_tokens, slots and max_running still have to be chosen. */
 KVA_API void kva_config_default(kva_config *cfg);
 
 /* Returns NULL and *err < 0 on failure. */
 KVA_API kva_engine *kva_engine_create(const kva_config *cfg, int *err);
-/* Frees everything, also with requests in any state. Importers must be
- * quiesced first (no kva_copy_done after destroy begins). */
+/* Shutdown, in this order: (1) stop the directory (no kva_lookup_answer
+ * after destroy begins) and the host's frontends (no submit, cancel, grow
+ * ...); (2) quiesce importers (kva_importer_destroy, or the host's own: no
+ * kva_copy_done after destroy begins; the copies' destination pages are the
+ * host's to stop writing); (3) destroy. Requests may be in any state: their
+ * records, pages and credits are freed with the engine. */
 KVA_API void kva_engine_destroy(kva_engine *e);
+
+/* One request the host has not been told ended (kva_engine_destroy_with):
+ * state is where it was — WAITING (also submitted but not yet ingested),
+ * IMPORTING, READY, RUNNING, or FINISHED / CANCELLED / REJECTED when its
+ * terminal report was not handed out yet. */
+struct kva_ended;
+typedef void (*kva_unfinished_fn)(void *ctx, const struct kva_ended *r);
+/* kva_engine_destroy, after calling fn once for every request whose terminal
+ * report the host has not received (in no particular order), so a host can
+ * release what its `user` pointers own without tracking handles itself. fn
+ * runs on the calling thread and must not call kvadmit on this engine. */
+KVA_API void kva_engine_destroy_with(kva_engine *e, kva_unfinished_fn fn, void *ctx);
+
+/* ---- threads, signals, fork --------------------------------------------
+ * Threads kvadmit starts block every signal, so a host's handlers never run
+ * on them: the CPU and CUDA importers' workers, and liburcu's default
+ * call_rcu thread, which the first kva_engine_create starts with every
+ * signal blocked (liburcu 0.13 does not block them itself). If the host, or
+ * another library, used liburcu's urcu-memb call_rcu before that, the
+ * thread already exists with the mask of the thread that created it: block
+ * signals around that first use, or create an engine first.
+ *
+ * RCU registration: kvadmit registers each thread that calls it with
+ * liburcu's urcu-memb flavour on its first call and unregisters it when it
+ * exits. A host thread that uses urcu-memb itself registers before its first
+ * kvadmit call (kvadmit then leaves the registration to it), or not at all
+ * (a thread kvadmit registered may use urcu-memb read-side sections as it
+ * is, and may unregister itself at its end); it must never register after
+ * kvadmit did (liburcu's registry would hold the thread twice).
+ *
+ * Fork: a child forked without exec may use kvadmit only when the host calls
+ * these around fork(), for example once at start-up:
+ *     pthread_atfork(kva_atfork_prepare, kva_atfork_parent, kva_atfork_child);
+ * They pause liburcu's call_rcu threads (urcu-memb call_rcu_before_fork and
+ * after_fork_parent / after_fork_child, which they call: a host that also
+ * uses liburcu's call_rcu must not register those as well), hold kvadmit's
+ * own lock across the fork, and give the child a new call_rcu thread, with
+ * every signal blocked. In the child: engines inherited from the parent may
+ * be destroyed (kva_engine_destroy never waits for liburcu), or used on if
+ * no other thread was inside a kvadmit call on them at the fork; new engines
+ * may be created and used. Importers are not inherited (their threads stay
+ * in the parent): never destroy them in the child, and destroy an inherited
+ * engine that refers to one instead of stepping it. Without these calls only
+ * exec or _exit is safe in the child. Call from the forking thread only. */
+KVA_API void kva_atfork_prepare(void);
+KVA_API void kva_atfork_parent(void);
+KVA_API void kva_atfork_child(void);
 
 /* ---- requests --------------------------------------------------------- */
 /* A checkpoint of a prompt prefix: in a directory's answer, or one the host
@@ -344,7 +419,24 @@ typedef struct kva_plan {
 	 * report that did not fit `ended`. A host that sleeps until `wake`
 	 * must step again first: those arrive without a wakeup. */
 	bool backlog;
+	/* Something could not be listed even in an empty plan: an admission
+	 * needing more pages than pages_cap (or admitted_cap 0), a copy job with
+	 * more ranks than copies_cap. It waits, holding what it owns, until the
+	 * host passes bigger arrays (kva_plan_min_sizes); counted in
+	 * kva_stats.plan_too_small and logged once per run of such steps. */
+	bool too_small;
 } kva_plan;
+
+/* Array sizes with which every step can make progress for `cfg`: an
+ * admission needs at most usable pages (total - decode watermark) and one
+ * entry, a copy job world_size entries (with importers the copies list is
+ * optional: a cap of 0 lists nothing, any other cap must hold world_size).
+ * fallbacks may be 0; ended 0 only with a NULL `ended`. */
+typedef struct kva_plan_sizes {
+	uint32_t admitted, pages, copies, fallbacks, ended;
+} kva_plan_sizes;
+/* 0, -EINVAL (NULL or a configuration kva_engine_create refuses). */
+KVA_API int kva_plan_min_sizes(const kva_config *cfg, kva_plan_sizes *out);
 
 /* Scheduler thread only. Handle events, expire timers, admit. Returns the
  * number of admissions, or a negative errno (-EINVAL). Time going backwards
@@ -360,18 +452,24 @@ KVA_API int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan);
 /* Adds `pages` pages to a RUNNING request: first from its own reservation,
  * then from free credits (may go below the decode watermark). Writes the
  * page ids to ids_out (may be NULL). 0, -ENOSPC (nothing changed), -ENOENT,
- * -EBUSY (not running), -ERANGE, -ENOMEM. */
+ * -EBUSY (not running, or the step is cancelling it), -ERANGE, -ENOMEM.
+ * kva_grow, kva_preempt and kva_finish race a kva_cancel through the state
+ * CAS: before the step handles the cancel they win (a finish then ends the
+ * request FINISHED); while the step cancels it they get -EBUSY, after it
+ * -ENOENT. */
 KVA_API int kva_grow(kva_engine *e, kva_handle h, uint32_t pages, uint32_t *ids_out);
-/* RUNNING -> front of the waiting queue with a fresh lookup; its pages and
- * credits return at once. 0, -ENOENT, -EBUSY. */
+/* RUNNING -> front of the waiting queue with a fresh lookup (or resuming from
+ * the host's local checkpoint, rule 22); its pages and credits return at
+ * once. 0, -ENOENT, -EBUSY. */
 KVA_API int kva_preempt(kva_engine *e, kva_handle h);
 /* RUNNING -> FINISHED; pages and credits return at once. 0, -ENOENT,
- * -EALREADY (already finished), -EBUSY (not running). */
+ * -EALREADY (already finished), -EBUSY (not running, or cancelling). */
 KVA_API int kva_finish(kva_engine *e, kva_handle h);
 /* Forced prefix-cache reset (rule 17): READY-but-unadmitted imports give
  * their pages back and return to the front of the waiting queue with a fresh
  * lookup; imports still copying do so once their copy drains. Takes effect
- * at the next step. 0, -EINVAL, -ENOMEM. */
+ * at the next step. Local checkpoints the host stated are forgotten (rule
+ * 22). 0, -EINVAL. */
 KVA_API int kva_reset_prefix_cache(kva_engine *e);
 
 /* ---- introspection ------------------------------------------------------ */
@@ -402,6 +500,9 @@ typedef struct kva_stats {
 	/* rule 22: local checkpoints stated by the host after submit, and the
 	 * selections they upgraded */
 	uint64_t local_stated, local_upgrades;
+	/* steps whose plan was too small for something (kva_plan.too_small),
+	 * and allocations the step needed and could not get (retried later) */
+	uint64_t plan_too_small, alloc_failures;
 } kva_stats;
 
 /* Any thread; atomics only, never blocks. */
@@ -420,6 +521,9 @@ typedef struct kva_request_info {
 	uint32_t pages_reserved; /* credits owned but not yet materialised */
 	uint32_t lookups;        /* directory lookups issued for it */
 	uint32_t copy_attempts;
+	/* A kva_cancel was accepted and the step has not ended the request yet
+	 * (it ends CANCELLED unless a kva_finish wins the race first). */
+	uint8_t cancel_requested;
 } kva_request_info;
 
 /* Any thread, under RCU. 0, -EINVAL, -ENOENT. */

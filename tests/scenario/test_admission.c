@@ -248,6 +248,24 @@ static void rule07_blocked_head_admits_only_ready_restores(void **st)
 	sc_free(s);
 }
 
+/* A checkpoint at the largest position is still a checkpoint: TOO_LARGE
+ * when it cannot fit, never INCOMPATIBLE (hardening issue, item 4). */
+static void rule09_checkpoint_at_uint32_max_is_too_large_not_incompatible(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	sc_dir_set(s, KEY, sc_ckpt(UINT32_MAX, 900, 0));
+	kva_handle h = sc_submit(s, 1, KEY, UINT32_MAX);
+	sc_step(s, 0);
+	kva_request_info i;
+	assert_int_equal(kva_query(s->e, h, &i), 0);
+	assert_int_equal(i.reason, KVA_REASON_TOO_LARGE);
+	kva_stats x = sc_stats(s);
+	assert_int_equal(x.fallbacks[KVA_REASON_TOO_LARGE], 1);
+	assert_int_equal(x.fallbacks[KVA_REASON_INCOMPATIBLE], 0);
+	sc_free(s);
+}
+
 static void rule09_too_large_restore_is_classified_at_once(void **st)
 {
 	(void)st;
@@ -395,6 +413,7 @@ int main(void)
 		cmocka_unit_test(rule06_decode_on_full_pool_may_preempt_while_restores_wait),
 		cmocka_unit_test(rule07_blocked_head_admits_only_ready_restores),
 		cmocka_unit_test(rule09_too_large_restore_is_classified_at_once),
+		cmocka_unit_test(rule09_checkpoint_at_uint32_max_is_too_large_not_incompatible),
 		cmocka_unit_test(rule09_first_chunk_larger_than_pool_still_starts),
 		cmocka_unit_test(legacy_policy_admits_refused_restore_to_recompute),
 		cmocka_unit_test(legacy_policy_local_hit_waits_like_any_request),

@@ -168,9 +168,9 @@ static void rule13_cancel_ready_and_running_return_everything(void **st)
 	sc_free(s);
 }
 
-static void rule17_reset_releases_ready_imports_to_the_front_in_order(void **st)
+/* a and b import; their copies finish in order, or b's first. */
+static void reset_releases_ready_imports_in_queue_order(bool b_first)
 {
-	(void)st;
 	struct sc *s = sc_default();
 	sc_dir_set(s, 8, sc_ckpt(32, 901, 0));
 	sc_dir_set(s, KEY, sc_ckpt(320, 900, 0));
@@ -182,8 +182,11 @@ static void rule17_reset_releases_ready_imports_to_the_front_in_order(void **st)
 	kva_handle run = sc_occupy(s, 3, 90); /* 2 free: the waiter is blocked */
 	kva_handle waiter = sc_submit(s, 4, KEY, 480);
 	sc_step(s, 0);
+	if (b_first) /* handled first in the step: b is READY first */
+		assert_int_equal(kva_copy_done(s->e, jb.token, 0, 0), 0);
 	assert_int_equal(kva_copy_done(s->e, ja.token, 0, 0), 0);
-	assert_int_equal(kva_copy_done(s->e, jb.token, 0, 0), 0);
+	if (!b_first)
+		assert_int_equal(kva_copy_done(s->e, jb.token, 0, 0), 0);
 	/* reset arrives before the READY imports are admitted */
 	assert_int_equal(kva_reset_prefix_cache(s->e), 0);
 	uint32_t lookups = s->n_lookups;
@@ -199,6 +202,19 @@ static void rule17_reset_releases_ready_imports_to_the_front_in_order(void **st)
 	(void)waiter;
 	sc_assert_conserved(s);
 	sc_free(s);
+}
+
+static void rule17_reset_releases_ready_imports_to_the_front_in_order(void **st)
+{
+	(void)st;
+	reset_releases_ready_imports_in_queue_order(false);
+}
+
+/* Queue order, not copy-completion order (hardening issue, item 3). */
+static void rule17_reset_keeps_queue_order_when_copies_finish_out_of_order(void **st)
+{
+	(void)st;
+	reset_releases_ready_imports_in_queue_order(true);
 }
 
 static void rule17_reset_during_copy_requeues_after_drain(void **st)
@@ -285,6 +301,7 @@ int main(void)
 		cmocka_unit_test(rule13_cancelled_waiting_head_releases_the_barrier),
 		cmocka_unit_test(rule13_cancel_ready_and_running_return_everything),
 		cmocka_unit_test(rule17_reset_releases_ready_imports_to_the_front_in_order),
+		cmocka_unit_test(rule17_reset_keeps_queue_order_when_copies_finish_out_of_order),
 		cmocka_unit_test(rule17_reset_during_copy_requeues_after_drain),
 		cmocka_unit_test(rule19_world2_admits_only_after_both_ranks),
 		cmocka_unit_test(rule19_one_rank_failing_fails_the_attempt_and_it_is_retried),

@@ -195,6 +195,121 @@ static void rule21_capabilities_are_probeable(void **st)
 	assert_string_not_equal(kva_strerror(-ENOSPC), kva_strerror(-EINVAL));
 }
 
+/* Between an accepted cancel and the step that ends the request, the
+ * request says so (hardening issue, item 5); the cancel ends it CANCELLED,
+ * after which finish says the request is gone, not "already finished". */
+static void cancel_in_progress_is_reported_truthfully(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_handle h = sc_occupy(s, 1, 10);
+	assert_int_equal(kva_cancel(s->e, h), 0);
+	kva_request_info i;
+	assert_int_equal(kva_query(s->e, h, &i), 0);
+	assert_int_equal(i.state, KVA_STATE_RUNNING);
+	assert_int_equal(i.cancel_requested, 1);
+	assert_int_equal(kva_cancel(s->e, h), -EALREADY);
+	sc_step(s, 0);
+	assert_non_null(sc_ended(s, h));
+	assert_int_equal(sc_ended(s, h)->state, KVA_STATE_CANCELLED);
+	assert_int_equal(kva_finish(s->e, h), -ENOENT);
+	assert_int_equal(sc_free_pages(s), 100);
+	sc_free(s);
+}
+
+/* An id whose incarnation was cancelled is free again as soon as the cancel
+ * is handled, exactly as after a finish (hardening issue, item 7): the
+ * resubmission in the same step is accepted, whatever the state cancelled. */
+static void cancelled_incarnation_does_not_block_its_id(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_handle running = sc_occupy(s, 2, 4);
+	kva_handle finished = sc_occupy(s, 3, 4);
+	kva_handle waiting = sc_submit(s, 1, KEY, 64); /* KEY: not answered, waits */
+	sc_step(s, 0);
+	assert_int_equal(kva_cancel(s->e, waiting), 0);
+	assert_int_equal(kva_cancel(s->e, running), 0);
+	assert_int_equal(kva_finish(s->e, finished), 0);
+	kva_handle again[3] = {sc_submit(s, 1, 0, 16), sc_submit(s, 2, 0, 16), sc_submit(s, 3, 0, 16)};
+	sc_step(s, 0);
+	for (int k = 0; k < 3; k++) {
+		assert_non_null(sc_admitted(s, again[k]));
+		assert_null(sc_ended(s, again[k])); /* not REJECTED */
+	}
+	assert_int_equal(sc_stats(s).rejected, 0);
+	sc_free(s);
+}
+
+struct unfinished {
+	uint32_t n;
+	uint8_t state_of[16]; /* by user pointer index */
+	uint32_t calls_of[16];
+};
+
+static int users[16];
+
+static void collect_unfinished(void *ctx, const kva_ended *r)
+{
+	struct unfinished *u = ctx;
+	int k = (int)((int *)r->user - users);
+	assert_true(k >= 0 && k < 16);
+	u->state_of[k] = r->state;
+	u->calls_of[k]++;
+	u->n++;
+}
+
+/* kva_engine_destroy_with hands back every request the host was not told
+ * ended, once, in whatever state it is in (hardening issue, item 15). */
+static void destroy_with_returns_every_unfinished_request_once(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	sc_dir_set(s, 8, sc_ckpt(32, 901, 0));
+	sc_dir_set(s, 9, sc_ckpt(32, 902, 0));
+	kva_request q[9] = {
+		{.id = 1, .prefix_key = 8, .prompt_tokens = 64, .user = &users[1]}, /* importing */
+		{.id = 2, .prefix_key = 9, .prompt_tokens = 64, .user = &users[2]}, /* ready */
+		{.id = 3, .prompt_tokens = 16, .user = &users[3]},                  /* running */
+		{.id = 4, .prompt_tokens = 16, .user = &users[4]},                  /* finished, reported */
+		{.id = 5, .prompt_tokens = 16, .user = &users[5]},                  /* finished, unreported */
+		{.id = 6, .prefix_key = KEY, .prompt_tokens = 64, .user = &users[6]}, /* waiting */
+	};
+	kva_handle h[9];
+	for (int k = 0; k < 6; k++)
+		assert_int_equal(kva_submit(s->e, &q[k], &h[k]), 0);
+	sc_step(s, 0);
+	kva_copy_job j2 = s->copies[1];
+	assert_int_equal(j2.handle.id, 2);
+	assert_int_equal(kva_copy_done(s->e, j2.token, 0, 0), 0);
+	assert_int_equal(kva_finish(s->e, h[3]), 0);
+	s->plan.admitted_cap = 0; /* 2 stays READY */
+	sc_step(s, 0);
+	assert_non_null(sc_ended(s, h[3]));
+	assert_int_equal(kva_finish(s->e, h[4]), 0);
+	kva_request dup = {.id = 6, .prompt_tokens = 16, .user = &users[7]}; /* 6 is live */
+	kva_request later = {.id = 8, .prompt_tokens = 16, .user = &users[8]};
+	assert_int_equal(kva_submit(s->e, &dup, &h[6]), 0);
+	s->plan.ended_cap = 0; /* no room for reports: 5 and 7's ends stay unreported */
+	sc_step(s, 0);
+	assert_int_equal(kva_submit(s->e, &later, &h[7]), 0); /* never ingested */
+	struct unfinished u = {0};
+	kva_engine_destroy_with(s->e, collect_unfinished, &u);
+	s->e = NULL;
+	assert_int_equal(u.state_of[1], KVA_STATE_IMPORTING);
+	assert_int_equal(u.state_of[2], KVA_STATE_READY);
+	assert_int_equal(u.state_of[3], KVA_STATE_RUNNING);
+	assert_int_equal(u.calls_of[4], 0); /* its end was reported */
+	assert_int_equal(u.state_of[5], KVA_STATE_FINISHED);
+	assert_int_equal(u.state_of[6], KVA_STATE_WAITING);
+	assert_int_equal(u.state_of[7], KVA_STATE_REJECTED);
+	assert_int_equal(u.state_of[8], KVA_STATE_WAITING);
+	for (int k = 0; k < 16; k++)
+		assert_true(u.calls_of[k] <= 1);
+	assert_int_equal(u.n, 7);
+	free(s);
+}
+
 static void finish_reports_once_and_frees_everything(void **st)
 {
 	(void)st;
@@ -300,6 +415,9 @@ int main(void)
 		cmocka_unit_test(rule20_blocked_head_polls_no_lookups),
 		cmocka_unit_test(rule21_capabilities_are_probeable),
 		cmocka_unit_test(finish_reports_once_and_frees_everything),
+		cmocka_unit_test(cancel_in_progress_is_reported_truthfully),
+		cmocka_unit_test(cancelled_incarnation_does_not_block_its_id),
+		cmocka_unit_test(destroy_with_returns_every_unfinished_request_once),
 		cmocka_unit_test(eight_agents_exceeding_the_pool_all_restore_in_turn),
 	};
 	return cmocka_run_group_tests_name("lifecycle", tests, NULL, NULL);

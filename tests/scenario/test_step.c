@@ -198,6 +198,54 @@ static void cancel_from_another_thread_never_overtakes_its_submit(void **st)
 	sc_free(s);
 }
 
+struct ender {
+	kva_engine *e;
+	kva_handle h;
+	bool cancel;
+	int rc;
+};
+
+static void *end_from_other_thread(void *arg)
+{
+	struct ender *x = arg;
+	x->rc = x->cancel ? kva_cancel(x->e, x->h) : kva_finish(x->e, x->h);
+	return NULL;
+}
+
+/* A host finishes or cancels a request on one thread and then resubmits its
+ * id on another: the resubmission may be spliced before the end it follows.
+ * The end happened first for the host, so the id is free for it — accepted,
+ * never REJECTED as a duplicate (hardening issue, item 7). */
+static void id_freed_on_another_thread_is_free_for_a_resubmit(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	for (uint64_t k = 0; k < 20; k++) {
+		kva_handle old = sc_occupy(s, 7, 1);
+		struct ender x = {s->e, old, k & 1, 1};
+		pthread_t t;
+		assert_int_equal(pthread_create(&t, NULL, end_from_other_thread, &x), 0);
+		pthread_join(t, NULL);
+		assert_int_equal(x.rc, 0);
+		kva_handle again = sc_submit(s, 7, 0, 16);
+		sc_step(s, SC_MS);
+		assert_non_null(sc_admitted(s, again));
+		const kva_ended *en = sc_ended(s, old);
+		assert_non_null(en);
+		assert_int_equal(en->state, x.cancel ? KVA_STATE_CANCELLED : KVA_STATE_FINISHED);
+		assert_null(sc_ended(s, again));
+		sc_step(s, SC_MS); /* the old end's event: nothing more */
+		assert_null(sc_ended(s, old));
+		assert_int_equal(kva_finish(s->e, again), 0);
+		sc_step(s, SC_MS);
+	}
+	kva_stats x = sc_stats(s);
+	assert_int_equal(x.rejected, 0);
+	assert_int_equal(x.finished + x.cancelled, 40);
+	sc_assert_conserved(s);
+	sc_free(s);
+}
+
 struct walk {
 	uint32_t n, stop_at;
 	kva_waiting_info seen[64];
@@ -287,6 +335,7 @@ int main(void)
 	    cmocka_unit_test(backlog_says_work_is_left_for_the_next_step),
 	    cmocka_unit_test(huge_durations_mean_never_instead_of_wrapping),
 	    cmocka_unit_test(cancel_from_another_thread_never_overtakes_its_submit),
+	    cmocka_unit_test(id_freed_on_another_thread_is_free_for_a_resubmit),
 	    cmocka_unit_test(waiting_foreach_walks_the_queue_in_admission_order),
 	    cmocka_unit_test(slots_are_reused_with_a_new_generation_and_old_handles_stay_dead),
 	};
