@@ -95,9 +95,15 @@ static int tcache_key_ok;
 static _Thread_local unsigned tl_tcache; /* explicit tcache index + 1; 0 = none yet */
 static _Thread_local int tl_tcache_failed;
 
+/* The thread is exiting. Its index goes back to jemalloc, which hands it to
+ * the next tcache.create (another thread's): forget it here, and let a later
+ * key destructor that calls into kvadmit allocate without a tcache rather
+ * than create one that nothing would destroy. */
 static void tcache_destroy(void *v)
 {
 	unsigned tc = (unsigned)(uintptr_t)v - 1;
+	tl_tcache = 0;
+	tl_tcache_failed = 1;
 	kj_mallctl("tcache.destroy", NULL, NULL, &tc, sizeof(tc));
 }
 
@@ -132,6 +138,11 @@ static int jflags(void)
 }
 
 /* jflags() first: it settles, once, whether jemalloc is there at all. */
+int kva__alloc_thread_tcache(void)
+{
+	return tl_tcache ? (int)(tl_tcache - 1) : -1;
+}
+
 void *kva__alloc(size_t size)
 {
 	if (fault_now())
@@ -209,4 +220,5 @@ void kva__free(void *p, size_t size)
 	free(p);
 }
 uint64_t kva__alloc_arena_bytes(void) { return 0; }
+int kva__alloc_thread_tcache(void) { return -1; }
 #endif

@@ -7,7 +7,10 @@
  * once) and an explicit per-thread tcache that only ever holds blocks of that
  * arena, so records never mix with the host's heap and the fast path takes no
  * lock. Without jemalloc (a host without it, sanitizer builds): malloc/free,
- * so sanitizers see all.
+ * so sanitizers see all. A thread's tcache is destroyed when it exits (a
+ * pthread key destructor); a later destructor of that thread that calls
+ * kvadmit allocates without a tcache, never through the destroyed index
+ * (which jemalloc hands to the next thread that creates one).
  *
  * Fault injection (KVA_FAULT_INJECTION builds): allocation number K fails,
  * for the allocation-failure sweep in tests/.
@@ -23,6 +26,10 @@ void *kva__calloc(size_t size);
 /* Returns NULL and leaves p untouched on failure. */
 void *kva__realloc(void *p, size_t old_size, size_t new_size);
 void kva__free(void *p, size_t size);
+
+/* Tests: the calling thread's explicit tcache index, -1 when it has none
+ * (never created, destroyed at thread exit, or no jemalloc). */
+int kva__alloc_thread_tcache(void);
 
 /* Bytes currently allocated in kvadmit's arena (0 without jemalloc). */
 uint64_t kva__alloc_arena_bytes(void);

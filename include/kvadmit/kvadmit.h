@@ -248,6 +248,41 @@ KVA_API void kva_atfork_prepare(void);
 KVA_API void kva_atfork_parent(void);
 KVA_API void kva_atfork_child(void);
 
+/* ---- threads, signals, fork --------------------------------------------
+ * Threads kvadmit starts block every signal, so a host's handlers never run
+ * on them: the CPU and CUDA importers' workers, and liburcu's default
+ * call_rcu thread, which the first kva_engine_create starts with every
+ * signal blocked (liburcu 0.13 does not block them itself). If the host, or
+ * another library, used liburcu's urcu-memb call_rcu before that, the
+ * thread already exists with the mask of the thread that created it: block
+ * signals around that first use, or create an engine first.
+ *
+ * RCU registration: kvadmit registers each thread that calls it with
+ * liburcu's urcu-memb flavour on its first call and unregisters it when it
+ * exits. A host thread that uses urcu-memb itself registers before its first
+ * kvadmit call (kvadmit then leaves the registration to it), or not at all
+ * (a thread kvadmit registered may use urcu-memb read-side sections as it
+ * is, and may unregister itself at its end); it must never register after
+ * kvadmit did (liburcu's registry would hold the thread twice).
+ *
+ * Fork: a child forked without exec may use kvadmit only when the host calls
+ * these around fork(), for example once at start-up:
+ *     pthread_atfork(kva_atfork_prepare, kva_atfork_parent, kva_atfork_child);
+ * They pause liburcu's call_rcu threads (urcu-memb call_rcu_before_fork and
+ * after_fork_parent / after_fork_child, which they call: a host that also
+ * uses liburcu's call_rcu must not register those as well), hold kvadmit's
+ * own lock across the fork, and give the child a new call_rcu thread, with
+ * every signal blocked. In the child: engines inherited from the parent may
+ * be destroyed (kva_engine_destroy never waits for liburcu), or used on if
+ * no other thread was inside a kvadmit call on them at the fork; new engines
+ * may be created and used. Importers are not inherited (their threads stay
+ * in the parent): never destroy them in the child, and destroy an inherited
+ * engine that refers to one instead of stepping it. Without these calls only
+ * exec or _exit is safe in the child. Call from the forking thread only. */
+KVA_API void kva_atfork_prepare(void);
+KVA_API void kva_atfork_parent(void);
+KVA_API void kva_atfork_child(void);
+
 /* ---- requests --------------------------------------------------------- */
 /* A checkpoint of a prompt prefix: in a directory's answer, or one the host
  * knows locally (kva_request.local, kva_local_checkpoint). */

@@ -1,0 +1,309 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The host process around the engine (hardening issue, items 10, 11, 13):
+ * the threads kvadmit starts block every signal, a child forked with engines
+ * live can destroy what it inherited and run new engines while the parent
+ * goes on, and a thread-exit destructor may call kvadmit after kvadmit's own
+ * per-thread allocator cache is gone.
+ */
+#define _GNU_SOURCE 1
+#include "scenario.h"
+
+#include <dirent.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvadmit/importer.h"
+
+int kva__alloc_thread_tcache(void); /* reservations/alloc.h */
+
+/* ---- item 11: signals ---------------------------------------------------- */
+
+static uint64_t sig_bit(int sig)
+{
+	return 1ull << (sig - 1);
+}
+
+/* SigBlk of thread tid, from /proc; false when it cannot be read. */
+static bool thread_sigblk(long tid, uint64_t *blk)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/self/task/%ld/status", tid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	bool found = false;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "SigBlk: %" SCNx64, blk) == 1) {
+			found = true;
+			break;
+		}
+	fclose(f);
+	return found;
+}
+
+static int no_resolve(void *ctx, uint64_t id, uint64_t epoch, uint32_t rank, const void **src,
+		      size_t *bytes)
+{
+	(void)ctx, (void)id, (void)epoch, (void)rank, (void)src, (void)bytes;
+	return -ENOENT;
+}
+
+/* First in this process: liburcu's call_rcu thread is started by the first
+ * engine, and must not inherit this (unblocked) thread's mask. */
+static void threads_kvadmit_starts_block_every_signal(void **st)
+{
+	(void)st;
+	static char pool[4 * 4096];
+	kva_cpu_importer_config ic;
+	kva_cpu_importer_config_default(&ic);
+	ic.threads = 2;
+	ic.page_bytes = 4096;
+	ic.dest_base = pool;
+	ic.dest_pages = 4;
+	ic.resolve = no_resolve;
+	int err = 1;
+	kva_cpu_importer *imp = kva_cpu_importer_create(&ic, &err);
+	assert_non_null(imp);
+	struct sc *s = sc_default();
+	/* a retired record: its slot goes through call_rcu */
+	kva_handle h = sc_submit(s, 1, 0, 16);
+	sc_step(s, 0);
+	assert_int_equal(kva_finish(s->e, h), 0);
+	sc_step(s, 0);
+	sc_step(s, 0);
+
+	const uint64_t want = sig_bit(SIGINT) | sig_bit(SIGTERM) | sig_bit(SIGHUP) |
+			      sig_bit(SIGQUIT) | sig_bit(SIGUSR1) | sig_bit(SIGUSR2) |
+			      sig_bit(SIGALRM) | sig_bit(SIGCHLD) | sig_bit(SIGPIPE) |
+			      sig_bit(SIGWINCH) | sig_bit(SIGRTMIN + 1);
+	long me = syscall(SYS_gettid);
+	DIR *d = opendir("/proc/self/task");
+	assert_non_null(d);
+	int others = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		long tid = strtol(de->d_name, NULL, 10);
+		if (tid <= 0 || tid == me)
+			continue;
+		uint64_t blk = 0;
+		if (!thread_sigblk(tid, &blk))
+			continue; /* exited meanwhile */
+		others++;
+		if ((blk & want) != want)
+			fprintf(stderr, "thread %ld blocks %#" PRIx64 ", not %#" PRIx64 "\n", tid,
+				blk, want);
+		assert_true((blk & want) == want);
+	}
+	closedir(d);
+	assert_true(others >= 3); /* two workers and the call_rcu thread */
+	sc_free(s);
+	kva_cpu_importer_destroy(imp);
+}
+
+/* ---- item 10: fork ----------------------------------------------------------- */
+
+/* In a child: an engine of its own, used and destroyed. 0 or a failure code. */
+static int child_engine_round(void)
+{
+	kva_config c;
+	sc_config(&c);
+	int err;
+	kva_engine *e = kva_engine_create(&c, &err);
+	if (!e)
+		return 10;
+	kva_admission adm[64];
+	uint32_t pages[4096];
+	kva_ended ended[64];
+	kva_plan p = {.admitted = adm, .admitted_cap = 64, .pages = pages, .pages_cap = 4096,
+		      .ended = ended, .ended_cap = 64};
+	kva_handle h[40];
+	for (int i = 0; i < 40; i++) {
+		kva_request r = {.id = 100 + (uint64_t)i, .prompt_tokens = 16};
+		if (kva_submit(e, &r, &h[i]) != 0)
+			return 11;
+	}
+	uint32_t ended_n = 0;
+	if (kva_step(e, 1, &p) < 0)
+		return 12;
+	for (int i = 0; i < 40; i++)
+		if (kva_finish(e, h[i]) != 0 && kva_cancel(e, h[i]) != 0)
+			return 13;
+	for (uint64_t t = 2; t < 6; t++) {
+		if (kva_step(e, t, &p) < 0)
+			return 14;
+		ended_n += p.n_ended;
+	}
+	kva_engine_destroy(e);
+	return ended_n == 40 ? 0 : 15;
+}
+
+static void fork_with_engines_live(void **st)
+{
+	(void)st;
+	static bool registered;
+	if (!registered) {
+		assert_int_equal(
+		    pthread_atfork(kva_atfork_prepare, kva_atfork_parent, kva_atfork_child), 0);
+		registered = true;
+	}
+	struct sc *s = sc_default();
+	struct sc *other = sc_default();
+	for (int round = 0; round < 3; round++) {
+		/* live work in every state the step can leave: running, waiting,
+		 * retired slots still in call_rcu */
+		kva_handle run = sc_submit(s, 1000 + (uint64_t)round * 10, 0, 64);
+		kva_handle gone = sc_submit(s, 1001 + (uint64_t)round * 10, 0, 16);
+		sc_step(s, 0);
+		assert_int_equal(kva_finish(s->e, gone), 0);
+		kva_handle wait = sc_submit(s, 1002 + (uint64_t)round * 10, 7, 16);
+		sc_step(s, 0);
+		(void)sc_submit(other, 2000 + (uint64_t)round, 0, 16);
+
+		pid_t pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			alarm(20); /* a hang fails the parent's wait below */
+			kva_engine_destroy(s->e); /* inherited, work in flight */
+			int rc = child_engine_round();
+			if (!rc)
+				rc = child_engine_round(); /* the new call_rcu thread ran */
+			kva_engine_destroy(other->e);
+			_exit(rc);
+		}
+		int status = 0;
+		pid_t got = 0;
+		for (int i = 0; i < 3000 && got == 0; i++) {
+			got = waitpid(pid, &status, WNOHANG);
+			if (got == 0)
+				nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+		}
+		if (got == 0) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			fail_msg("the child hung (round %d)", round);
+		}
+		assert_true(WIFEXITED(status));
+		assert_int_equal(WEXITSTATUS(status), 0);
+
+		/* the parent goes on with the same engines */
+		assert_int_equal(kva_finish(s->e, run), 0);
+		assert_int_equal(kva_cancel(s->e, wait), 0);
+		sc_step(s, SC_SEC);
+		sc_step(other, 0);
+		sc_assert_conserved(s);
+	}
+	kva_stats x = sc_stats(s);
+	assert_int_equal(x.waiting + x.running + x.importing + x.ready, 0);
+	sc_free(other);
+	sc_free(s);
+}
+
+/* ---- item 13: a thread-exit destructor calls in ------------------------------ */
+
+static struct sc *late_sc;
+static pthread_key_t late_key;
+static kva_handle late_h[2], late_new;
+static int late_rounds, late_cancel_rc = 1, late_submit_rc = 1, late_evict_rc = 1;
+static int late_tcache_before = -2, late_tcache_after = -2;
+
+static void late_destructor(void *v)
+{
+	(void)v;
+	if (++late_rounds == 1) {
+		/* once more, in the next round: kvadmit's own thread-exit hooks
+		 * (its allocator cache among them) have run by then */
+		(void)pthread_setspecific(late_key, (void *)1);
+		return;
+	}
+	late_tcache_before = kva__alloc_thread_tcache();
+	late_cancel_rc = kva_cancel(late_sc->e, late_h[0]);
+	late_evict_rc = kva_checkpoint_evicted(late_sc->e, 4242, 1); /* allocates an event */
+	kva_request r = {.id = 77, .prompt_tokens = 16};
+	late_submit_rc = kva_submit(late_sc->e, &r, &late_new);
+	late_tcache_after = kva__alloc_thread_tcache();
+}
+
+static void *late_thread(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 2; i++) {
+		kva_request r = {.id = 70 + (uint64_t)i, .prompt_tokens = 16};
+		if (kva_submit(late_sc->e, &r, &late_h[i]) != 0)
+			return NULL;
+	}
+	(void)kva_cancel(late_sc->e, late_h[1]);
+	/* allocates: this thread's allocator cache is in use */
+	(void)kva_checkpoint_evicted(late_sc->e, 4241, 1);
+	(void)pthread_setspecific(late_key, (void *)1);
+	return NULL;
+}
+
+/* Other threads come and go meanwhile, so a destroyed cache index would be
+ * handed to one of them. */
+static void *churn_thread(void *arg)
+{
+	(void)arg;
+	kva_request r = {.id = 0, .prompt_tokens = 16};
+	kva_handle h;
+	for (int i = 0; i < 4; i++) {
+		r.id = 500 + (uint64_t)i + 10 * (uint64_t)(uintptr_t)arg;
+		if (kva_submit(late_sc->e, &r, &h) == 0)
+			(void)kva_cancel(late_sc->e, h);
+	}
+	return NULL;
+}
+
+static void thread_exit_destructor_calls_in_after_the_allocator_cache_is_gone(void **st)
+{
+	(void)st;
+	late_sc = sc_default();
+	assert_int_equal(pthread_key_create(&late_key, late_destructor), 0);
+	for (int round = 0; round < 4; round++) {
+		late_rounds = 0;
+		late_cancel_rc = late_submit_rc = late_evict_rc = 1;
+		pthread_t th, churn[3];
+		assert_int_equal(pthread_create(&th, NULL, late_thread, NULL), 0);
+		pthread_join(th, NULL);
+		for (int i = 0; i < 3; i++)
+			assert_int_equal(pthread_create(&churn[i], NULL, churn_thread,
+							(void *)(uintptr_t)(i + 1 + 3 * round)),
+					 0);
+		for (int i = 0; i < 3; i++)
+			pthread_join(churn[i], NULL);
+		assert_int_equal(late_rounds, 2);
+		assert_int_equal(late_cancel_rc, 0);
+		assert_int_equal(late_evict_rc, 0);
+		/* no allocator cache after kvadmit's was destroyed: never the
+		 * destroyed index, which jemalloc hands to the next thread */
+		assert_int_equal(late_tcache_before, -1);
+		assert_int_equal(late_tcache_after, -1);
+		assert_int_equal(late_submit_rc, 0);
+		sc_step(late_sc, 0);
+		sc_step(late_sc, 0);
+		/* the late submit is a request like any other */
+		assert_int_equal(kva_finish(late_sc->e, late_new), 0);
+		sc_step(late_sc, 0);
+	}
+	kva_stats x = sc_stats(late_sc);
+	assert_int_equal(x.cancelled, 4 * (2 + 12));
+	assert_int_equal(x.finished, 4);
+	pthread_key_delete(late_key);
+	sc_free(late_sc);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    /* first: the call_rcu thread is started by this test's engine */
+	    cmocka_unit_test(threads_kvadmit_starts_block_every_signal),
+	    cmocka_unit_test(fork_with_engines_live),
+	    cmocka_unit_test(thread_exit_destructor_calls_in_after_the_allocator_cache_is_gone),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
