@@ -18,8 +18,8 @@
  * checkpoint's new epoch and adopted.
  *
  * Both should be flat in N: indexing and unindexing one selection is O(1)
- * however many requests chose the same checkpoint (DESIGN.md's performance
- * model). Counters: call_ns and step_ns split the time, cpu_ns is the
+ * however many requests chose the same checkpoint (docs/design.md, "Cost
+ * model"). Counters: call_ns and step_ns split the time, cpu_ns is the
  * thread's CPU time over the same stretch. Afterwards the N requests are
  * cancelled, so the shared engine is back in its standard state.
  */

@@ -6,7 +6,9 @@
  * (fixture.c), between a snapshot taken after the running requests exist
  * and one after the last waiting request was ingested:
  *   arena_bytes_per_request  growth of kvadmit's jemalloc arena (exact: the
- *                            records and manifests; jemalloc builds only);
+ *                            records and manifests; only when the process
+ *                            has jemalloc, which this benchmark links when
+ *                            KVADMIT_WITH_JEMALLOC is on);
  *   rss_bytes_per_request    growth of the resident set (also counts the id
  *                            table's buckets, which liburcu allocates with
  *                            malloc, and allocator overhead).
@@ -39,7 +41,7 @@ static void bm_memory_per_request(gb_state *s, void *arg)
 	gb_counter(s, "waiting", (double)b->n_waiting, GB_COUNTER_DEFAULT);
 	gb_counter(s, "build_s", b->build_seconds, GB_COUNTER_DEFAULT);
 	gb_set_label(s, arena ? "bytes_per_request: jemalloc arena stats"
-	                      : "bytes_per_request: RSS growth (built without jemalloc)");
+	                      : "bytes_per_request: RSS growth (no jemalloc in the process)");
 }
 
 void bm_register_memory(void)

@@ -18,7 +18,7 @@
  *     which are put back at the head of the queue after the loop.
  * A blocked restore is skipped rather than ending the loop, as in the bridge
  * that keeps restores waiting for capacity: otherwise requests behind it
- * that already own their capacity could never pass (DESIGN.md rule 7).
+ * that already own their capacity could never pass (docs/design.md, rule 7).
  */
 #ifndef KVA_BENCH_RESCAN_H
 #define KVA_BENCH_RESCAN_H

@@ -115,7 +115,10 @@ add_library(kvadmit::cuda ALIAS kvadmit_cuda)
 set_target_properties(kvadmit_cuda PROPERTIES OUTPUT_NAME kvadmit-cuda EXPORT_NAME cuda
   VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
 target_link_libraries(kvadmit_cuda PUBLIC kvadmit_shared)
-target_link_options(kvadmit_cuda PRIVATE ${_kva_shared_link_options})
+# Always NEEDED (also the stub, which calls nothing in it): loading the CUDA
+# library brings the core into the same scope, which resolves the core's weak
+# KVA_FEATURE_CUDA_IMPORTER reference (dlopen, Python ctypes).
+target_link_options(kvadmit_cuda PRIVATE ${_kva_shared_link_options} LINKER:--no-as-needed)
 if(KVADMIT_WITH_CUDA)
   # libkvadmit.so hides the helpers, so the shared CUDA library has its own copy.
   target_sources(kvadmit_cuda PRIVATE ${PROJECT_SOURCE_DIR}/cuda/cpu_import_common.c)

@@ -137,12 +137,12 @@ static int jflags(void)
 	       (tl_tcache ? (int)MALLOCX_TCACHE(tl_tcache - 1) : (int)MALLOCX_TCACHE_NONE);
 }
 
-/* jflags() first: it settles, once, whether jemalloc is there at all. */
 int kva__alloc_thread_tcache(void)
 {
 	return tl_tcache ? (int)(tl_tcache - 1) : -1;
 }
 
+/* jflags() first: it settles, once, whether jemalloc is there at all. */
 void *kva__alloc(size_t size)
 {
 	if (fault_now())
