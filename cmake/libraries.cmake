@@ -120,11 +120,15 @@ target_link_libraries(kvadmit_cuda PUBLIC kvadmit_shared)
 # KVA_FEATURE_CUDA_IMPORTER reference (dlopen, Python ctypes).
 target_link_options(kvadmit_cuda PRIVATE ${_kva_shared_link_options} LINKER:--no-as-needed)
 if(KVADMIT_WITH_CUDA)
-  # libkvadmit.so hides the helpers, so the shared CUDA library has its own copy.
-  target_sources(kvadmit_cuda PRIVATE ${PROJECT_SOURCE_DIR}/cuda/cpu_import_common.c)
-  set_target_properties(kvadmit_cuda PROPERTIES C_VISIBILITY_PRESET hidden)
-  target_include_directories(kvadmit_cuda PRIVATE ${PROJECT_SOURCE_DIR}/cuda)
-  target_link_libraries(kvadmit_cuda PRIVATE kvadmit_lockfree CUDA::cudart)
+  # libkvadmit.so hides the importers' shared helpers, so the shared CUDA
+  # library has its own copy, from an archive so that --exclude-libs keeps
+  # it private (it also defines kva_cpu_importer_fails, the core's export).
+  add_library(kvadmit_import_common STATIC ${PROJECT_SOURCE_DIR}/cuda/cpu_import_common.c)
+  set_target_properties(kvadmit_import_common PROPERTIES POSITION_INDEPENDENT_CODE ON
+    C_VISIBILITY_PRESET hidden)
+  target_include_directories(kvadmit_import_common PRIVATE ${PROJECT_SOURCE_DIR}/cuda)
+  target_link_libraries(kvadmit_import_common PRIVATE kvadmit_shared kvadmit_lockfree)
+  target_link_libraries(kvadmit_cuda PRIVATE kvadmit_import_common kvadmit_lockfree CUDA::cudart)
   target_link_libraries(kvadmit_cuda_static PRIVATE CUDA::cudart)
   foreach(_t kvadmit_cuda kvadmit_cuda_static)
     target_compile_definitions(${_t} PUBLIC $<BUILD_INTERFACE:KVADMIT_HAVE_CUDA=1>)
