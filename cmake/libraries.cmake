@@ -41,10 +41,10 @@ set(_kva_public_includes
   $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 
 # Linker flags of the shared libraries: archives stay private, and (outside
-# sanitizer builds, whose runtimes resolve at program link) no undefined
-# symbols except the weak CUDA reference.
+# sanitizer and fuzzing builds, whose runtimes resolve at program link) no
+# undefined symbols except the weak CUDA reference.
 set(_kva_shared_link_options LINKER:--exclude-libs,ALL)
-if(NOT KVADMIT_SANITIZE)
+if(NOT KVADMIT_SANITIZE AND NOT KVADMIT_BUILD_FUZZ)
   list(APPEND _kva_shared_link_options LINKER:--no-undefined)
 endif()
 
