@@ -52,6 +52,9 @@ static void plan_admit(kva_engine *e, struct kva__req *r, uint8_t how, uint32_t 
 	kva__st_sched(e, ST_TOK_LOCAL, local);
 	kva__st_sched(e, ST_TOK_RESTORED, restored);
 	kva__st_sched(e, ST_TOK_RECOMPUTED, a->recompute_tokens);
+	if (r->flags & KVA__F_BLOCKED)
+		kva__observe(e, H_CAPACITY_WAIT, e->now - r->blocked_since);
+	kva__observe(e, H_ADMISSION, e->now - kva__rec_wait_ends(r));
 	r->flags &= (uint16_t)~KVA__F_BLOCKED;
 	kva__rec_set_state(e, r, KVA_STATE_RUNNING);
 }
@@ -63,8 +66,8 @@ static void plan_admit(kva_engine *e, struct kva__req *r, uint8_t how, uint32_t 
 static int pages_missing(kva_engine *e, struct kva__req *r, struct kva_credits reserved)
 {
 	kva_capacity_release(&e->cap, reserved);
-	kva__log(e, KVA_LOG_ERROR, "kvadmit: no page ids for request %llu's owned credits",
-	         (unsigned long long)r->id);
+	kva__log(e, KVA_LOG_ERROR, KVA_LOGEV_INVARIANT, r, 0, 0,
+	         "kvadmit: no page ids for request %llu's owned credits", (unsigned long long)r->id);
 	e->plan->head_blocked = true;
 	return 0;
 }
@@ -112,15 +115,17 @@ static void head_forget(kva_engine *e, struct kva__req *r)
 	atomic_store_explicit(&e->st[ST_CAPACITY_WAIT_NS], 0, memory_order_relaxed);
 }
 
-/* One log line through the host's callback about a restore waiting. */
-static void log_wait(kva_engine *e, struct kva__req *r, const char *what, int level)
+/* One log line through the host's callbacks about a restore waiting. */
+static void log_wait(kva_engine *e, struct kva__req *r, const char *what, int event)
 {
 	uint32_t need = kva__pages_for(e, r->prompt_tokens) + e->cfg.decode_headroom_pages;
-	kva__log(e, level,
+	uint64_t waited = e->now - r->blocked_since;
+	bool expired = event == KVA_LOGEV_WAIT_EXPIRED;
+	kva__log(e, expired ? KVA_LOG_WARN : KVA_LOG_INFO, event, r, 0,
+	         event == KVA_LOGEV_WAIT_STARTED ? need : waited,
 	         "kvadmit: restore of request %llu %s %.1f s for capacity (needs %u pages, %u free)%s",
-	         (unsigned long long)r->id, what, (double)(e->now - r->blocked_since) / 1e9, need,
-	         kva_capacity_free(&e->cap).pages,
-	         level == KVA_LOG_WARN ? "; recomputing instead" : "");
+	         (unsigned long long)r->id, what, (double)waited / 1e9, need,
+	         kva_capacity_free(&e->cap).pages, expired ? "; recomputing instead" : "");
 }
 
 void kva__admit_head_timer(kva_engine *e, int which)
@@ -131,13 +136,15 @@ void kva__admit_head_timer(kva_engine *e, int which)
 	switch (which) {
 	case HT_WAIT:
 		/* rule 8: give up once, say so once, stop holding others as a restore */
-		log_wait(e, r, "waited", KVA_LOG_WARN);
+		log_wait(e, r, "waited", KVA_LOGEV_WAIT_EXPIRED);
+		kva__observe(e, H_CAPACITY_WAIT, e->now - r->blocked_since);
+		r->flags &= (uint16_t)~KVA__F_BLOCKED; /* its wait as a restore is over */
 		kva__st_sched(e, ST_WAIT_EXPIRED, 1);
 		head_forget(e, r);
 		kva__fallback(e, r, KVA_REASON_WAIT_EXPIRED);
 		break;
 	case HT_LOG:
-		log_wait(e, r, "waiting", KVA_LOG_INFO);
+		log_wait(e, r, "waiting", KVA_LOGEV_WAIT_ONGOING);
 		kva__st_sched(e, ST_WAIT_LOGS, 1);
 		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_LOG],
 		                   kva__after(e->now, e->cfg.wait_log_interval_ns));
@@ -173,7 +180,7 @@ static void head_block(kva_engine *e, struct kva__req *r, bool restore)
 	if (e->head_req == r)
 		return;
 	if (begins && e->cfg.wait_log_interval_ns) { /* rule 18: a wait that begins logs once */
-		log_wait(e, r, "starts waiting after", KVA_LOG_INFO);
+		log_wait(e, r, "starts waiting after", KVA_LOGEV_WAIT_STARTED);
 		kva__st_sched(e, ST_WAIT_LOGS, 1);
 	}
 	head_forget(e, e->head_req);
@@ -193,6 +200,7 @@ static void head_block(kva_engine *e, struct kva__req *r, bool restore)
 
 void kva__admit_enqueue(kva_engine *e, struct kva__req *r)
 {
+	kva__rec_wait_begins(r, e->now);
 	kva_waitq_push_back(&e->waitq, &r->wq);
 	kva__lookup_begin(e, r, false);
 }
@@ -205,6 +213,7 @@ void kva__admit_requeue_front(kva_engine *e, struct kva__req *r, bool preempted)
 	atomic_store_explicit(&r->pub_reason, 0, memory_order_relaxed);
 	kva_timer_init(&r->deadline); /* the union held a list link until now */
 	kva__rec_set_state(e, r, KVA_STATE_WAITING);
+	kva__rec_wait_begins(r, e->now);
 	kva_waitq_push_front(&e->waitq, &r->wq);
 	kva__lookup_begin(e, r, preempted);
 }
@@ -321,7 +330,8 @@ static bool take_more(kva_engine *e, struct kva__req *r, uint32_t tokens)
 	if (!kva_pagepool_take_n(&e->pool, g->pages + n, want - n)) {
 		/* the credits are owned, so the ids must be there (R1/A1 of
 		 * capacity.c); if not, admit with the imported pages only */
-		kva__log(e, KVA_LOG_ERROR, "kvadmit: no page ids for request %llu's owned credits",
+		kva__log(e, KVA_LOG_ERROR, KVA_LOGEV_INVARIANT, r, 0, 0,
+		         "kvadmit: no page ids for request %llu's owned credits",
 		         (unsigned long long)r->id);
 		return true;
 	}

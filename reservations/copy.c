@@ -58,6 +58,7 @@ enum kva__copy_outcome kva__copy_on_report(kva_engine *e, struct kva__req *r,
 	if (g->n_reported < g->world)
 		return KVA__COPY_PENDING; /* rule 19: complete only when every rank reported */
 	g->copying = false;
+	kva__observe(e, H_COPY, e->now - g->copy_started);
 	uint32_t kp = g->import_pages;
 	if (atomic_load_explicit(&r->state, memory_order_relaxed) == KVA_STATE_CANCELLED) {
 		/* rule 12: drained, the destination pages may be reused now */
@@ -69,8 +70,12 @@ enum kva__copy_outcome kva__copy_on_report(kva_engine *e, struct kva__req *r,
 			kva__rec_retire(e, r);
 		return KVA__COPY_DRAINED;
 	}
-	if (g->any_failed)
+	if (g->any_failed) {
 		kva__st_sched(e, ST_COPY_FAILED, 1);
+		kva__log(e, KVA_LOG_WARN, KVA_LOGEV_COPY_FAILED, r, 0, g->attempts,
+		         "kvadmit: copy attempt %u of request %llu failed", g->attempts,
+		         (unsigned long long)r->id);
+	}
 	if (g->reset_epoch != e->reset_epoch) {
 		kva__rec_give_back(e, r, 1, true); /* reset while copying: drained now */
 		return KVA__COPY_REQUEUE;
@@ -80,6 +85,9 @@ enum kva__copy_outcome kva__copy_on_report(kva_engine *e, struct kva__req *r,
 	if (g->retries < e->cfg.max_copy_retries) {
 		g->retries++;
 		kva__st_sched(e, ST_COPY_RETRIES, 1);
+		kva__log(e, KVA_LOG_INFO, KVA_LOGEV_COPY_RETRY, r, 0, g->retries,
+		         "kvadmit: request %llu retries its copy (%u of %u)", (unsigned long long)r->id,
+		         g->retries, e->cfg.max_copy_retries);
 		kva__copy_start(e, r); /* same checkpoint, same pages, reservation kept */
 		return KVA__COPY_PENDING;
 	}
@@ -94,6 +102,9 @@ enum kva__copy_outcome kva__copy_on_report(kva_engine *e, struct kva__req *r,
 		g->import_pages = kp2;
 		g->retries = 0;
 		kva__st_sched(e, ST_SHORTER, 1);
+		kva__log(e, KVA_LOG_INFO, KVA_LOGEV_SHORTER, r, 0, c->position,
+		         "kvadmit: request %llu falls back to a shorter checkpoint (%u tokens)",
+		         (unsigned long long)r->id, c->position);
 		kva__select(e, r, sh);
 		if (c->location == KVA_LOC_LOCAL)
 			return KVA__COPY_READY;
@@ -129,6 +140,7 @@ void kva__copy_dispatch_pending(kva_engine *e)
 		 * kva_copy_done CASes bits (A3 of record.c). Not earlier: a queued
 		 * attempt may still be cancelled and its pages returned undrained. */
 		atomic_store_explicit(&g->copy_word, (uint64_t)g->attempts << 32, memory_order_release);
+		g->copy_started = e->now;
 		const kva_checkpoint *c = kva__sel(r);
 		kva_handle h = kva__rec_handle(r);
 		kva_copy_job job = {

@@ -55,6 +55,7 @@ void kva_config_default(kva_config *cfg)
 	cfg->wait_log_interval_ns = 30 * SEC;
 	cfg->lookup_refresh_ns = 20 * SEC;
 	cfg->policy = KVA_POLICY_WAIT;
+	cfg->log_level = KVA_LOG_INFO;
 }
 
 static int config_check(const kva_config *c)
@@ -65,6 +66,8 @@ static int config_check(const kva_config *c)
 	if (c->decode_reserve_pages >= c->total_pages || c->decode_headroom_pages > c->total_pages)
 		return -EINVAL;
 	if (c->policy != KVA_POLICY_WAIT && c->policy != KVA_POLICY_LEGACY)
+		return -EINVAL;
+	if (c->log_level < KVA_LOG_DEBUG || c->log_level > KVA_LOG_ERROR)
 		return -EINVAL;
 	bool first = c->importers[0].submit != NULL; /* all ranks or none */
 	for (uint32_t i = 1; i < c->world_size; i++)
@@ -240,6 +243,9 @@ static int handle_submit(kva_engine *e, struct kva__req *r)
 		return rc;
 	kva__st_sched(e, ST_INGESTED, 1);
 	if (rc == -EEXIST) { /* rule 14: a live incarnation has this id */
+		kva__log(e, KVA_LOG_WARN, KVA_LOGEV_DUPLICATE_ID, r, 0, 0,
+		         "kvadmit: request id %llu is live already: the new submit is rejected",
+		         (unsigned long long)r->id);
 		kva__rec_end(e, r, KVA_STATE_REJECTED);
 		return 0;
 	}

@@ -20,6 +20,10 @@
 
 enum kva__head_timer { HT_WAIT, HT_LOG, HT_REFRESH, HT_COUNT };
 
+/* The measured durations (kva_stats' histograms), in stats.c's storage. */
+enum kva__hist { H_CAPACITY_WAIT, H_LOOKUP, H_COPY, H_ADMISSION, H_COUNT };
+#define KVA__HIST_WORDS (2 + KVA_HIST_BUCKETS) /* count, sum, per-bucket counts */
+
 #define KVA__SHARDS KVA_FANIN_LANES /* producer-counter shards, one line each */
 
 struct kva__shard {
@@ -38,6 +42,7 @@ struct kva_engine {
 	_Atomic uint8_t reset_requested;
 	struct kva__event reset_ev;
 	alignas(64) _Atomic uint64_t st[ST_COUNT];
+	_Atomic uint64_t hist[H_COUNT][KVA__HIST_WORDS]; /* scheduler writes, any thread reads */
 	struct kva__shard shard[KVA__SHARDS]; /* what producers count */
 	struct kva_slab slab;                 /* the records (own cache lines inside) */
 
@@ -63,6 +68,10 @@ struct kva_engine {
 	kva_plan *plan; /* the plan of the step in progress */
 	bool in_step;
 	bool was_too_small; /* the last step's plan was too small (log once per run) */
+	struct {
+		uint64_t window; /* second of the step clock the count is for */
+		uint32_t lines;
+	} log_rate[KVA_LOGEV_COUNT]; /* per-event rate limit (stats.c) */
 	bool alloc_failing; /* the last step-side allocation failed (log once per run) */
 };
 
@@ -107,8 +116,12 @@ static inline void kva__touched(kva_engine *e)
 		e->plan->records_touched++;
 }
 
-/* stats.c: one line through the host's log callback (scheduler thread). */
-void kva__log(kva_engine *e, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* stats.c: one log line about `r` (NULL: none) through the host's text and
+ * structured callbacks (scheduler thread), rate limited per event. */
+void kva__log(kva_engine *e, int level, int event, const struct kva__req *r, int reason,
+              uint64_t value, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+/* stats.c: one measured duration (scheduler thread). */
+void kva__observe(kva_engine *e, enum kva__hist h, uint64_t ns);
 
 /* stats.c: the plan cannot hold what `what` (request id) needs even when
  * empty: flag, count (once per step) and log (once per run of such steps). */

@@ -112,6 +112,9 @@ void kva__fallback(kva_engine *e, struct kva__req *r, uint8_t reason)
 	atomic_store_explicit(&r->pub_reason, reason, memory_order_relaxed);
 	kva__st_sched(e, (enum kva__stat)(ST_FALLBACK0 + reason), 1);
 	plan_fallback(e, r, reason);
+	kva__log(e, KVA_LOG_DEBUG, KVA_LOGEV_FALLBACK, r, reason, 0,
+	         "kvadmit: request %llu takes the ordinary path (%s)", (unsigned long long)r->id,
+	         kva_reason_name(reason));
 }
 
 void kva__lookup_issue(kva_engine *e, struct kva__req *r, bool decisive)
@@ -432,6 +435,9 @@ int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a)
 		return 0;
 	}
 
+	/* lookup latency: the deadline marks when the lookup began */
+	if (kva_timer_armed(&r->deadline) && r->deadline.expires != UINT64_MAX)
+		kva__observe(e, H_LOOKUP, e->now - (r->deadline.expires - e->cfg.lookup_timeout_ns));
 	kva_timerwheel_cancel(&e->wheel, &r->deadline);
 	if (sel < 0) {
 		bool any = a->count > 0;
@@ -456,6 +462,9 @@ void kva__lookup_on_deadline(kva_engine *e, struct kva__req *r)
 		return;
 	atomic_store_explicit(&r->lookup_word, w & ~KVA__LW_AWAITING, memory_order_relaxed);
 	kva__st_sched(e, ST_LOOKUP_TIMEOUTS, 1);
+	kva__log(e, KVA_LOG_INFO, KVA_LOGEV_LOOKUP_TIMEOUT, r, KVA_REASON_LOOKUP_TIMEOUT,
+	         e->cfg.lookup_timeout_ns, "kvadmit: lookup of request %llu timed out",
+	         (unsigned long long)r->id);
 	if (!decide_host(e, r)) /* rule 22: what the host knows still holds */
 		kva__fallback(e, r, KVA_REASON_LOOKUP_TIMEOUT);
 }

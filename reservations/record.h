@@ -20,6 +20,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <urcu/list.h>
 
 #include "kvadmit/kvadmit.h"
@@ -111,6 +112,7 @@ struct kva__grant {
 	_Atomic uint32_t reserved; /* credits owned, not yet materialised */
 	uint32_t import_pages;     /* pages[0 .. import_pages) are copy destinations */
 	uint64_t queue_seq;        /* order it left the waiting queue to import (rule 17) */
+	uint64_t copy_started;     /* step clock when the current attempt was dispatched */
 	uint32_t attempts;         /* copy attempts started for this request */
 	uint32_t retries;          /* failed attempts on the current checkpoint */
 	uint32_t n_reported;       /* scheduler's count for the current attempt */
@@ -201,6 +203,7 @@ enum kva__stat {
 	ST_RESERVED_PAGES, ST_IN_USE_PAGES, ST_DRAINING_PAGES,
 	ST_RESTORES_WAITING, ST_CAPACITY_WAIT_NS,
 	ST_LOCAL_STATED, ST_LOCAL_UPGRADES, ST_PLAN_TOO_SMALL, ST_ALLOC_FAILURES,
+	ST_LOGS_SUPPRESSED,
 	ST_FALLBACK0, /* + enum kva_reason */
 	ST_COUNT = ST_FALLBACK0 + KVA_REASON_COUNT
 };
@@ -215,6 +218,22 @@ static inline bool kva__state_is_terminal(uint32_t s)
 {
 	return s == KVA_STATE_FINISHED || s == KVA_STATE_CANCELLED || s == KVA_STATE_REJECTED ||
 	       s == KVA__STATE_ENDING || s == KVA__STATE_CANCELLING;
+}
+
+/* While a record waits (ingested or requeued, until admitted) its embedded
+ * event is idle, so its link holds when the wait began (time to admission);
+ * admission clears it before the event can be queued again. */
+_Static_assert(sizeof(struct kva_inbox_node) >= sizeof(uint64_t), "room for a time");
+static inline void kva__rec_wait_begins(struct kva__req *r, uint64_t now)
+{
+	memcpy(&r->ev_main.node, &now, sizeof(now));
+}
+static inline uint64_t kva__rec_wait_ends(struct kva__req *r)
+{
+	uint64_t t;
+	memcpy(&t, &r->ev_main.node, sizeof(t));
+	kva_inbox_node_init(&r->ev_main.node);
+	return t;
 }
 
 /* What the host sees of an internal state (enum kva_state). */

@@ -1,12 +1,48 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* What the engine tells the host: the statistics snapshot (atomics only,
- * any thread), its Prometheus-style text rendering, and log lines through
- * the host's callback. A leaf: calls nothing else in reservations/. */
+ * any thread) with its measured durations, its Prometheus / OpenMetrics text
+ * rendering, and log lines through the host's callbacks. A leaf: calls
+ * nothing else in reservations/. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "engine_state.h"
+
+/* ---- log lines ---------------------------------------------------------------- */
+
+#define LOG_BURST 16 /* lines per event per second of the step's clock */
+
+void kva__log(kva_engine *e, int level, int event, const struct kva__req *r, int reason,
+              uint64_t value, const char *fmt, ...)
+{
+	if ((!e->cfg.log && !e->cfg.log_record) || level < e->cfg.log_level)
+		return;
+	if (event > 0 && event < KVA_LOGEV_COUNT) {
+		uint64_t second = e->now / 1000000000ull;
+		if (e->log_rate[event].window != second) {
+			e->log_rate[event].window = second;
+			e->log_rate[event].lines = 0;
+		}
+		if (++e->log_rate[event].lines > LOG_BURST) {
+			kva__st_sched(e, ST_LOGS_SUPPRESSED, 1);
+			return;
+		}
+	}
+	char msg[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (e->cfg.log)
+		e->cfg.log(e->cfg.log_ctx, level, msg);
+	if (e->cfg.log_record) {
+		kva_log_record rec = {level, event, {0, 0, 0}, reason, value, msg};
+		if (r)
+			rec.handle = kva__rec_handle((struct kva__req *)r);
+		e->cfg.log_record(e->cfg.log_record_ctx, &rec);
+	}
+}
 
 void kva__plan_too_small(kva_engine *e, uint64_t id, const char *what, uint32_t need)
 {
@@ -16,7 +52,7 @@ void kva__plan_too_small(kva_engine *e, uint64_t id, const char *what, uint32_t 
 	p->too_small = true;
 	kva__st_sched(e, ST_PLAN_TOO_SMALL, 1);
 	if (!e->was_too_small)
-		kva__log(e, KVA_LOG_ERROR,
+		kva__log(e, KVA_LOG_ERROR, KVA_LOGEV_PLAN_TOO_SMALL, NULL, 0, need,
 		         "kvadmit: the plan is too small for request %llu's %s (needs %u; plan has "
 		         "%u admissions, %u pages, %u copies): it waits; see kva_plan_min_sizes",
 		         (unsigned long long)id, what, need, p->admitted_cap, p->pages_cap,
@@ -27,22 +63,52 @@ void kva__alloc_failed(kva_engine *e, uint64_t id, const char *what)
 {
 	kva__st_sched(e, ST_ALLOC_FAILURES, 1);
 	if (!e->alloc_failing)
-		kva__log(e, KVA_LOG_WARN, "kvadmit: out of memory for request %llu's %s; retried next step",
+		kva__log(e, KVA_LOG_WARN, KVA_LOGEV_NO_MEMORY, NULL, 0, 0,
+		         "kvadmit: out of memory for request %llu's %s; retried next step",
 		         (unsigned long long)id, what);
 	e->alloc_failing = true;
 }
 
-void kva__log(kva_engine *e, int level, const char *fmt, ...)
+/* ---- measured durations ------------------------------------------------------- */
+
+#define MS 1000000ull
+#define SEC (1000 * MS)
+static const uint64_t hist_bounds[KVA_HIST_BUCKETS - 1] = {
+	1 * MS, 5 * MS, 10 * MS, 50 * MS, 100 * MS, 250 * MS, 500 * MS,
+	1 * SEC, 2 * SEC, 5 * SEC, 10 * SEC, 30 * SEC, 60 * SEC,
+};
+
+const uint64_t *kva_histogram_bounds(void) { return hist_bounds; }
+
+void kva__observe(kva_engine *e, enum kva__hist h, uint64_t ns)
 {
-	if (!e->cfg.log)
-		return;
-	char msg[256];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	e->cfg.log(e->cfg.log_ctx, level, msg);
+	_Atomic uint64_t *w = e->hist[h];
+	unsigned b = 0;
+	while (b < KVA_HIST_BUCKETS - 1 && ns > hist_bounds[b])
+		b++;
+	/* one writer (the scheduler): plain read-modify-store, atomic for readers */
+	atomic_store_explicit(&w[0], atomic_load_explicit(&w[0], memory_order_relaxed) + 1,
+	                      memory_order_relaxed);
+	atomic_store_explicit(&w[1], atomic_load_explicit(&w[1], memory_order_relaxed) + ns,
+	                      memory_order_relaxed);
+	atomic_store_explicit(&w[2 + b], atomic_load_explicit(&w[2 + b], memory_order_relaxed) + 1,
+	                      memory_order_relaxed);
 }
+
+/* Cumulative buckets, as the host reads them. */
+static void hist_get(const kva_engine *e, enum kva__hist h, kva_histogram *out)
+{
+	const _Atomic uint64_t *w = e->hist[h];
+	uint64_t run = 0;
+	for (unsigned b = 0; b < KVA_HIST_BUCKETS; b++) {
+		run += atomic_load_explicit(&w[2 + b], memory_order_relaxed);
+		out->buckets[b] = run;
+	}
+	out->count = run; /* consistent with the buckets even while they move */
+	out->sum_ns = atomic_load_explicit(&w[1], memory_order_relaxed);
+}
+
+/* ---- the snapshot -------------------------------------------------------------- */
 
 static uint64_t submitted(const kva_engine *e)
 {
@@ -108,74 +174,189 @@ void kva_stats_get(const kva_engine *e, kva_stats *out)
 	out->local_upgrades = kva__st_get(e, ST_LOCAL_UPGRADES);
 	out->plan_too_small = kva__st_get(e, ST_PLAN_TOO_SMALL);
 	out->alloc_failures = kva__st_get(e, ST_ALLOC_FAILURES);
+	out->logs_suppressed = kva__st_get(e, ST_LOGS_SUPPRESSED);
+	hist_get(e, H_CAPACITY_WAIT, &out->capacity_wait);
+	hist_get(e, H_LOOKUP, &out->lookup_latency);
+	hist_get(e, H_COPY, &out->copy_duration);
+	hist_get(e, H_ADMISSION, &out->time_to_admission);
+}
+
+/* ---- text exposition -------------------------------------------------------------- */
+
+/* Appends whole lines to buf while they fit; counts what all of them need. */
+struct out {
+	char *buf;
+	size_t len, need, written;
+	bool full; /* a line did not fit: no later line is written either */
+};
+
+static void emit(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void emit(struct out *o, const char *fmt, ...)
+{
+	char line[256];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if (o->buf && !o->full && o->need + (size_t)n < o->len) {
+		memcpy(o->buf + o->need, line, (size_t)n);
+		o->written = o->need + (size_t)n;
+	} else {
+		o->full = true;
+	}
+	o->need += (size_t)n;
+}
+
+enum kind { COUNTER, GAUGE };
+
+/* # HELP and # TYPE of one family. OpenMetrics names a counter family
+ * without its samples' _total suffix. */
+static void family(struct out *o, bool om, const char *name, enum kind k, const char *help)
+{
+	const char *suffix = k == COUNTER && !om ? "_total" : "";
+	emit(o, "# HELP %s%s %s\n", name, suffix, help);
+	emit(o, "# TYPE %s%s %s\n", name, suffix, k == COUNTER ? "counter" : "gauge");
+}
+
+static void sample(struct out *o, enum kind k, const char *name, const char *labels, uint64_t v)
+{
+	emit(o, "%s%s%s %llu\n", name, k == COUNTER ? "_total" : "", labels,
+	     (unsigned long long)v);
+}
+
+static void single(struct out *o, bool om, const char *name, enum kind k, const char *help,
+                   uint64_t v)
+{
+	family(o, om, name, k, help);
+	sample(o, k, name, "", v);
+}
+
+static void histogram(struct out *o, bool om, const char *name, const char *help,
+                      const kva_histogram *h)
+{
+	emit(o, "# HELP %s %s\n", name, help);
+	emit(o, "# TYPE %s histogram\n", name);
+	if (om)
+		emit(o, "# UNIT %s seconds\n", name);
+	for (unsigned b = 0; b < KVA_HIST_BUCKETS - 1; b++)
+		emit(o, "%s_bucket{le=\"%.3f\"} %llu\n", name, (double)hist_bounds[b] / 1e9,
+		     (unsigned long long)h->buckets[b]);
+	emit(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)h->count);
+	emit(o, "%s_sum %.9f\n", name, (double)h->sum_ns / 1e9);
+	emit(o, "%s_count %llu\n", name, (unsigned long long)h->count);
+}
+
+size_t kva_stats_format_as(const kva_stats *s, int format, char *buf, size_t len)
+{
+	if (!s || (format != KVA_METRICS_PROMETHEUS && format != KVA_METRICS_OPENMETRICS))
+		return 0;
+	bool om = format == KVA_METRICS_OPENMETRICS;
+	struct out o = {buf, len, 0, 0, false};
+
+	family(&o, om, "kvadmit_build_info", GAUGE, "kvadmit library version.");
+	emit(&o, "kvadmit_build_info{version=\"%s\"} 1\n", kva_version_string());
+
+	/* the page pool: total = free + reserved + in use + draining at quiescence */
+	single(&o, om, "kvadmit_pool_pages", GAUGE, "Pages in the KV-cache pool.", s->total_pages);
+	family(&o, om, "kvadmit_pages", GAUGE, "Pool pages by what holds them.");
+	sample(&o, GAUGE, "kvadmit_pages", "{state=\"free\"}", s->free_pages);
+	sample(&o, GAUGE, "kvadmit_pages", "{state=\"reserved\"}", s->reserved_pages);
+	sample(&o, GAUGE, "kvadmit_pages", "{state=\"in_use\"}", s->in_use_pages);
+	sample(&o, GAUGE, "kvadmit_pages", "{state=\"draining\"}", s->draining_pages);
+	single(&o, om, "kvadmit_copy_slots_free", GAUGE, "Copy slots free.", s->free_copy_slots);
+	single(&o, om, "kvadmit_run_slots_free", GAUGE, "Running slots free.", s->free_run_slots);
+
+	family(&o, om, "kvadmit_requests", GAUGE, "Requests by state now.");
+	sample(&o, GAUGE, "kvadmit_requests", "{state=\"waiting\"}", s->waiting);
+	sample(&o, GAUGE, "kvadmit_requests", "{state=\"importing\"}", s->importing);
+	sample(&o, GAUGE, "kvadmit_requests", "{state=\"ready\"}", s->ready);
+	sample(&o, GAUGE, "kvadmit_requests", "{state=\"running\"}", s->running);
+	family(&o, om, "kvadmit_request_events", COUNTER, "Request lifecycle events.");
+	sample(&o, COUNTER, "kvadmit_request_events", "{event=\"submitted\"}", s->submitted);
+	sample(&o, COUNTER, "kvadmit_request_events", "{event=\"ingested\"}", s->ingested);
+	sample(&o, COUNTER, "kvadmit_request_events", "{event=\"rejected\"}", s->rejected);
+	sample(&o, COUNTER, "kvadmit_request_events", "{event=\"finished\"}", s->finished);
+	sample(&o, COUNTER, "kvadmit_request_events", "{event=\"cancelled\"}", s->cancelled);
+	sample(&o, COUNTER, "kvadmit_request_events", "{event=\"preempted\"}", s->preempted);
+
+	family(&o, om, "kvadmit_admissions", COUNTER, "Admissions by how the prefix was served.");
+	sample(&o, COUNTER, "kvadmit_admissions", "{how=\"restore\"}", s->admitted_restore);
+	sample(&o, COUNTER, "kvadmit_admissions", "{how=\"local\"}", s->admitted_local);
+	sample(&o, COUNTER, "kvadmit_admissions", "{how=\"recompute\"}", s->admitted_recompute);
+	single(&o, om, "kvadmit_prompt_tokens_admitted", COUNTER,
+	       "Prompt tokens of admitted requests.", s->prompt_tokens_admitted);
+	family(&o, om, "kvadmit_prompt_tokens", COUNTER,
+	       "Admitted prompt tokens by source, each counted once.");
+	sample(&o, COUNTER, "kvadmit_prompt_tokens", "{source=\"local\"}", s->tokens_local);
+	sample(&o, COUNTER, "kvadmit_prompt_tokens", "{source=\"restored\"}", s->tokens_restored);
+	sample(&o, COUNTER, "kvadmit_prompt_tokens", "{source=\"recomputed\"}", s->tokens_recomputed);
+
+	family(&o, om, "kvadmit_lookups", COUNTER, "Directory lookups by outcome.");
+	sample(&o, COUNTER, "kvadmit_lookups", "{event=\"issued\"}", s->lookups_issued);
+	sample(&o, COUNTER, "kvadmit_lookups", "{event=\"answered\"}", s->lookups_answered);
+	sample(&o, COUNTER, "kvadmit_lookups", "{event=\"timed_out\"}", s->lookups_timed_out);
+	sample(&o, COUNTER, "kvadmit_lookups", "{event=\"late_answer\"}", s->late_answers);
+	sample(&o, COUNTER, "kvadmit_lookups", "{event=\"refresh\"}", s->refreshes);
+	sample(&o, COUNTER, "kvadmit_lookups", "{event=\"revalidation\"}", s->revalidations);
+
+	family(&o, om, "kvadmit_copies", COUNTER, "Copy jobs and what became of them.");
+	sample(&o, COUNTER, "kvadmit_copies", "{event=\"job\"}", s->copy_jobs);
+	sample(&o, COUNTER, "kvadmit_copies", "{event=\"attempt_failed\"}", s->copy_attempts_failed);
+	sample(&o, COUNTER, "kvadmit_copies", "{event=\"retry\"}", s->copy_retries);
+	sample(&o, COUNTER, "kvadmit_copies", "{event=\"shorter_checkpoint\"}", s->shorter_fallbacks);
+	sample(&o, COUNTER, "kvadmit_copies", "{event=\"stale_report\"}", s->stale_copy_reports);
+
+	family(&o, om, "kvadmit_fallbacks", COUNTER, "Requests that took the ordinary path, by reason.");
+	for (int r = 1; r < KVA_REASON_COUNT; r++) {
+		char labels[64];
+		snprintf(labels, sizeof(labels), "{reason=\"%s\"}", kva_reason_name(r));
+		sample(&o, COUNTER, "kvadmit_fallbacks", labels, s->fallbacks[r]);
+	}
+
+	single(&o, om, "kvadmit_restore_blocked_steps", COUNTER,
+	       "Steps in which a restore at the head waited for capacity.", s->restore_blocked_steps);
+	single(&o, om, "kvadmit_wait_logs", COUNTER, "Capacity-wait log lines.", s->wait_logs);
+	single(&o, om, "kvadmit_wait_expired", COUNTER, "Bounded restore waits that expired.",
+	       s->wait_expired);
+	single(&o, om, "kvadmit_restores_waiting", GAUGE,
+	       "Restores waiting for capacity now (checkpoint selected).", s->restores_waiting);
+	family(&o, om, "kvadmit_capacity_wait_seconds", GAUGE,
+	       "How long the blocked head restore has waited so far.");
+	emit(&o, "kvadmit_capacity_wait_seconds %.9f\n", (double)s->capacity_wait_ns / 1e9);
+	single(&o, om, "kvadmit_steps", COUNTER, "Scheduler steps.", s->steps);
+	single(&o, om, "kvadmit_events", COUNTER, "Inbox events handled.", s->events);
+	single(&o, om, "kvadmit_local_checkpoints_stated", COUNTER,
+	       "Local checkpoints the host stated after submit.", s->local_stated);
+	single(&o, om, "kvadmit_local_upgrades", COUNTER,
+	       "Waiting selections a stated local checkpoint upgraded.", s->local_upgrades);
+	single(&o, om, "kvadmit_plan_too_small_steps", COUNTER,
+	       "Steps whose plan could not hold an admission or copy job.", s->plan_too_small);
+	single(&o, om, "kvadmit_step_allocation_failures", COUNTER,
+	       "Allocations a step needed and could not get.", s->alloc_failures);
+	single(&o, om, "kvadmit_logs_suppressed", COUNTER, "Log lines dropped by the rate limit.",
+	       s->logs_suppressed);
+
+	histogram(&o, om, "kvadmit_capacity_wait_duration_seconds",
+	          "Time a head waited for capacity, per wait.", &s->capacity_wait);
+	histogram(&o, om, "kvadmit_lookup_duration_seconds",
+	          "Time from a decisive lookup to its answer.", &s->lookup_latency);
+	histogram(&o, om, "kvadmit_copy_duration_seconds",
+	          "Time from a copy attempt's dispatch to its last rank's report.",
+	          &s->copy_duration);
+	histogram(&o, om, "kvadmit_time_to_admission_seconds",
+	          "Time from ingest (or requeue) to admission.", &s->time_to_admission);
+	if (om)
+		emit(&o, "# EOF\n");
+	/* end after the last whole line written: the bytes behind it were
+	 * never written */
+	if (buf && len)
+		buf[o.written] = '\0';
+	return o.need;
 }
 
 size_t kva_stats_format(const kva_stats *s, char *buf, size_t len)
 {
-	if (!s)
-		return 0;
-	struct {
-		const char *name;
-		uint64_t v;
-	} rows[] = {
-		{"kvadmit_pages_total", s->total_pages},
-		{"kvadmit_pages_free", s->free_pages},
-		{"kvadmit_pages_reserved", s->reserved_pages},
-		{"kvadmit_pages_in_use", s->in_use_pages},
-		{"kvadmit_pages_draining", s->draining_pages},
-		{"kvadmit_copy_slots_free", s->free_copy_slots},
-		{"kvadmit_requests_submitted_total", s->submitted},
-		{"kvadmit_requests_finished_total", s->finished},
-		{"kvadmit_requests_cancelled_total", s->cancelled},
-		{"kvadmit_requests_rejected_total", s->rejected},
-		{"kvadmit_requests_preempted_total", s->preempted},
-		{"kvadmit_requests_waiting", s->waiting},
-		{"kvadmit_requests_importing", s->importing},
-		{"kvadmit_requests_ready", s->ready},
-		{"kvadmit_requests_running", s->running},
-		{"kvadmit_admitted_restore_total", s->admitted_restore},
-		{"kvadmit_admitted_local_total", s->admitted_local},
-		{"kvadmit_admitted_recompute_total", s->admitted_recompute},
-		{"kvadmit_prompt_tokens_admitted_total", s->prompt_tokens_admitted},
-		{"kvadmit_prompt_tokens_local_total", s->tokens_local},
-		{"kvadmit_prompt_tokens_restored_total", s->tokens_restored},
-		{"kvadmit_prompt_tokens_recomputed_total", s->tokens_recomputed},
-		{"kvadmit_lookups_total", s->lookups_issued},
-		{"kvadmit_lookup_timeouts_total", s->lookups_timed_out},
-		{"kvadmit_late_answers_total", s->late_answers},
-		{"kvadmit_copy_jobs_total", s->copy_jobs},
-		{"kvadmit_copy_failures_total", s->copy_attempts_failed},
-		{"kvadmit_steps_total", s->steps},
-		{"kvadmit_restores_waiting", s->restores_waiting},
-		{"kvadmit_capacity_wait_nanoseconds", s->capacity_wait_ns},
-		{"kvadmit_local_checkpoints_stated", s->local_stated},
-		{"kvadmit_local_upgrades", s->local_upgrades},
-		{"kvadmit_plan_too_small_steps", s->plan_too_small},
-		{"kvadmit_step_allocation_failures", s->alloc_failures},
-	};
-	size_t need = 0, written = 0; /* whole lines only: written <= need */
-	char line[160];
-	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-		int n = snprintf(line, sizeof(line), "%s %llu\n", rows[i].name,
-		                 (unsigned long long)rows[i].v);
-		if (buf && need + (size_t)n < len) {
-			memcpy(buf + need, line, (size_t)n);
-			written = need + (size_t)n;
-		}
-		need += (size_t)n;
-	}
-	for (int r = 1; r < KVA_REASON_COUNT; r++) {
-		int n = snprintf(line, sizeof(line), "kvadmit_fallbacks_total{reason=\"%s\"} %llu\n",
-		                 kva_reason_name(r), (unsigned long long)s->fallbacks[r]);
-		if (buf && need + (size_t)n < len) {
-			memcpy(buf + need, line, (size_t)n);
-			written = need + (size_t)n;
-		}
-		need += (size_t)n;
-	}
-	/* end after the last whole line written: the bytes behind it were
-	 * never written */
-	if (buf && len)
-		buf[written] = '\0';
-	return need;
+	return kva_stats_format_as(s, KVA_METRICS_PROMETHEUS, buf, len);
 }

@@ -4,7 +4,7 @@
 # Does nothing (and needs no root) when everything is present.
 set -euo pipefail
 pkgs=(cmake make pkg-config gcc g++ clang liburcu-dev libjemalloc-dev libcmocka-dev
-      libbenchmark-dev gnuplot-nox valgrind python3 "$@")
+      libbenchmark-dev gnuplot-nox valgrind python3 python3-prometheus-client "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -13,3 +13,11 @@ if(KVADMIT_WITH_CUDA AND TARGET test_cuda_importer)
   target_link_libraries(test_cuda_importer PRIVATE kvadmit_cuda_testkit)
   target_compile_definitions(test_cuda_importer PRIVATE KVA_TEST_DECODE_KERNEL=1)
 endif()
+
+# Metrics: the text kva_stats_format writes, parsed by the Prometheus client
+# library (Debian's python3-prometheus-client; skipped without it).
+add_executable(metrics_dump ${CMAKE_CURRENT_SOURCE_DIR}/metrics/metrics_dump.c)
+target_link_libraries(metrics_dump PRIVATE kvadmit::kvadmit)
+add_test(NAME metrics_parse COMMAND /usr/bin/python3
+  ${CMAKE_CURRENT_SOURCE_DIR}/metrics/check_metrics.py $<TARGET_FILE:metrics_dump>)
+set_tests_properties(metrics_parse PROPERTIES LABELS scenario SKIP_RETURN_CODE 77)

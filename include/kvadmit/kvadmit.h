@@ -140,6 +140,37 @@ typedef int (*kva_import_fn)(void *ctx, kva_engine *e, const struct kva_copy_job
  * during the call). Thread: the scheduler, inside kva_step. May call any
  * any-thread entry point; must not block for long (queue the line). */
 typedef void (*kva_log_fn)(void *ctx, int level, const char *msg);
+
+/* What a log line is about (kva_log_record.event), with what `value` holds. */
+enum kva_log_event {
+	KVA_LOGEV_WAIT_STARTED = 1, /* INFO: a restore waits for capacity; pages it needs */
+	KVA_LOGEV_WAIT_ONGOING,     /* INFO: still waiting, each wait_log_interval_ns; ns waited */
+	KVA_LOGEV_WAIT_EXPIRED,     /* WARN: bounded wait over, recomputes (rule 8); ns waited */
+	KVA_LOGEV_FALLBACK,         /* DEBUG: takes the ordinary path; `reason` says why */
+	KVA_LOGEV_LOOKUP_TIMEOUT,   /* INFO: the directory did not answer (rule 3); timeout ns */
+	KVA_LOGEV_COPY_FAILED,      /* WARN: a copy attempt failed on a rank; the attempt */
+	KVA_LOGEV_COPY_RETRY,       /* INFO: the same checkpoint again (rule 11); retry number */
+	KVA_LOGEV_SHORTER,          /* INFO: retries spent, a shorter checkpoint; its position */
+	KVA_LOGEV_DUPLICATE_ID,     /* WARN: a submit for a live id, REJECTED (rule 14); 0 */
+	KVA_LOGEV_PLAN_TOO_SMALL,   /* ERROR: see kva_plan.too_small; what it needed */
+	KVA_LOGEV_NO_MEMORY,        /* WARN: a step-side allocation failed, retried; 0 */
+	KVA_LOGEV_INVARIANT,        /* ERROR: an internal invariant failed, a safe path taken; 0 */
+	KVA_LOGEV_COUNT
+};
+
+/* One log line, structured. Lines that can repeat per request are rate
+ * limited per event (at most 16 a second of the step's clock; the rest are
+ * counted in kva_stats.logs_suppressed). */
+typedef struct kva_log_record {
+	int level;          /* enum kva_log_level */
+	int event;          /* enum kva_log_event */
+	kva_handle handle;  /* the request it is about; id 0, gen 0 when none */
+	int reason;         /* enum kva_reason where one applies, else 0 */
+	uint64_t value;     /* per event, as listed above */
+	const char *message; /* the same text kva_log_fn gets; valid during the call */
+} kva_log_record;
+/* Same thread and rules as kva_log_fn. */
+typedef void (*kva_log_record_fn)(void *ctx, const kva_log_record *rec);
 /* Wakeup: the engine's inbox went from empty to non-empty. Thread: whichever
  * produced the event (kva_submit, kva_cancel, an answer, a copy report ...),
  * possibly several at once, possibly the scheduler itself. Must be cheap and
@@ -179,11 +210,17 @@ typedef struct kva_config {
 	void *lookup_ctx;
 	/* one per rank (index = rank): all of ranks 0..world_size-1 set, or none */
 	kva_importer_ref importers[KVA_MAX_WORLD];
-	kva_log_fn log;                 /* NULL: no log lines */
+	kva_log_fn log;                 /* NULL: no text log lines */
 	void *log_ctx;
 	uint64_t start_ns; /* any: the clock's value at creation */
 	kva_wake_fn wake;  /* NULL: the host polls kva_step */
 	void *wake_ctx;
+	/* Structured log lines, beside or instead of `log`; NULL: none. */
+	kva_log_record_fn log_record;
+	void *log_record_ctx;
+	/* Least level (enum kva_log_level) passed to either log callback;
+	 * kva_config_default sets INFO; 0 (a zeroed config) passes DEBUG too. */
+	int log_level;
 } kva_config;
 
 /* Fills *cfg with defaults: timeouts (wait 60 s, log 30 s,
@@ -212,41 +249,6 @@ typedef void (*kva_unfinished_fn)(void *ctx, const struct kva_ended *r);
  * release what its `user` pointers own without tracking handles itself. fn
  * runs on the calling thread and must not call kvadmit on this engine. */
 KVA_API void kva_engine_destroy_with(kva_engine *e, kva_unfinished_fn fn, void *ctx);
-
-/* ---- threads, signals, fork --------------------------------------------
- * Threads kvadmit starts block every signal, so a host's handlers never run
- * on them: the CPU and CUDA importers' workers, and liburcu's default
- * call_rcu thread, which the first kva_engine_create starts with every
- * signal blocked (liburcu 0.13 does not block them itself). If the host, or
- * another library, used liburcu's urcu-memb call_rcu before that, the
- * thread already exists with the mask of the thread that created it: block
- * signals around that first use, or create an engine first.
- *
- * RCU registration: kvadmit registers each thread that calls it with
- * liburcu's urcu-memb flavour on its first call and unregisters it when it
- * exits. A host thread that uses urcu-memb itself registers before its first
- * kvadmit call (kvadmit then leaves the registration to it), or not at all
- * (a thread kvadmit registered may use urcu-memb read-side sections as it
- * is, and may unregister itself at its end); it must never register after
- * kvadmit did (liburcu's registry would hold the thread twice).
- *
- * Fork: a child forked without exec may use kvadmit only when the host calls
- * these around fork(), for example once at start-up:
- *     pthread_atfork(kva_atfork_prepare, kva_atfork_parent, kva_atfork_child);
- * They pause liburcu's call_rcu threads (urcu-memb call_rcu_before_fork and
- * after_fork_parent / after_fork_child, which they call: a host that also
- * uses liburcu's call_rcu must not register those as well), hold kvadmit's
- * own lock across the fork, and give the child a new call_rcu thread, with
- * every signal blocked. In the child: engines inherited from the parent may
- * be destroyed (kva_engine_destroy never waits for liburcu), or used on if
- * no other thread was inside a kvadmit call on them at the fork; new engines
- * may be created and used. Importers are not inherited (their threads stay
- * in the parent): never destroy them in the child, and destroy an inherited
- * engine that refers to one instead of stepping it. Without these calls only
- * exec or _exit is safe in the child. Call from the forking thread only. */
-KVA_API void kva_atfork_prepare(void);
-KVA_API void kva_atfork_parent(void);
-KVA_API void kva_atfork_child(void);
 
 /* ---- threads, signals, fork --------------------------------------------
  * Threads kvadmit starts block every signal, so a host's handlers never run
@@ -508,6 +510,17 @@ KVA_API int kva_finish(kva_engine *e, kva_handle h);
 KVA_API int kva_reset_prefix_cache(kva_engine *e);
 
 /* ---- introspection ------------------------------------------------------ */
+/* Durations the engine measures with its own clock (the steps' now_ns), as
+ * cumulative histograms: buckets[i] counts observations <= kva_histogram_
+ * bounds()[i] ns; the last bucket is +Inf (== count). */
+#define KVA_HIST_BUCKETS 14
+typedef struct kva_histogram {
+	uint64_t count, sum_ns;
+	uint64_t buckets[KVA_HIST_BUCKETS];
+} kva_histogram;
+/* The upper bounds in ns (KVA_HIST_BUCKETS - 1 of them; +Inf after). */
+KVA_API const uint64_t *kva_histogram_bounds(void);
+
 typedef struct kva_stats {
 	/* credits (rule: free + reserved + in_use + draining == total at quiescence) */
 	uint64_t total_pages, free_pages, reserved_pages, in_use_pages, draining_pages;
@@ -538,6 +551,14 @@ typedef struct kva_stats {
 	/* steps whose plan was too small for something (kva_plan.too_small),
 	 * and allocations the step needed and could not get (retried later) */
 	uint64_t plan_too_small, alloc_failures;
+	/* log lines dropped by the per-event rate limit */
+	uint64_t logs_suppressed;
+	/* Measured from the step's clock: how long a head waited for capacity
+	 * (admitted or given up); how long a decisive lookup took to be answered
+	 * (only with a lookup_timeout_ns, whose deadline marks its start); how long
+	 * a copy attempt took until its last rank reported; how long a request
+	 * waited from ingest (or requeue) to admission. */
+	kva_histogram capacity_wait, lookup_latency, copy_duration, time_to_admission;
 } kva_stats;
 
 /* Any thread; atomics only, never blocks. */
@@ -585,9 +606,19 @@ typedef int (*kva_waiting_fn)(void *ctx, const kva_waiting_info *w);
  * Returns the number of requests passed to fn, or -EINVAL. */
 KVA_API int kva_waiting_foreach(kva_engine *e, kva_waiting_fn fn, void *ctx, size_t max);
 
-/* Renders the stats as Prometheus-style text into buf (NUL-terminated,
- * truncated to len). Returns the length it needed. */
+/* Renders the stats as Prometheus text exposition (format 0.0.4): # HELP and
+ * # TYPE for every family, counters ending in _total, gauges, histograms
+ * in seconds, and kvadmit_build_info. Into buf, NUL-terminated, whole lines
+ * only when truncated to len. Returns the length it needed. */
 KVA_API size_t kva_stats_format(const kva_stats *s, char *buf, size_t len);
+
+enum kva_metrics_format {
+	KVA_METRICS_PROMETHEUS = 0, /* text 0.0.4, as kva_stats_format */
+	KVA_METRICS_OPENMETRICS = 1, /* OpenMetrics 1.0 text, ending in # EOF */
+};
+/* kva_stats_format in the chosen format (enum kva_metrics_format); 0 for an
+ * unknown format or NULL stats. */
+KVA_API size_t kva_stats_format_as(const kva_stats *s, int format, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

@@ -935,7 +935,7 @@ static void stats_format_with_tiny_buffers_writes_a_terminated_prefix(void **st)
 	assert_non_null(full);
 	assert_int_equal(kva_stats_format(&stt, full, need + 1), need);
 	assert_int_equal(strlen(full), need);
-	assert_non_null(strstr(full, "kvadmit_pages_total 100\n"));
+	assert_non_null(strstr(full, "kvadmit_pool_pages 100\n"));
 	/* every length from 0 up: never writes past len, always terminates
 	 * (len > 0) and always writes a prefix of the full text */
 	char *buf = malloc(need + 16);

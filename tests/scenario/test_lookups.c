@@ -307,7 +307,7 @@ static void rule18_capacity_wait_status_in_stats_metrics_and_log(void **st)
 	char text[4096];
 	kva_stats_format(&stt, text, sizeof(text));
 	assert_non_null(strstr(text, "kvadmit_restores_waiting 2\n"));
-	assert_non_null(strstr(text, "kvadmit_capacity_wait_nanoseconds 5000000000\n"));
+	assert_non_null(strstr(text, "kvadmit_capacity_wait_seconds 5.000000000\n"));
 	assert_int_equal(kva_finish(s->e, hog), 0);
 	sc_step(s, SC_MS); /* both restores reserve and import */
 	stt = sc_stats(s);
