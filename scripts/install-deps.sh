@@ -2,9 +2,16 @@
 # SPDX-License-Identifier: Apache-2.0
 # Installs the Debian packages kvadmit needs, only those that are missing.
 # Does nothing (and needs no root) when everything is present.
+#   scripts/install-deps.sh           everything the tests, fuzzers and benchmarks use
+#   scripts/install-deps.sh --demo    only what `make run` (the simulator) needs
 set -euo pipefail
-pkgs=(cmake make pkg-config gcc g++ clang liburcu-dev libjemalloc-dev libcmocka-dev
-      libbenchmark-dev gnuplot-nox valgrind python3 python3-prometheus-client "$@")
+if [ "${1:-}" = "--demo" ]; then
+  shift
+  pkgs=(cmake make pkg-config gcc liburcu-dev libjemalloc-dev "$@")
+else
+  pkgs=(cmake make pkg-config gcc g++ clang liburcu-dev libjemalloc-dev libcmocka-dev
+        libbenchmark-dev gnuplot-nox valgrind python3 python3-prometheus-client "$@")
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
