@@ -153,6 +153,10 @@ static inline uint64_t tick_of(const struct kva_timerwheel *w, uint64_t ns)
 
 static void place(struct kva_timerwheel *w, struct kva_timer *t)
 {
+	if (t->expires == KVA_TIMER_NEVER) { /* armed, never due: where nothing fires */
+		list_append(&w->overflow, t);
+		return;
+	}
 	if (t->expires <= w->now_ns) {
 		list_append(&w->pending, t);
 		return;
@@ -232,7 +236,7 @@ static void replace_chain(struct kva_timerwheel *w, struct kva_timer_list *due,
 	while (chain) {
 		struct kva_timer *t = chain;
 		chain = chain->next;
-		if (t->expires <= w->now_ns) {
+		if (t->expires <= w->now_ns && t->expires != KVA_TIMER_NEVER) {
 			*fire_tail = t;
 			fire_tail = &t->next;
 		} else {

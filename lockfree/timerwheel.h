@@ -15,7 +15,9 @@
  * kva_timerwheel_advance() whose now_ns >= its expiry. Within one advance,
  * timers fire in ascending expiry, ties in the order they were armed. The
  * tick only sets the granularity of the buckets (efficiency, not results).
- * Time never goes backwards: an advance to an earlier now is a no-op.
+ * Time never goes backwards: an advance to an earlier now is a no-op. A
+ * timer armed at KVA_TIMER_NEVER (UINT64_MAX, where saturated deadlines
+ * land) stays armed and never fires, even once now reaches UINT64_MAX.
  *
  * The callback may arm or cancel any timer, including the one firing; a
  * timer armed from a callback fires no earlier than the next advance. A
@@ -31,6 +33,7 @@
 #include <stdint.h>
 
 #define KVA_TIMERWHEEL_LEVELS 8
+#define KVA_TIMER_NEVER UINT64_MAX
 #define KVA_TIMERWHEEL_SLOTS 64 /* per level: 6 bits of ticks each */
 
 struct kva_timer {

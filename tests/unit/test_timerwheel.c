@@ -3,8 +3,9 @@
  * Unit tests for lockfree/timerwheel. The main test replays random
  * arm/cancel/advance schedules (with callbacks that arm and cancel) against a
  * plain reference model: at each advance the expected firings are every armed
- * timer with expires <= now, sorted by (expires, arm order), minus those a
- * callback cancels or re-arms before their turn.
+ * timer with expires <= now (never one at KVA_TIMER_NEVER), sorted by
+ * (expires, arm order), minus those a callback cancels or re-arms before
+ * their turn.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -54,6 +55,37 @@ static void test_fires_in_first_advance_at_or_after_expiry(void **state)
 	assert_false(kva_timer_armed(&a));
 	assert_int_equal(kva_timerwheel_count(&w), 0);
 	assert_int_equal(kva_timerwheel_advance(&w, 100000, record, &r), 0);
+}
+
+/* A saturated deadline (hardening issue, item 1; found by fuzz_config with
+ * start_ns = UINT64_MAX): armed at UINT64_MAX, it never fires, not even
+ * when the clock reaches UINT64_MAX; it can still be cancelled. */
+static void test_timer_at_uint64_max_never_fires(void **state)
+{
+	(void)state;
+	struct kva_timerwheel w;
+	struct kva_timer a, b;
+	struct rec r = {0};
+
+	kva_timerwheel_init(&w, 1u << 20, UINT64_MAX - 5);
+	kva_timer_init(&a);
+	kva_timer_init(&b);
+	kva_timerwheel_arm(&w, &a, KVA_TIMER_NEVER);
+	kva_timerwheel_arm(&w, &b, UINT64_MAX - 1);
+	assert_int_equal(kva_timerwheel_advance(&w, UINT64_MAX - 1, record, &r), 1);
+	assert_ptr_equal(r.order[0], &b);
+	assert_int_equal(kva_timerwheel_advance(&w, UINT64_MAX, record, &r), 0);
+	assert_true(kva_timer_armed(&a));
+	assert_int_equal(kva_timerwheel_count(&w), 1);
+	kva_timerwheel_cancel(&w, &a);
+	assert_int_equal(kva_timerwheel_count(&w), 0);
+
+	/* armed when the clock is already at its end */
+	kva_timerwheel_init(&w, 1000, UINT64_MAX);
+	kva_timerwheel_arm(&w, &a, KVA_TIMER_NEVER);
+	assert_int_equal(kva_timerwheel_advance(&w, UINT64_MAX, record, &r), 0);
+	assert_true(kva_timer_armed(&a));
+	kva_timerwheel_cancel(&w, &a);
 }
 
 static void test_due_expiry_fires_at_next_advance_even_without_time_moving(void **state)
@@ -444,7 +476,7 @@ static void model_advance(struct model *m, uint64_t now)
 	if (now >= m->now) {
 		for (size_t i = 0; i < NT; i++) {
 			struct rtimer *rt = &m->tm[i];
-			rt->due = rt->armed && rt->expires <= now;
+			rt->due = rt->armed && rt->expires <= now && rt->expires != KVA_TIMER_NEVER;
 			if (rt->due)
 				m->expect[m->nexpect++] = rt;
 		}
@@ -563,6 +595,7 @@ int main(void)
 	    cmocka_unit_test(test_rearm_and_cancel_from_callback),
 	    cmocka_unit_test(test_advance_from_callback_is_refused),
 	    cmocka_unit_test(test_random_schedules_match_sorted_reference),
+	    cmocka_unit_test(test_timer_at_uint64_max_never_fires),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
