@@ -21,7 +21,7 @@ forks=${FUZZ_FORKS:-4}
 src=$(cd "$(dirname "$0")" && pwd)
 status=0
 
-for t in fuzz_engine fuzz_differential fuzz_lockfree; do
+for t in fuzz_engine fuzz_differential fuzz_lockfree fuzz_config; do
 	bin=$build/tests/fuzz/$t
 	work=$build/fuzz-work/$t
 	mkdir -p "$work/corpus" "$work/artifacts"
@@ -38,7 +38,7 @@ for t in fuzz_engine fuzz_differential fuzz_lockfree; do
 	[ "$secs" -gt 0 ] || continue
 
 	mode=()
-	[ "$t" = fuzz_lockfree ] || mode=(-fork="$forks")
+	case $t in fuzz_lockfree | fuzz_config) ;; *) mode=(-fork="$forks") ;; esac
 	start=$(date +%s)
 	"$bin" "${mode[@]}" -max_total_time="$secs" -max_len=2048 -rss_limit_mb=2048 -timeout=60 \
 		-print_final_stats=1 -artifact_prefix="$work/artifacts/" \

@@ -8,7 +8,8 @@ fuzzing starts from the deep paths -- imports completing on every rank,
 retries and shorter checkpoints, reset, preemption, waiting heads and their
 timers, evictions, importer refusals, allocation failures -- instead of having
 to find them byte by byte. Regression inputs (regress-*) are kept as found
-and are not rewritten here. Run: python3 tests/fuzz/seeds.py
+and are not rewritten here, except fuzz_config's, which are scripted below
+(hardening issue, items 1-4). Run: python3 tests/fuzz/seeds.py
 """
 import os
 
@@ -421,14 +422,206 @@ def lockfree_seeds():
     return seeds
 
 
+# ---- fuzz_config ------------------------------------------------------------------
+
+U32 = {"0": 0, "1": 1, "2": 2, "lim": 3, "lim-1": 4, "lim+1": 5, "max": 6, "max-1": 7, "2^31": 8}
+U64 = {"0": 0, "1": 1, "max": 2, "max-1": 3, "2^63": 4, "2^32": 5, "tick": 9}
+PROMPTS = [1, 2, 16, 100, 4096, 1 << 20, 0xFFFFFFFE, 0xFFFFFFFF]
+STEP_DT = ["0", "1ns", "tick", "1s", "60s", "2^62", "max/2", "max"]
+
+
+class Config(Enc):
+    """Writes fuzz_config inputs: one class per field (see u32_class / u64_class).
+
+    u32 fields take a class name or ("u8", v) / ("u16", v) / ("u32", v); u64 fields a
+    class name or ("ms", v) / ("s", v) / ("max-s", v)."""
+
+    def __init__(self, pages="lim", pt="lim", reserve="0", headroom="0", chunk="lim",
+                 slots=("u8", 4), running=("u8", 8), world="1", retries="lim",
+                 timeouts=(("s", 5), ("s", 60), ("s", 30), ("s", 20)), start="1",
+                 policy=0, lookup=True, log=True, wake=True, importers=0, refuse=False,
+                 caps=(3, 3, 3, 3, 3)):
+        super().__init__()
+        for v in (pages, pt, reserve, headroom, chunk, slots, running, world, retries):
+            self.u32(v)
+        for v in tuple(timeouts) + (start,):
+            self.u64(v)
+        self.u8(policy | (0 if lookup else 4) | (8 if log else 0) | (16 if wake else 0)
+                | importers << 5 | (128 if refuse else 0))
+        for c in caps:
+            self.u8(c)
+
+    def u32(self, v):
+        if isinstance(v, str):
+            self.u8(U32[v])
+        else:
+            kind, x = v
+            self.u8({"u8": 9, "u16": 10, "u32": 11}[kind])
+            if kind == "u8":
+                self.u8(x)
+            elif kind == "u16":
+                self.u16(x)
+            else:
+                self.u16(x & 0xFFFF)
+                self.u16(x >> 16)
+
+    def u64(self, v):
+        if isinstance(v, str):
+            self.u8(U64[v])
+        else:
+            kind, x = v
+            self.u8({"ms": 6, "s": 7, "max-s": 8}[kind])
+            self.u8(x)
+
+    def submit(self, key, prompt):
+        self.u8(0)
+        self.u8(key | PROMPTS.index(prompt) << 5)
+
+    def answer(self, k, entries, miss=False):
+        """entries: (pos_class, local, compatible); pos_class 0: 1, 1: prompt/2, 2: prompt,
+        3: UINT32_MAX. k indexes the pending lookups (swap-removed when answered)."""
+        assert k < 16
+        self.u8(2)
+        self.u8(k | len(entries) << 4 | (64 if miss else 0))
+        for pos, local, compatible in entries:
+            self.u8(pos | (4 if local else 0) | (0 if compatible else 8))
+
+    def copy(self, k, fail=False):
+        self.u8(3)
+        self.u8(k | (128 if fail else 0))
+
+    def end(self, k, finish=False):
+        self.u8(4)
+        self.u8(k | (128 if finish else 0))
+
+    def reset(self):
+        self.u8(4)
+        self.u8(64)
+
+    def step(self, dt="1s"):
+        self.u8(5 | STEP_DT.index(dt) << 3)
+
+
+def config_seeds():
+    seeds = {}
+    c = Config()
+    for i in range(4):
+        c.submit(1 + i % 3, 100)
+    c.step("0")
+    c.answer(0, [(1, False, True), (2, False, True)])
+    c.answer(0, [(0, True, True)])
+    c.step("tick")
+    c.copy(0)
+    c.step("1s")
+    c.end(0, finish=True)
+    c.step("60s")
+    seeds["defaults"] = c
+    c = Config(world="2", importers=1, slots=("u8", 2), retries="1")
+    for i in range(3):
+        c.submit(1, 100)
+    c.step("0")
+    c.answer(0, [(1, False, True)])
+    c.answer(0, [(2, False, True)])
+    c.step("0")
+    c.copy(0)
+    c.copy(1, fail=True)
+    c.step("tick")
+    c.reset()
+    c.step("1s")
+    seeds["importers-two-ranks"] = c
+    c = Config(policy=1, pages=("u8", 20), chunk="1", importers=1, refuse=True)
+    for i in range(5):
+        c.submit(2, 100)
+    c.step("0")
+    c.answer(0, [(2, False, True)])
+    c.step("1s")
+    seeds["legacy-refusing-importer"] = c
+    c = Config(reserve="lim", world="lim+1", policy=2)
+    seeds["invalid-ranges"] = c
+    c = Config(pages="1", pt="max", chunk="max", slots="max", running="max", world="lim",
+               retries="max", importers=2, timeouts=("max", "max", "max", "max"), start="max")
+    seeds["edges-everywhere"] = c
+    c = Config(pages="1", pt="max", chunk="max", slots="max", running="max", retries="max",
+               timeouts=("max", "max-1", "2^63", "1"), start=("max-s", 30))
+    for p in (1, 0xFFFFFFFF, 16):
+        c.submit(1, p)
+    c.step("0")
+    c.answer(0, [(0, False, True), (3, False, True)])
+    c.answer(0, [(2, True, True)])
+    for dt in ("1ns", "tick", "1s", "1s"):
+        c.step(dt)
+    seeds["edges-valid-near-the-end-of-time"] = c
+    # item 1: durations whose deadline passes UINT64_MAX mean never; the lookup
+    # must not time out (nor refresh, expire or log every step) at once
+    regress = {}
+    c = Config(timeouts=("max", "max", "max", "max"), start="1")
+    c.submit(1, 100)
+    c.submit(2, 100)
+    for dt in ("0", "1ns", "1s", "60s", "2^62"):
+        c.step(dt)
+    regress["item1-durations-uint64-max"] = c
+    c = Config(timeouts=(("s", 10), ("s", 10), ("s", 1), ("s", 10)), start=("max-s", 3))
+    c.submit(1, 100)
+    c.submit(0, 16)
+    c.step("0")
+    c.answer(0, [(2, False, True)])
+    for _ in range(6):
+        c.step("1ns")
+    c.step("1s")
+    regress["item1-start-near-uint64-max"] = c
+    # item 2: a plan too small for what the step must hand out (pages_cap 32
+    # with a 64-page first chunk; no copies room with no importer): the final
+    # drain with room must still end everything
+    c = Config(pages="lim", chunk="max", caps=(1, 1, 0, 0, 1))
+    c.submit(0, 4096)
+    c.submit(1, 4096)
+    c.step("0")
+    c.answer(0, [(2, False, True)])
+    for _ in range(4):
+        c.step("1s")
+    regress["item2-plan-too-small"] = c
+    # item 3: reset with two READY restores whose copies finished out of
+    # queue order (coverage here; the order itself is the scenario tests')
+    c = Config(slots=("u8", 4))
+    c.submit(1, 100)
+    c.submit(2, 100)
+    c.step("0")
+    c.answer(0, [(1, False, True)])
+    c.answer(0, [(1, False, True)])
+    c.step("0")
+    c.copy(1)
+    c.copy(0)
+    c.step("0")
+    c.reset()
+    c.step("0")
+    c.step("0")
+    regress["item3-reset-after-out-of-order-copies"] = c
+    # item 4: a compatible checkpoint at position UINT32_MAX of a UINT32_MAX
+    # prompt is TOO_LARGE, never INCOMPATIBLE
+    c = Config()
+    c.submit(1, 0xFFFFFFFF)
+    c.step("0")
+    c.answer(0, [(3, False, True)])
+    c.step("0")
+    c.submit(2, 0xFFFFFFFF)
+    c.step("0")
+    c.answer(0, [(0, False, True), (3, True, True)])
+    c.step("1s")
+    regress["item4-position-uint32-max"] = c
+    return seeds, regress
+
+
 def main():
-    for target, seeds in (("fuzz_engine", engine_seeds()),
-                          ("fuzz_differential", differential_seeds()),
-                          ("fuzz_lockfree", lockfree_seeds())):
+    cfg_seeds, cfg_regress = config_seeds()
+    for target, seeds, prefix in (("fuzz_engine", engine_seeds(), "seed-"),
+                                  ("fuzz_differential", differential_seeds(), "seed-"),
+                                  ("fuzz_lockfree", lockfree_seeds(), "seed-"),
+                                  ("fuzz_config", cfg_seeds, "seed-"),
+                                  ("fuzz_config", cfg_regress, "regress-")):
         d = os.path.join(HERE, "corpus", target)
         os.makedirs(d, exist_ok=True)
         for name, enc in seeds.items():
-            with open(os.path.join(d, "seed-" + name), "wb") as f:
+            with open(os.path.join(d, prefix + name), "wb") as f:
                 f.write(bytes(enc.b))
 
 
