@@ -1,0 +1,80 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Finds and loads libkvadmit with cffi in ABI mode (no compiler needed).
+
+Where the library comes from, first match wins:
+  1. $KVADMIT_LIBRARY: a path (or a name dlopen resolves);
+  2. the installed library: ctypes.util.find_library("kvadmit") (ldconfig's
+     cache, LD_LIBRARY_PATH), also a libkvadmit.so.0.2 beside the package's
+     prefix (PREFIX/lib*/);
+  3. an in-tree build: build/rel, then any other build/*/ of the source tree
+     this package sits in (python/kvadmit -> ../../build).
+The library must be the ABI this binding was written for: the same major and
+minor version (kva_version(), as CMake's SameMinorVersion), else ImportError.
+"""
+import ctypes.util
+import glob
+import os
+
+from cffi import FFI
+
+from ._cdef import CDEF, CUDA_CDEF
+
+ABI_MAJOR, ABI_MINOR = 0, 2  # the header version _cdef.py describes
+SONAME = f"libkvadmit.so.{ABI_MAJOR}.{ABI_MINOR}"
+
+ffi = FFI()
+ffi.cdef(CDEF)
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _candidates():
+    env = os.environ.get("KVADMIT_LIBRARY")
+    if env:
+        yield env
+        return
+    found = ctypes.util.find_library("kvadmit")
+    if found:
+        yield found
+    # installed beside the package: PREFIX/lib/python3/dist-packages/kvadmit
+    prefix = os.path.normpath(os.path.join(_HERE, "..", "..", "..", ".."))
+    for d in sorted(glob.glob(os.path.join(prefix, "lib*"))) + sorted(
+            glob.glob(os.path.join(prefix, "lib*", "*-linux-gnu"))):
+        p = os.path.join(d, SONAME)
+        if os.path.exists(p):
+            yield p
+    tree = os.path.normpath(os.path.join(_HERE, "..", "..", "build"))
+    rel = os.path.join(tree, "rel", SONAME)
+    if os.path.exists(rel):
+        yield rel
+    for p in sorted(glob.glob(os.path.join(tree, "*", SONAME))):
+        if p != rel:
+            yield p
+
+
+def _load():
+    errors = []
+    for cand in _candidates():
+        try:
+            lib = ffi.dlopen(cand)
+        except OSError as exc:
+            errors.append(f"{cand}: {exc}")
+            continue
+        return cand, lib
+    where = "; ".join(errors) if errors else "no candidate found"
+    raise ImportError("kvadmit: cannot load libkvadmit (set KVADMIT_LIBRARY to its path, or "
+                      f"install it): {where}")
+
+
+library_path, lib = _load()
+
+_v = lib.kva_version()
+if (_v >> 16, (_v >> 8) & 0xFF) != (ABI_MAJOR, ABI_MINOR):
+    raise ImportError(
+        f"kvadmit: {library_path} is version {ffi.string(lib.kva_version_string()).decode()}, "
+        f"this binding needs {ABI_MAJOR}.{ABI_MINOR}.x")
+
+# The CUDA importer's library, when the process can load it: only to answer
+# cuda_importer_supported(). Loaded lazily, never required.
+cuda_ffi = FFI()
+cuda_ffi.cdef(CUDA_CDEF)
