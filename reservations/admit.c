@@ -19,12 +19,32 @@ static bool plan_room(const kva_plan *p, uint32_t pages)
 	return p->n_admitted < p->admitted_cap && p->pages_cap - p->n_pages >= pages;
 }
 
+/* ---- the step's prefill token budget (kva_plan.token_budget) --------------------- */
+
+/* The tokens an admission prefills in its first step: its first chunk after
+ * the cached prefix, at least one. */
+static uint32_t first_chunk(const kva_engine *e, uint32_t prompt, uint32_t cached)
+{
+	uint32_t rest = prompt - cached;
+	uint32_t t = rest < e->cfg.prefill_chunk_tokens ? rest : e->cfg.prefill_chunk_tokens;
+	return t ? t : 1;
+}
+
+static bool budget_spent(const kva_engine *e) { return e->budget_left == 0; }
+
+/* What is left of the budget for `tokens` (all of them if they fit). */
+static uint32_t budget_cut(const kva_engine *e, uint32_t tokens)
+{
+	return tokens < e->budget_left ? tokens : (uint32_t)e->budget_left;
+}
+
 /* r becomes RUNNING: listed in the plan with its pages; every prompt token
  * counted once as local, restored or recomputed (rule 16). */
 static void plan_admit(kva_engine *e, struct kva__req *r, uint8_t how, uint32_t local,
                        uint32_t restored)
 {
 	kva_plan *p = e->plan;
+	e->budget_left -= budget_cut(e, first_chunk(e, r->prompt_tokens, local + restored));
 	struct kva__grant *g = kva__grant(r);
 	uint32_t n = atomic_load_explicit(&g->npages, memory_order_relaxed);
 	kva_admission *a = &p->admitted[p->n_admitted++];
@@ -246,6 +266,8 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 	if (r->flags & KVA__F_RESTORE) {
 		const kva_checkpoint *c = kva__sel(r);
 		bool local = c->location == KVA_LOC_LOCAL;
+		if (local && budget_spent(e))
+			return -1; /* it would prefill now; an import would not */
 		uint32_t total = prompt_pages + e->cfg.decode_headroom_pages;
 		uint32_t kp = kva__pages_for(e, c->position);
 		if (local && !plan_room(p, kp))
@@ -282,9 +304,10 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 		 * the restore first again next time */
 		legacy = true;
 	}
-	uint32_t first = kva__pages_for(e, r->prompt_tokens < e->cfg.prefill_chunk_tokens
-	                                           ? r->prompt_tokens
-	                                           : e->cfg.prefill_chunk_tokens);
+	if (budget_spent(e))
+		return -1;
+	/* the first credit grant covers the first chunk, cut to the budget */
+	uint32_t first = kva__pages_for(e, budget_cut(e, first_chunk(e, r->prompt_tokens, 0)));
 	if (first > e->usable_pages)
 		first = e->usable_pages; /* a first chunk larger than the pool could never start */
 	if (!plan_room(p, first))
@@ -346,6 +369,8 @@ static bool take_more(kva_engine *e, struct kva__req *r, uint32_t tokens)
  * admitted past a blocked head (rule 7). false when the plan is full. */
 static bool admit_ready(kva_engine *e, struct kva__req *r)
 {
+	if (budget_spent(e))
+		return false;
 	struct kva__grant *g = kva__grant(r);
 	uint32_t n = atomic_load_explicit(&g->npages, memory_order_relaxed);
 	if (!plan_room(e->plan, n)) {
@@ -418,6 +443,9 @@ void kva__admit_reset_ready(kva_engine *e)
 void kva__admit_run(kva_engine *e)
 {
 	kva_plan *plan = e->plan;
+	if (plan->hold_admissions)
+		return; /* the host preempted this step: nothing new starts */
+	e->budget_left = plan->token_budget ? plan->token_budget : UINT64_MAX;
 	/* rule 7: restores that own their capacity go first, past the head */
 	while (!cds_list_empty(&e->ready)) {
 		plan->records_touched++;

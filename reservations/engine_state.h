@@ -63,6 +63,7 @@ struct kva_engine {
 	struct kva__req *head_req; /* request the head timers belong to */
 	uint32_t reset_epoch;      /* bumped by each prefix-cache reset */
 	uint64_t import_seq;       /* imports started from the head, in queue order */
+	uint64_t budget_left;      /* prefill tokens this step may still start (admit.c) */
 	struct kva_timer head_timer[HT_COUNT];
 	uint64_t now;
 	kva_plan *plan; /* the plan of the step in progress */

@@ -446,6 +446,19 @@ typedef struct kva_plan {
 	uint32_t fallbacks_cap, n_fallbacks;
 	kva_ended *ended;
 	uint32_t ended_cap, n_ended;
+	/* inputs about the step (left as they are by kva_step) */
+	/* Prefill tokens this step may start (vLLM's max_num_batched_tokens
+	 * less what running requests use); 0 = unlimited. Each admission costs
+	 * the tokens it prefills first: its first chunk (min(prompt - cached
+	 * prefix, prefill_chunk_tokens), at least 1), cut to what is left of
+	 * the budget, with a recompute's first credit grant cut to match.
+	 * Admissions stop when the budget is spent; an import started from the
+	 * head costs nothing now (it prefills when admitted from READY). */
+	uint32_t token_budget;
+	/* The host preempted in this step: admit nothing new (vLLM schedules no
+	 * waiting request in a step that preempted). Events, timers and copy
+	 * dispatch still run; READY restores wait too. */
+	bool hold_admissions;
 	/* outputs about the step itself */
 	uint32_t events;          /* inbox events drained */
 	uint32_t timers_fired;
