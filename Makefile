@@ -19,9 +19,18 @@ $(B)/rel/CMakeCache.txt:
 build: deps $(B)/rel/CMakeCache.txt
 	cmake --build $(B)/rel -j$(JOBS)
 
-# The demo: the agent-workload simulator, legacy vs wait policy.
-run: build
-	$(B)/rel/bench/kvadmit-sim $(SIM_ARGS)
+# The demo: the agent-workload simulator, legacy vs wait policy. Installs and
+# builds only what it needs; the build log goes to build/demo/build.log.
+run:
+	@scripts/install-deps.sh --demo
+	@mkdir -p $(B)/demo
+	@echo "make run: building the simulator (log: $(B)/demo/build.log) ..."
+	@{ cmake -S . -B $(B)/demo -DCMAKE_BUILD_TYPE=Release -DKVADMIT_BUILD_TESTS=OFF \
+	     -DKVADMIT_WITH_CUDA=OFF $(CMAKE_COMMON) && \
+	   cmake --build $(B)/demo -j$(JOBS) --target kvadmit-sim; } > $(B)/demo/build.log 2>&1 || \
+	  { tail -30 $(B)/demo/build.log; exit 1; }
+	@echo
+	@$(B)/demo/bench/kvadmit-sim $(SIM_ARGS)
 
 test: deps
 	$(MAKE) test-rel
