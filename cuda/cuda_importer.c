@@ -12,16 +12,23 @@
  * kva_cuda_importer_progress) resolves a job's source, checks that it is
  * pinned, and enqueues its copies on one import stream: one cudaMemcpyAsync
  * per run of consecutive destination ids, or one cudaMemcpyBatchAsync for the
- * whole job. Then a completion marker: cudaLaunchHostFunc, whose function
- * only pushes the job onto the done inbox and posts the semaphore (host
- * functions must not call CUDA), or cudaEventRecord polled with
- * cudaEventQuery. Results are reported from the progress loop, never from a
- * CUDA callback. It never calls cudaDeviceSynchronize and never enqueues on
- * or waits for the decode stream; only at destroy does it wait on its own
- * import streams.
+ * whole job. Then an event (cudaEventRecord) that carries the copies' real
+ * completion status, and in host-function mode a completion marker:
+ * cudaLaunchHostFunc, whose function only pushes the job onto the done
+ * inbox and posts the semaphore (host functions must not call CUDA).
+ * Results are reported from the progress loop, never from a CUDA callback,
+ * with the status cudaEventQuery reads (an asynchronous copy error is
+ * reported, not only the enqueue result). It never calls
+ * cudaDeviceSynchronize and never enqueues on or waits for the decode
+ * stream; only at destroy does it wait on its own import streams.
  *
- * Issued jobs sit in a FIFO per import stream: completions of one stream
- * arrive in stream order, so reporting pops the head.
+ * When to report is completion.h's state machine (issued jobs in a FIFO per
+ * import stream, markers, statuses). A sticky error (a corrupted context:
+ * host functions stop running) reports every outstanding job as failed and
+ * makes the importer dead: later submits are refused with -EIO, so the
+ * engine retries and falls back as on any failed copy. In host-function
+ * mode the loop wakes every millisecond (CLOCK_MONOTONIC) while jobs are
+ * outstanding to look for one; event mode polls every 20 us.
  */
 #define _GNU_SOURCE 1
 #include <errno.h>
@@ -49,13 +56,14 @@ struct kva_cuda_importer {
 	_Atomic bool stop;
 	_Atomic int cuda_err; /* last cudaError_t met */
 	_Atomic int method;   /* resolved enum kva_cuda_copy_method */
+	_Atomic bool dead;    /* a sticky CUDA error: submits are refused */
 	/* everything below: the progress loop only (one thread at a time) */
 	cudaStream_t *streams;
 	uint32_t nstreams, next_stream;
 	cudaStream_t decode;
 	bool own_decode;
-	struct kva__imp_job **fifo_head, **fifo_tail;
-	uint64_t issued; /* jobs in the FIFOs */
+	struct kva__cq_node **fifo_head, **fifo_tail; /* per stream, owned by cq */
+	struct kva__cq cq;
 	cudaEvent_t *ev_free;
 	uint32_t ev_n, ev_cap;
 	void **b_dst;
@@ -161,44 +169,100 @@ static void event_put(kva_cuda_importer *imp, cudaEvent_t ev)
 
 /* ---- reporting ---------------------------------------------------------------------- */
 
-static void finish(kva_cuda_importer *imp, struct kva__imp_job *j, bool cancelled)
+/* Reports j (counts it, kva_copy_done or the override) and ends its
+ * in-flight count; its record may live on until its marker comes. */
+static void report(kva_cuda_importer *imp, struct kva__imp_job *j, int status, bool cancelled)
 {
-	if (j->status == 0 && !cancelled) {
+	if (status == 0 && !cancelled) {
 		kva__is_add(&imp->st, KVA__IS_PAGES, j->job.npages);
 		kva__is_add(&imp->st, KVA__IS_BYTES, j->bytes);
 	}
 	kva__imp_report(imp->cfg.report, imp->cfg.report_ctx, &imp->st, j,
-			cancelled ? -ECANCELED : j->status, cancelled);
-	event_put(imp, j->event);
-	kva__imp_job_free(j);
+			cancelled ? -ECANCELED : status, cancelled);
 	kva__idle_done(&imp->idle);
 }
 
-static void fifo_push(kva_cuda_importer *imp, struct kva__imp_job *j)
+static void release(kva_cuda_importer *imp, struct kva__imp_job *j)
 {
-	j->next = NULL;
-	if (imp->fifo_tail[j->stream])
-		imp->fifo_tail[j->stream]->next = j;
-	else
-		imp->fifo_head[j->stream] = j;
-	imp->fifo_tail[j->stream] = j;
-	imp->issued++;
+	event_put(imp, j->event);
+	kva__imp_job_free(j);
 }
 
-/* Unlinks j from its stream's FIFO (normally the head: stream order). */
-static void fifo_remove(kva_cuda_importer *imp, struct kva__imp_job *j)
+/* A job that never reached a stream (or waited for its own stream). */
+static void finish(kva_cuda_importer *imp, struct kva__imp_job *j, bool cancelled)
 {
-	struct kva__imp_job **pp = &imp->fifo_head[j->stream], *prev = NULL;
-	while (*pp && *pp != j) {
-		prev = *pp;
-		pp = &(*pp)->next;
+	report(imp, j, j->status, cancelled);
+	release(imp, j);
+}
+
+/* ---- completion (completion.h's callbacks) ------------------------------------------ */
+
+static struct kva__imp_job *job_of(struct kva__cq_node *n)
+{
+	return caa_container_of(n, struct kva__imp_job, cq);
+}
+
+/* Errors after which the context is corrupted: every later call fails the
+ * same way and host functions no longer run. */
+static bool sticky(cudaError_t ce)
+{
+	switch (ce) {
+	case cudaErrorIllegalAddress:
+	case cudaErrorLaunchFailure:
+	case cudaErrorHardwareStackError:
+	case cudaErrorIllegalInstruction:
+	case cudaErrorMisalignedAddress:
+	case cudaErrorInvalidAddressSpace:
+	case cudaErrorInvalidPc:
+	case cudaErrorAssert:
+	case cudaErrorLaunchTimeout:
+	case cudaErrorECCUncorrectable:
+	case cudaErrorContextIsDestroyed:
+	case cudaErrorDevicesUnavailable:
+	case cudaErrorCudartUnloading:
+	case cudaErrorUnknown:
+		return true;
+	default:
+		/* not a known one: sticky if it survives being cleared */
+		(void)cudaGetLastError();
+		return cudaPeekAtLastError() != cudaSuccess;
 	}
-	if (!*pp)
-		return;
-	*pp = j->next;
-	if (imp->fifo_tail[j->stream] == j)
-		imp->fifo_tail[j->stream] = prev;
-	imp->issued--;
+}
+
+static int cq_query(void *ctx, struct kva__cq_node *n, int *err)
+{
+	kva_cuda_importer *imp = ctx;
+	struct kva__imp_job *j = job_of(n);
+	/* Without an event (none could be created), the stream says at least
+	 * whether the context still works; the marker says the copies ran. */
+	cudaError_t ce = j->event ? cudaEventQuery((cudaEvent_t)j->event)
+				  : cudaStreamQuery(imp->streams[n->stream]);
+	if (ce == cudaErrorNotReady)
+		return !j->event && n->marked ? KVA__CQ_DONE : KVA__CQ_PENDING;
+	if (ce == cudaSuccess)
+		return KVA__CQ_DONE;
+	bool st = sticky(ce);
+	note_error(imp, ce);
+	*err = errno_of(ce) ? errno_of(ce) : -EIO;
+	return st ? KVA__CQ_STICKY : KVA__CQ_FAILED;
+}
+
+/* Issue path: a sticky error met while enqueueing kills the importer too
+ * (every outstanding job fails; later ones are refused). */
+static void check_sticky(kva_cuda_importer *imp, cudaError_t ce)
+{
+	if (ce != cudaSuccess && ce != cudaErrorNotReady && !imp->cq.dead && sticky(ce))
+		(void)kva__cq_kill(&imp->cq, errno_of(ce));
+}
+
+static void cq_report(void *ctx, struct kva__cq_node *n, int status)
+{
+	report(ctx, job_of(n), status, false);
+}
+
+static void cq_release(void *ctx, struct kva__cq_node *n)
+{
+	release(ctx, job_of(n));
 }
 
 /* ---- issuing copies --------------------------------------------------------------------- */
@@ -319,8 +383,10 @@ static void issue(kva_cuda_importer *imp, struct kva__imp_job *j)
 		struct cudaPointerAttributes pa;
 		cudaError_t ce = cudaPointerGetAttributes(&pa, src);
 		if (ce != cudaSuccess || pa.type != cudaMemoryTypeHost) {
-			if (ce != cudaSuccess)
+			if (ce != cudaSuccess) {
+				check_sticky(imp, ce);
 				note_error(imp, ce);
+			}
 			rc = -EFAULT;
 		}
 	}
@@ -329,11 +395,12 @@ static void issue(kva_cuda_importer *imp, struct kva__imp_job *j)
 		finish(imp, j, false);
 		return;
 	}
-	j->stream = imp->next_stream;
+	j->cq.stream = imp->next_stream;
 	imp->next_stream = (imp->next_stream + 1) % imp->nstreams;
-	cudaStream_t s = imp->streams[j->stream];
+	cudaStream_t s = imp->streams[j->cq.stream];
 	cudaError_t ce = enqueue_copies(imp, j, src, bytes, s);
 	if (ce != cudaSuccess) {
+		check_sticky(imp, ce);
 		note_error(imp, ce);
 		j->status = errno_of(ce);
 	}
@@ -341,18 +408,25 @@ static void issue(kva_cuda_importer *imp, struct kva__imp_job *j)
 	 * error may still be writing its pages (rule 12). */
 	j->owner = imp;
 	kva_inbox_node_init(&j->node); /* reused: intake, then done */
-	if (imp->cfg.completion == KVA_CUDA_COMPLETE_EVENT) {
-		j->event = event_get(imp);
-		ce = j->event ? cudaEventRecord((cudaEvent_t)j->event, s)
-			      : cudaErrorMemoryAllocation;
-	} else {
-		ce = cudaLaunchHostFunc(s, host_done, j);
+	/* The event carries the copies' real status, in both modes. */
+	j->event = event_get(imp);
+	ce = j->event ? cudaEventRecord((cudaEvent_t)j->event, s) : cudaErrorMemoryAllocation;
+	if (ce != cudaSuccess && imp->cfg.completion != KVA_CUDA_COMPLETE_EVENT) {
+		/* host-function mode goes on with the stream's status instead */
+		note_error(imp, ce);
+		event_put(imp, j->event);
+		j->event = NULL;
+		ce = cudaSuccess;
 	}
+	if (ce == cudaSuccess && imp->cfg.completion != KVA_CUDA_COMPLETE_EVENT)
+		ce = cudaLaunchHostFunc(s, host_done, j);
 	if (ce == cudaSuccess) {
-		fifo_push(imp, j);
+		j->cq.status = j->status;
+		kva__cq_push(&imp->cq, &j->cq);
 		return;
 	}
 	/* No marker: wait for this import stream only, then report. */
+	check_sticky(imp, ce);
 	note_error(imp, ce);
 	(void)cudaStreamSynchronize(s);
 	if (!j->status)
@@ -368,8 +442,10 @@ static bool stopping(kva_cuda_importer *imp)
 	return atomic_load_explicit(&imp->stop, memory_order_acquire);
 }
 
-/* One pass: issue what arrived, report what finished. Returns reports. */
-static int progress_once(kva_cuda_importer *imp)
+/* One pass: issue what arrived, take the markers that came, report what
+ * finished. watchdog: also look for a sticky error behind markers that have
+ * not come (host-function mode). Returns reports. */
+static int progress_once(kva_cuda_importer *imp, bool watchdog)
 {
 	int n = 0;
 	struct kva_inbox_batch b;
@@ -381,36 +457,25 @@ static int progress_once(kva_cuda_importer *imp)
 			if (stop) {
 				finish(imp, j, true); /* destroy began: never started */
 				n++;
+			} else if (imp->cq.dead) {
+				j->status = imp->cq.dead_err; /* submitted before it died */
+				finish(imp, j, false);
+				n++;
 			} else {
 				issue(imp, j);
 			}
 		}
 	}
-	if (imp->cfg.completion == KVA_CUDA_COMPLETE_EVENT) {
-		for (uint32_t s = 0; s < imp->nstreams; s++) {
-			struct kva__imp_job *j;
-			while ((j = imp->fifo_head[s])) {
-				cudaError_t ce = cudaEventQuery((cudaEvent_t)j->event);
-				if (ce == cudaErrorNotReady)
-					break;
-				if (ce != cudaSuccess) {
-					note_error(imp, ce);
-					if (!j->status)
-						j->status = errno_of(ce);
-				}
-				fifo_remove(imp, j);
-				finish(imp, j, false);
-				n++;
-			}
-		}
-	} else if (kva_inbox_drain_blocking(&imp->done, &b)) {
-		while ((nd = kva_inbox_batch_pop_blocking(&b))) {
-			struct kva__imp_job *j = caa_container_of(nd, struct kva__imp_job, node);
-			fifo_remove(imp, j);
-			finish(imp, j, false);
-			n++;
-		}
+	if (imp->cfg.completion != KVA_CUDA_COMPLETE_EVENT &&
+	    kva_inbox_drain_blocking(&imp->done, &b)) {
+		while ((nd = kva_inbox_batch_pop_blocking(&b)))
+			kva__cq_marked(&imp->cq, &caa_container_of(nd, struct kva__imp_job, node)->cq);
 	}
+	n += (int)kva__cq_poll(&imp->cq, watchdog);
+	/* R3: pairs with A3 in cuda_submit — only a hint to refuse early; jobs
+	 * that arrive anyway are failed above. */
+	if (imp->cq.dead)
+		atomic_store_explicit(&imp->dead, true, memory_order_release);
 	return n;
 }
 
@@ -418,8 +483,8 @@ static int progress_once(kva_cuda_importer *imp)
  * stream) until every issued job has reported. */
 static void drain_issued(kva_cuda_importer *imp)
 {
-	(void)progress_once(imp);
-	while (imp->issued) {
+	(void)progress_once(imp, true);
+	while (imp->cq.outstanding) {
 		bool broken = false;
 		for (uint32_t s = 0; s < imp->nstreams; s++) {
 			cudaError_t ce = cudaStreamSynchronize(imp->streams[s]);
@@ -428,19 +493,11 @@ static void drain_issued(kva_cuda_importer *imp)
 				broken = true;
 			}
 		}
-		(void)progress_once(imp);
+		(void)progress_once(imp, true);
 		if (!broken)
 			continue; /* host functions may still be on their way */
 		/* A broken context runs no more host functions: fail what is left. */
-		for (uint32_t s = 0; s < imp->nstreams; s++) {
-			struct kva__imp_job *j;
-			while ((j = imp->fifo_head[s])) {
-				fifo_remove(imp, j);
-				if (!j->status)
-					j->status = -EIO;
-				finish(imp, j, false);
-			}
-		}
+		(void)kva__cq_kill(&imp->cq, -EIO);
 	}
 }
 
@@ -450,25 +507,31 @@ static void *thread_main(void *arg)
 	cudaError_t ce = cudaSetDevice(imp->cfg.device);
 	if (ce != cudaSuccess)
 		note_error(imp, ce);
+	bool watchdog = false;
 	for (;;) {
-		int n = progress_once(imp);
+		int n = progress_once(imp, watchdog);
+		watchdog = false;
 		if (stopping(imp)) {
 			drain_issued(imp);
-			(void)progress_once(imp); /* jobs submitted before the stop flag */
+			(void)progress_once(imp, true); /* jobs submitted before the stop flag */
 			break;
 		}
 		if (n)
 			continue;
-		if (imp->cfg.completion == KVA_CUDA_COMPLETE_EVENT && imp->issued) {
-			/* polling: sleep a little, wake at once on a new job */
+		if (imp->cq.outstanding) {
+			/* event mode polls every 20 us; host-function mode wakes on
+			 * markers, and every 1 ms to look for a sticky error (no
+			 * marker comes after one). Wakes at once on a new job. The
+			 * monotonic clock: a wall-clock step never stretches it. */
+			long step = imp->cfg.completion == KVA_CUDA_COMPLETE_EVENT ? 20000L : 1000000L;
 			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 20000;
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			ts.tv_nsec += step;
 			if (ts.tv_nsec >= 1000000000L) {
 				ts.tv_sec++;
 				ts.tv_nsec -= 1000000000L;
 			}
-			(void)sem_timedwait(&imp->wake, &ts);
+			watchdog = sem_clockwait(&imp->wake, CLOCK_MONOTONIC, &ts) != 0;
 		} else {
 			while (sem_wait(&imp->wake) != 0)
 				; /* EINTR */
@@ -483,6 +546,12 @@ static int cuda_submit(void *ctx, kva_engine *e, const kva_copy_job *job)
 {
 	kva_cuda_importer *imp = ctx;
 	int rc;
+	/* A3: pairs with R3 in progress_once — a dead importer refuses at once
+	 * (the engine counts the rank failed, retries, falls back). */
+	if (atomic_load_explicit(&imp->dead, memory_order_acquire)) {
+		kva__is_add(&imp->st, KVA__IS_REFUSED, 1);
+		return -EIO;
+	}
 	struct kva__imp_job *j = kva__imp_accept(&imp->st, &imp->idle, stopping(imp), e, job,
 						 imp->cfg.rank, imp->cfg.dest_pages, &rc);
 	if (!j)
@@ -637,6 +706,9 @@ kva_cuda_importer *kva_cuda_importer_create(const kva_cuda_importer_config *cfg,
 #endif
 	atomic_init(&imp->method, method);
 	atomic_init(&imp->stop, false);
+	atomic_init(&imp->dead, false);
+	kva__cq_init(&imp->cq, imp->fifo_head, imp->fifo_tail, imp->nstreams,
+		     cfg->completion != KVA_CUDA_COMPLETE_EVENT, cq_query, cq_report, cq_release, imp);
 	atomic_init(&imp->cuda_err, 0);
 	kva_inbox_init(&imp->intake);
 	kva_inbox_init(&imp->done);
@@ -709,7 +781,7 @@ void kva_cuda_importer_destroy(kva_cuda_importer *imp)
 		cudaSetDevice(imp->cfg.device);
 		pthread_mutex_lock(&imp->progress_mtx);
 		drain_issued(imp);
-		(void)progress_once(imp);
+		(void)progress_once(imp, true);
 		pthread_mutex_unlock(&imp->progress_mtx);
 	}
 	/* Every job has been reported, but the last host function may still be
@@ -717,6 +789,8 @@ void kva_cuda_importer_destroy(kva_cuda_importer *imp)
 	 * operation, so syncing the import streams waits for it to return. */
 	for (uint32_t s = 0; s < imp->nstreams; s++)
 		(void)cudaStreamSynchronize(imp->streams[s]);
+	/* jobs failed by a sticky error whose host function never ran */
+	kva__cq_release_zombies(&imp->cq);
 	release_all(imp);
 	if (prev >= 0)
 		cudaSetDevice(prev);
@@ -741,7 +815,7 @@ int kva_cuda_importer_progress(kva_cuda_importer *imp)
 	(void)cudaGetDevice(&prev);
 	if (prev != imp->cfg.device)
 		cudaSetDevice(imp->cfg.device);
-	int n = progress_once(imp);
+	int n = progress_once(imp, true);
 	if (prev >= 0 && prev != imp->cfg.device)
 		cudaSetDevice(prev);
 	pthread_mutex_unlock(&imp->progress_mtx);

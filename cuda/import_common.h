@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "kvadmit/importer.h"
+#include "completion.h"
 #include "inbox.h"
 
 /* One rank's share of a copy job, owned by the importer from submit until
@@ -35,12 +36,10 @@ struct kva__imp_job {
 	int status;	  /* result to report */
 	bool inject_fail; /* decided at submit (CPU importer) */
 	/* CUDA importer bookkeeping */
-	struct kva__imp_job *next; /* per-stream FIFO of issued jobs */
-	struct kva__imp_job *prev_issued, *next_issued;
-	void *event;	 /* cudaEvent_t in event-completion mode */
-	void *owner;	 /* the importer, for the host function */
-	uint32_t stream; /* index of the import stream it was issued on */
-	uint64_t bytes;	 /* bytes its copies move */
+	struct kva__cq_node cq; /* completion state: stream FIFO, marker (completion.h) */
+	void *event;		/* cudaEvent_t recorded after its copies */
+	void *owner;		/* the importer, for the host function */
+	uint64_t bytes;		/* bytes its copies move */
 	uint32_t ids[];
 };
 

@@ -38,3 +38,17 @@ extern "C" int kvab_decode_launch(const void *buf, size_t bytes, unsigned long l
 	decode_sum<<<sms * 4, 512, 0, s>>>((const uint4 *)buf, bytes / 16, out);
 	return (int)cudaGetLastError();
 }
+
+__global__ void spin_then_fault(unsigned long long spin_cycles, int *bad)
+{
+	long long t0 = clock64();
+	while ((unsigned long long)(clock64() - t0) < spin_cycles)
+		;
+	*bad = 1;
+}
+
+extern "C" int kvab_fault_launch(unsigned long long spin_cycles, void *stream)
+{
+	spin_then_fault<<<1, 1, 0, (cudaStream_t)stream>>>(spin_cycles, (int *)(uintptr_t)16);
+	return (int)cudaGetLastError();
+}

@@ -18,6 +18,12 @@ extern "C" {
  * the buffer's 32-bit words (bytes: a multiple of 16). Returns a cudaError_t. */
 int kvab_decode_launch(const void *buf, size_t bytes, unsigned long long *out, void *stream);
 
+/* Tests only: enqueues on `stream` a one-thread kernel that spins for about
+ * spin_cycles clock cycles, then writes through an invalid address — a
+ * sticky error that corrupts the process's CUDA context for good. Returns a
+ * cudaError_t (of the launch). */
+int kvab_fault_launch(unsigned long long spin_cycles, void *stream);
+
 /* The sum the kernel must produce for a buffer memset to `byte`. */
 static inline unsigned long long kvab_decode_expected(size_t bytes, unsigned char byte)
 {

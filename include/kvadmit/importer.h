@@ -154,12 +154,23 @@ typedef struct kva_cuda_importer kva_cuda_importer;
  * reference: false when no CUDA library is linked or loaded with the core. */
 KVA_API bool kva_cuda_importer_supported(void);
 
+/* In both modes a job's status is its copies' real completion status (the
+ * event recorded after them, read with cudaEventQuery), not only the result
+ * of enqueueing them: an asynchronous copy error reports the job failed. A
+ * sticky CUDA error (the context is corrupted; host functions stop running)
+ * reports every outstanding job failed at once and makes the importer dead:
+ * later submits return -EIO (the engine counts the rank failed, retries,
+ * then falls back), kva_cuda_importer_cuda_error() names the error, destroy
+ * still returns. The progress thread's waits use CLOCK_MONOTONIC. */
 enum kva_cuda_completion {
-	/* cudaLaunchHostFunc after a job's copies; the host function only pushes
-	 * the job onto a lock-free inbox and posts a semaphore. */
+	/* cudaEventRecord, then cudaLaunchHostFunc after a job's copies; the
+	 * host function only pushes the job onto a lock-free inbox and posts a
+	 * semaphore, and the job is reported with its event's status. While
+	 * jobs are outstanding the progress thread also wakes every 1 ms to
+	 * look for a sticky error (after one, no host function comes). */
 	KVA_CUDA_COMPLETE_HOSTFUNC = 0,
 	/* cudaEventRecord after a job's copies; the progress loop polls
-	 * cudaEventQuery, oldest first per stream. */
+	 * cudaEventQuery every 20 us, oldest first per stream. */
 	KVA_CUDA_COMPLETE_EVENT = 1,
 };
 

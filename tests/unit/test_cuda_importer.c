@@ -439,6 +439,59 @@ static void cuda_decode_kernel_keeps_running_while_importing(void **state)
 
 #endif /* KVADMIT_HAVE_CUDA */
 
+#ifdef KVA_TEST_DECODE_KERNEL
+/* Hardening issue, item 14: a sticky error while jobs are in flight (host
+ * functions stop running) must not leave them unreported. Every job is
+ * reported once, those the fault caught as failed; the importer is dead
+ * (submits refused with -EIO, the engine falls back) and destroy returns.
+ * Runs last: it corrupts this process's CUDA context for good. */
+static void cuda_sticky_error_fails_outstanding_jobs_and_kills_the_importer(void **state)
+{
+	(void)state;
+	enum { PER = 2, N = 6 };
+	struct store s;
+	store_init(&s, (size_t)64 << 20, PER, N); /* 128 MiB a job: copies in flight */
+	void *dev = NULL;
+	CU(cudaMalloc(&dev, (size_t)PER * N * s.page_bytes));
+	struct reports *rep = calloc(1, sizeof(*rep));
+	kva_cuda_importer_config c;
+	base_config(&c, &s, dev, PER * N);
+	c.report = on_report;
+	c.report_ctx = rep;
+	c.completion = KVA_CUDA_COMPLETE_HOSTFUNC;
+	int err = 1;
+	kva_cuda_importer *imp = kva_cuda_importer_create(&c, &err);
+	assert_int_equal(err, 0);
+	kva_importer_ref ref = kva_cuda_importer_ref(imp);
+	/* the fault comes a few milliseconds into the copies */
+	assert_int_equal(kvab_fault_launch(4000000ull, kva_cuda_importer_decode_stream(imp)), 0);
+	uint32_t pages[N][PER];
+	for (uint32_t k = 0; k < N; k++) {
+		for (uint32_t i = 0; i < PER; i++)
+			pages[k][i] = k * PER + i;
+		kva_copy_job job = {.token = {1 + k, 1, 1}, .world_size = 1, .checkpoint_id = k,
+				    .npages = PER, .pages = pages[k]};
+		int rc = ref.submit(ref.ctx, NULL, &job);
+		assert_true(rc == 0 || rc == -EIO); /* -EIO: already dead */
+		if (rc)
+			atomic_fetch_add(&rep->count[1 + k], 1); /* refused counts as its report */
+	}
+	assert_int_equal(kva_cuda_importer_wait_idle(imp, 30 * SC_SEC), 0);
+	uint32_t failed = 0;
+	for (uint32_t k = 0; k < N; k++) {
+		assert_int_equal(atomic_load(&rep->count[1 + k]), 1);
+		failed += atomic_load(&rep->status[1 + k]) != 0;
+	}
+	assert_true(failed >= 1);
+	assert_int_not_equal(kva_cuda_importer_cuda_error(imp), 0);
+	kva_copy_job late = {.token = {100, 1, 1}, .world_size = 1, .checkpoint_id = 0,
+			     .npages = PER, .pages = pages[0]};
+	assert_int_equal(ref.submit(ref.ctx, NULL, &late), -EIO);
+	kva_cuda_importer_destroy(imp);
+	free(rep);
+}
+#endif
+
 int main(void)
 {
 	int p = probe();
@@ -451,6 +504,8 @@ int main(void)
 	    cmocka_unit_test(cuda_engine_restores_hold_checkpoint_bytes),
 #ifdef KVA_TEST_DECODE_KERNEL
 	    cmocka_unit_test(cuda_decode_kernel_keeps_running_while_importing),
+	    /* last: it breaks the process's CUDA context */
+	    cmocka_unit_test(cuda_sticky_error_fails_outstanding_jobs_and_kills_the_importer),
 #endif
 	};
 	return cmocka_run_group_tests_name("cuda_importer", tests, NULL, NULL);
