@@ -10,7 +10,8 @@ if [ "${1:-}" = "--demo" ]; then
   pkgs=(cmake make pkg-config gcc liburcu-dev libjemalloc-dev "$@")
 else
   pkgs=(cmake make pkg-config gcc g++ clang liburcu-dev libjemalloc-dev libcmocka-dev
-        libbenchmark-dev gnuplot-nox valgrind python3 python3-prometheus-client "$@")
+        libbenchmark-dev gnuplot-nox valgrind python3 python3-prometheus-client
+        python3-cffi python3-pytest python3-dev "$@")
 fi
 missing=()
 for p in "${pkgs[@]}"; do
