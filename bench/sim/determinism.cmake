@@ -29,8 +29,12 @@ function(run_twice name)
   message(STATUS "${name}: identical, invariants ok")
 endfunction()
 
-# The default shape, shorter.
+# The default shape (production profile, cold start), shorter.
 run_twice(defaults --agents 4 --duration 120 --seed 7)
+# The 70B profile from a warm start: legacy preempts and keeps local hits.
+run_twice(h200_warm --profile h200-70b --warm --agents 6 --duration 300 --seed 5)
+# Several engines sharing the store and the directory.
+run_twice(nodes --nodes 3 --agents 20 --duration 300 --seed 2 --warm)
 # Failure paths: copies fail, lookups time out, restores give up waiting.
 run_twice(faults --agents 6 --duration 600 --seed 3 --copy-fail-rate 0.3
   --lookup-timeout 0.001 --max-restore-wait 2 --copy-slots 2)

@@ -8,9 +8,13 @@
  *   decode tok/s       tokens sampled in the window / window length
  *   from cache         (local + restored) / prompt tokens of all admissions,
  *                      as the engine counts them (rule 16)
- *   later turn         a turn whose history was already stored when it began
- *                      (not the first turn of a compacted session); it counts
- *                      as restored when none of its admissions recomputed
+ *   per-turn cache     over completed turns: cached tokens of each turn's first
+ *                      admission / its prompt tokens (vLLM's num_cached_tokens,
+ *                      counted once per request: the production table's count)
+ *   later turn         (later_turns) any turn after a session's first;
+ *                      (later_turns_stored) a turn whose history was already
+ *                      stored when it began; either counts as restored when
+ *                      none of its admissions recomputed
  */
 #include <math.h>
 #include <stdlib.h>
@@ -67,14 +71,15 @@ double sim_ctx_to_pool_start(const struct sim_scenario *sc)
 {
 	uint64_t sum = 0;
 	for (uint32_t i = 0; i < sc->w.agents; i++)
-		sum += sim_draw_init_ctx(&sc->w, i);
-	return (double)sum / ((double)sc->pool_pages * sc->page_tokens);
+		sum += sc->w.warm ? sim_draw_init_ctx(&sc->w, i) : sim_draw_first(&sc->w, i, 0);
+	return (double)sum / ((double)sc->pool_pages * sc->page_tokens * sc->nodes);
 }
 
 /* ---- derived metrics ------------------------------------------------------- */
 
 struct metrics {
 	double decode_tok_s, cache, local, external, mean_turn, ttft50, ttft99;
+	double turn_cache, turn_local, turn_external;
 	bool ok;
 };
 
@@ -87,6 +92,10 @@ static struct metrics derive(const struct sim_scenario *sc, struct sim_result *r
 	m.local = admitted ? (double)st->tokens_local / admitted : 0;
 	m.external = admitted ? (double)st->tokens_restored / admitted : 0;
 	m.cache = m.local + m.external;
+	double tp = (double)r->turn_prompt_tokens;
+	m.turn_local = tp ? (double)r->turn_local_tokens / tp : 0;
+	m.turn_external = tp ? (double)r->turn_ext_tokens / tp : 0;
+	m.turn_cache = m.turn_local + m.turn_external;
 	m.mean_turn = sim_samples_mean(&r->turn_s);
 	m.ttft50 = sim_samples_pct(&r->ttft_s, 0.50);
 	m.ttft99 = sim_samples_pct(&r->ttft_s, 0.99);
@@ -153,41 +162,59 @@ void sim_print_table(FILE *f, const struct sim_scenario *sc, struct sim_result *
 		"  credits  the pool's pages as the engine hands them out: a restore reserves all it\n"
 		"           needs (imported pages + the rest of the prompt) before its copy starts\n"
 		"  legacy   today's engines: a restore refused for capacity recomputes its prefix\n"
-		"  wait     kvadmit: it waits for capacity and restores\n\n");
+		"           (a local prefix-cache hit is %s)\n"
+		"  wait     kvadmit: it waits for capacity and restores\n"
+		"  profile  %s: %s\n"
+		"           (--profile h200-70b: a 70B dense model on two H200s)\n\n",
+		sc->keep_local ? "kept, as vLLM keeps it" : "dropped (--keep-local off)",
+		sc->m.profile, sc->m.model_class);
 	if (r[0] && r[1]) {
 		struct metrics *l = r[0]->policy == SIM_POLICY_LEGACY ? &m[0] : &m[1];
 		struct metrics *w = r[0]->policy == SIM_POLICY_LEGACY ? &m[1] : &m[0];
 		fprintf(f,
-			"Result: waiting instead of recomputing gives x%.1f decode tokens/s and %.0f%% of\n"
-			"prompt tokens from cache (legacy %.0f%%); mean turn time x%.2f.\n\n",
+			"Result (%s, %u agent%s%s): waiting instead of recomputing gives x%.1f decode\n"
+			"tokens/s (%.1f vs %.1f), %.0f%% of each turn's prompt from cache (legacy %.0f%%)\n"
+			"and turns %.1fx faster (%.1f s vs %.1f s mean).\n\n",
+			sc->m.profile, sc->w.agents, sc->w.agents == 1 ? "" : "s",
+			sc->nodes > 1 ? " over several engines" : "",
 			l->decode_tok_s > 0 ? w->decode_tok_s / l->decode_tok_s : INFINITY,
-			100 * w->cache, 100 * l->cache,
-			l->mean_turn > 0 ? w->mean_turn / l->mean_turn : 0);
+			w->decode_tok_s, l->decode_tok_s, 100 * w->turn_cache, 100 * l->turn_cache,
+			w->mean_turn > 0 ? l->mean_turn / w->mean_turn : 0, w->mean_turn,
+			l->mean_turn);
 	}
-	fprintf(f, "kvadmit-sim: %u agents, %.0f s simulated, seed %llu\n", sc->w.agents,
-		sc->duration_s, (unsigned long long)sc->w.seed);
-	fprintf(
-	    f,
-	    "pool %u pages x %u tokens (%llu tokens); agents' contexts %.1fx the pool at start\n",
-	    sc->pool_pages, sc->page_tokens, (unsigned long long)sc->pool_pages * sc->page_tokens,
-	    sim_ctx_to_pool_start(sc));
+	fprintf(f, "kvadmit-sim: %u agents on %u engine%s, %.0f s simulated, seed %llu, %s start\n",
+		sc->w.agents, sc->nodes, sc->nodes == 1 ? "" : "s", sc->duration_s,
+		(unsigned long long)sc->w.seed, sc->w.warm ? "warm" : "cold");
 	fprintf(f,
-		"model: 70B-class dense, TP2 on H200 (bench/sim/README.md); copies over %u rank%s "
-		"at %.0f GB/s each\n\n",
-		sc->world_size, sc->world_size == 1 ? "" : "s", sc->m.import_bytes_s / 1e9);
+		"pool %u pages x %u tokens (%llu tokens) per engine; agents' contexts %.2fx the "
+		"pools at start\n",
+		sc->pool_pages, sc->page_tokens,
+		(unsigned long long)sc->pool_pages * sc->page_tokens, sim_ctx_to_pool_start(sc));
+	fprintf(f, "model: %s (bench/sim/README.md); copies over %u rank%s at %.0f GB/s each\n\n",
+		sc->m.model_class, sc->world_size, sc->world_size == 1 ? "" : "s",
+		sc->m.import_bytes_s / 1e9);
 	const char *hdr[2] = {r[0] ? policy_name(r[0]->policy) : "",
 			      r[1] ? policy_name(r[1]->policy) : ""};
 	row(f, r, "", hdr);
 	ROWF("decode tokens/s", "%.1f", mx->decode_tok_s);
-	ROWF("prompt tokens from cache", "%.1f%%", 100 * mx->cache);
+	ROWF("per-turn prompt from cache", "%.1f%%", 100 * mx->turn_cache);
+	ROWF("  local / external", "%.1f%% / %.1f%%", 100 * mx->turn_local,
+	     100 * mx->turn_external);
+	ROWF("later turns restored (stored)", "%llu/%llu",
+	     (unsigned long long)x->later_stored_restored, (unsigned long long)x->later_stored);
+	ROWF("prompt tokens from cache (admissions)", "%.1f%%", 100 * mx->cache);
 	ROWF("  local reuse", "%.1f%%", 100 * mx->local);
 	ROWF("  external restore", "%.1f%%", 100 * mx->external);
-	ROWF("later turns with a restore", "%llu/%llu", (unsigned long long)x->later_turns_restored,
-	     (unsigned long long)x->later_turns);
+	ROWF("later turns restored (after 1st)", "%llu/%llu",
+	     (unsigned long long)x->later_turns_restored, (unsigned long long)x->later_turns);
 	ROWF("turns completed", "%llu", (unsigned long long)x->turns_completed);
 	ROWF("mean turn time (s)", "%.1f", mx->mean_turn);
+	ROWF("turns in flight at end, mean age", "%llu, %.1f s", (unsigned long long)x->in_flight,
+	     x->in_flight_age_s);
 	ROWF("TTFT p50 / p99 (s)", "%.1f / %.1f", mx->ttft50, mx->ttft99);
 	ROWF("preemptions", "%llu", (unsigned long long)x->st.preempted);
+	ROWF("steps held (preempted / budget)", "%llu / %llu", (unsigned long long)x->hold_steps,
+	     (unsigned long long)x->budget_steps);
 	ROWF("recompute fallbacks", "%llu", (unsigned long long)fallback_total(&x->st));
 	for (int k = 1; k < KVA_REASON_COUNT; k++) {
 		char label[64];
@@ -196,6 +223,7 @@ void sim_print_table(FILE *f, const struct sim_scenario *sc, struct sim_result *
 	}
 	ROWF("admitted restore / local", "%llu / %llu", (unsigned long long)x->st.admitted_restore,
 	     (unsigned long long)x->st.admitted_local);
+	ROWF("legacy recomputes keeping local", "%llu", (unsigned long long)x->kept_local);
 	ROWF("engine steps", "%llu", (unsigned long long)x->st.steps);
 	ROWF("GPU busy", "%.0f%%", 100 * x->gpu_busy_s / sc->duration_s);
 	ROWF("contexts / pool: mean, end", "%.1fx, %.1fx", x->ctx_to_pool_mean, x->ctx_to_pool_end);
@@ -232,6 +260,17 @@ static void json_policy(FILE *f, const struct sim_scenario *sc, struct sim_resul
 			(unsigned long long)st->fallbacks[k]);
 	fprintf(f, "},");
 	fprintf(f, "\"steps\":%llu,", (unsigned long long)st->steps);
+	fprintf(f,
+		"\"turn_cache_share\":%.6g,\"turn_local_share\":%.6g,\"turn_external_share\":%.6g,",
+		m.turn_cache, m.turn_local, m.turn_external);
+	fprintf(f, "\"later_turns_stored\":%llu,\"later_turns_stored_restored\":%llu,",
+		(unsigned long long)r->later_stored, (unsigned long long)r->later_stored_restored);
+	fprintf(f, "\"turns_in_flight\":%llu,\"in_flight_mean_age_s\":%.6g,",
+		(unsigned long long)r->in_flight, r->in_flight_age_s);
+	fprintf(f, "\"hold_steps\":%llu,\"budget_spent_steps\":%llu,",
+		(unsigned long long)r->hold_steps, (unsigned long long)r->budget_steps);
+	fprintf(f, "\"legacy_kept_local\":{\"admissions\":%llu,\"tokens\":%llu},",
+		(unsigned long long)r->kept_local, (unsigned long long)r->kept_local_tokens);
 	if (sc->no_wall)
 		fprintf(f, "\"wall_s\":null,");
 	else
@@ -281,8 +320,10 @@ void sim_print_json(FILE *f, const struct sim_scenario *sc, struct sim_result *r
 	const struct sim_model *md = &sc->m;
 	const struct sim_workload *w = &sc->w;
 	fprintf(f, "{\"scenario\":{");
-	fprintf(f, "\"agents\":%u,\"duration_s\":%.6g,\"seed\":%llu,", w->agents, sc->duration_s,
-		(unsigned long long)w->seed);
+	fprintf(f, "\"profile\":\"%s\",\"agents\":%u,\"nodes\":%u,\"duration_s\":%.6g,\"seed\":%llu,",
+		md->profile, w->agents, sc->nodes, sc->duration_s, (unsigned long long)w->seed);
+	fprintf(f, "\"start\":\"%s\",\"keep_local\":%s,", w->warm ? "warm" : "cold",
+		sc->keep_local ? "true" : "false");
 	fprintf(f, "\"pool_pages\":%u,\"page_tokens\":%u,\"pool_tokens\":%llu,", sc->pool_pages,
 		sc->page_tokens, (unsigned long long)sc->pool_pages * sc->page_tokens);
 	fprintf(f, "\"ctx_to_pool_start\":%.6g,", sim_ctx_to_pool_start(sc));
@@ -292,22 +333,30 @@ void sim_print_json(FILE *f, const struct sim_scenario *sc, struct sim_result *r
 		sc->lookup_timeout_s);
 	fprintf(f, "\"decode_reserve_pages\":%u,\"decode_headroom_pages\":%u,",
 		sim_decode_reserve_pages(sc), sim_headroom_pages(sc));
+	struct sim_batch one = {.n_decode = 1, .decode_tokens = md->spec_verify};
 	fprintf(f,
-		"\"model\":{\"class\":\"70B-class dense (Llama-3.1-70B shape), TP2 on H200\","
+		"\"model\":{\"class\":\"%s\",\"pool_tokens\":%llu,"
 		"\"kv_bytes_per_token\":%.6g,\"prefill_tok_s\":%.6g,\"attn_s_per_tok2\":%.6g,"
-		"\"decode_step_s\":%.6g,\"kv_read_s_per_tok\":%.6g,\"import_bytes_s\":%.6g,"
+		"\"decode_step_s\":%.6g,\"weight_dense_bytes\":%.6g,\"weight_expert_bytes\":%.6g,"
+		"\"experts\":%u,\"top_k\":%u,\"tp\":%u,\"mem_bytes_s\":%.6g,"
+		"\"decode_overhead_s\":%.6g,\"spec_verify\":%u,\"spec_accept\":%.6g,"
+		"\"kv_read_s_per_tok\":%.6g,\"import_bytes_s\":%.6g,"
 		"\"write_bytes_s\":%.6g,\"copy_setup_s\":%.6g,\"lookup_latency_s\":%.6g,"
 		"\"step_token_budget\":%u,\"max_context\":%u,\"max_running\":%u},",
-		md->kv_bytes_per_token, md->prefill_tok_s, md->attn_s_per_tok2, md->decode_step_s,
-		md->kv_read_s_per_tok, md->import_bytes_s, md->write_bytes_s, md->copy_setup_s,
-		md->lookup_latency_s, md->step_token_budget, md->max_context, md->max_running);
+		md->model_class, (unsigned long long)md->pool_tokens, md->kv_bytes_per_token,
+		md->prefill_tok_s, md->attn_s_per_tok2, sim_gpu_step_s(md, &one),
+		md->weight_dense_bytes, md->weight_expert_bytes, md->n_experts, md->top_k, md->tp,
+		md->mem_bytes_s, md->decode_overhead_s, md->spec_verify,
+		md->spec_accept_milli / 1000.0, md->kv_read_s_per_tok, md->import_bytes_s,
+		md->write_bytes_s, md->copy_setup_s, md->lookup_latency_s, md->step_token_budget,
+		md->max_context, md->max_running);
 	fprintf(
 	    f,
-	    "\"workload\":{\"init_ctx\":[%u,%u],\"tool_tokens\":{\"median\":%.6g,\"sigma\":%.6g,"
+	    "\"workload\":{\"init_ctx\":[%u,%u],\"first_prompt\":[%u,%u],\"tool_tokens\":{\"median\":%.6g,\"sigma\":%.6g,"
 	    "\"min\":%u,\"max\":%u},\"decode_tokens\":{\"median\":%.6g,\"sigma\":%.6g,\"min\":%u,"
 	    "\"max\":%u},\"think_s\":{\"median\":%.6g,\"sigma\":%.6g,\"min\":%.6g,\"max\":%.6g},"
 	    "\"compact_to\":[%u,%u]}",
-	    w->init_ctx_min, w->init_ctx_max, w->tool_median, w->tool_sigma, w->tool_min,
+	    w->init_ctx_min, w->init_ctx_max, w->first_min, w->first_max, w->tool_median, w->tool_sigma, w->tool_min,
 	    w->tool_max, w->decode_median, w->decode_sigma, w->decode_min, w->decode_max,
 	    w->think_median_s, w->think_sigma, w->think_min_s, w->think_max_s, w->compact_min,
 	    w->compact_max);

@@ -1,16 +1,97 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The default scenario and the checks that refuse impossible ones. Every
- * constant here is derived in bench/sim/README.md (model class: a 70B-class
- * dense model — Llama-3.1-70B shape — served with TP2 on two H200s); none
- * was adjusted to produce a result.
+ * The default scenario and the checks that refuse impossible ones. Two
+ * profiles (--profile): the production deployment (a GLM-4.7-Flash-class
+ * MoE on two DGX Spark, the default) and a 70B-class dense model on two
+ * H200s. Every constant is derived in bench/sim/README.md; none was
+ * adjusted to produce a result.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "sim.h"
 
-/* KV pool of the reference deployment, in tokens (README: "KV pool"). */
-#define SIM_POOL_TOKENS 360448u
+/* Profiles: the model and hardware of one engine. Every number is derived in
+ * bench/sim/README.md ("Profiles"); none was adjusted to produce a result. */
+static const struct sim_model profile_spark_glm = {
+    .profile = "spark-glm",
+    .model_class = "GLM-4.7-Flash-class MoE (30B-A3B, MLA), TP2+DCP2 on two DGX Spark, MTP",
+    .pool_tokens = 1020000, /* the production deployment's aggregate KV tokens */
+    .kv_bytes_per_token = 54144.0, /* 47 layers x (512 + 64) x 2 B (MLA latent) */
+    .prefill_tok_s = 20833.0,	    /* 2 x 125 TFLOP/s x 50% / 6 GFLOP per token */
+    .attn_s_per_tok2 = 3.85e-9,	    /* 481,280 FLOP x (p1^2 - p0^2) / 125 TFLOP/s */
+    .weight_dense_bytes = 4.2e9,    /* ~2.1 B non-routed parameters, BF16 */
+    .weight_expert_bytes = 55.6e9,  /* 64 experts x 46 layers x 9.44 M, BF16 */
+    .n_experts = 64,
+    .top_k = 4,
+    .tp = 2,
+    .mem_bytes_s = 232e9,	 /* 273 GB/s LPDDR5x x 85% */
+    .decode_overhead_s = 0.0062, /* 141 collectives x 30 us + 2 ms */
+    .kv_read_s_per_tok = 1.167e-7, /* 54,144 B / 2 (DCP2) / 232 GB/s */
+    .spec_verify = 4,		   /* MTP: 3 drafts + 1 */
+    .spec_accept_milli = 2500,	   /* 2.5 tokens kept per step */
+    .import_bytes_s = 68e9,	   /* host store in the same LPDDR5x: 273 / 2 x 50% */
+    .write_bytes_s = 68e9,
+    .copy_setup_s = 0.0005,
+    .lookup_latency_s = 0.001,
+    .idle_poll_s = 0.001,
+    .step_token_budget = 8192,
+    .max_context = 202752,
+    .decode_headroom_tokens = 512,
+    .decode_reserve_frac = 0.01,
+    .max_running = 256,
+    .max_copy_retries = 2,
+    .keep_local = true,
+};
+
+static const struct sim_model profile_h200_70b = {
+    .profile = "h200-70b",
+    .model_class = "70B-class dense (Llama-3.1-70B shape), TP2 on two H200",
+    .pool_tokens = 360448,
+    .kv_bytes_per_token = 327680.0,
+    .prefill_tok_s = 7000.0,
+    .attn_s_per_tok2 = 1.325e-9,
+    .weight_dense_bytes = 141.2e9, /* 70.6 B parameters, BF16 */
+    .weight_expert_bytes = 0,
+    .n_experts = 0,
+    .top_k = 0,
+    .tp = 2,
+    .mem_bytes_s = 4.08e12,	 /* 4.8 TB/s x 85% */
+    .decode_overhead_s = 0.0036, /* 160 all-reduces x 10 us + 2 ms */
+    .kv_read_s_per_tok = 4.0e-8,
+    .spec_verify = 1,
+    .spec_accept_milli = 1000,
+    .import_bytes_s = 25e9,
+    .write_bytes_s = 25e9,
+    .copy_setup_s = 0.0005,
+    .lookup_latency_s = 0.001,
+    .idle_poll_s = 0.001,
+    .step_token_budget = 8192,
+    .max_context = 131072,
+    .decode_headroom_tokens = 512,
+    .decode_reserve_frac = 0.01,
+    .max_running = 256,
+    .max_copy_retries = 2,
+    .keep_local = true,
+};
+
+static const struct sim_model *const profiles[] = {&profile_spark_glm, &profile_h200_70b};
+
+const char *sim_profile_names(void)
+{
+	return "spark-glm (default: the production deployment) | h200-70b";
+}
+
+int sim_profile(struct sim_scenario *sc, const char *name)
+{
+	for (size_t i = 0; i < sizeof(profiles) / sizeof(profiles[0]); i++)
+		if (!strcmp(profiles[i]->profile, name)) {
+			sc->m = *profiles[i];
+			sc->keep_local = sc->m.keep_local;
+			return 0;
+		}
+	return -1;
+}
 
 void sim_defaults(struct sim_scenario *sc)
 {
@@ -19,8 +100,11 @@ void sim_defaults(struct sim_scenario *sc)
 		{
 		    .agents = 8,
 		    .seed = 1,
+		    .warm = false,
 		    .init_ctx_min = 80000,
 		    .init_ctx_max = 104000,
+		    .first_min = 8000,
+		    .first_max = 24000,
 		    .tool_median = 800,
 		    .tool_sigma = 1.0,
 		    .tool_min = 32,
@@ -36,40 +120,23 @@ void sim_defaults(struct sim_scenario *sc)
 		    .compact_min = 48000,
 		    .compact_max = 64000,
 		},
-	    .m =
-		{
-		    .kv_bytes_per_token = 327680.0,
-		    .prefill_tok_s = 7000.0,
-		    .attn_s_per_tok2 = 1.325e-9,
-		    .decode_step_s = 0.021,
-		    .kv_read_s_per_tok = 4.0e-8,
-		    .import_bytes_s = 25e9,
-		    .write_bytes_s = 25e9,
-		    .copy_setup_s = 0.0005,
-		    .lookup_latency_s = 0.001,
-		    .idle_poll_s = 0.001,
-		    .step_token_budget = 8192,
-		    .max_context = 131072,
-		    .decode_headroom_tokens = 512,
-		    .decode_reserve_frac = 0.01,
-		    .max_running = 256,
-		    .max_copy_retries = 2,
-		},
 	    .duration_s = 1800.0,
-	    .pool_pages = 0, /* 0: SIM_POOL_TOKENS / page_tokens */
+	    .pool_pages = 0, /* 0: the profile's pool tokens / page_tokens */
 	    .page_tokens = 16,
 	    .max_restore_wait_s = 60.0,
 	    .lookup_timeout_s = 5.0,
 	    .copy_fail_rate = 0.0,
 	    .copy_slots = 32,
 	    .world_size = 2,
+	    .nodes = 1,
 	    .policies = SIM_POLICY_LEGACY | SIM_POLICY_WAIT,
 	};
+	sim_profile(sc, "spark-glm");
 }
 
-uint32_t sim_default_pool_pages(uint32_t page_tokens)
+uint32_t sim_default_pool_pages(const struct sim_scenario *sc)
 {
-	return page_tokens ? SIM_POOL_TOKENS / page_tokens : 0;
+	return sc->page_tokens ? (uint32_t)(sc->m.pool_tokens / sc->page_tokens) : 0;
 }
 
 uint32_t sim_decode_reserve_pages(const struct sim_scenario *sc)
@@ -94,6 +161,8 @@ const char *sim_check(const struct sim_scenario *sc, char *buf, size_t len)
 		return "--page-tokens must be 1..4096";
 	if (sc->pool_pages < 1 || sc->pool_pages > (1u << 24))
 		return "--pool-pages must be 1..16777216";
+	if (sc->nodes < 1 || sc->nodes > 4096)
+		return "--nodes must be 1..4096";
 	if (sc->copy_slots < 1 || sc->copy_slots > 65535)
 		return "--copy-slots must be 1..65535";
 	if (sc->world_size < 1 || sc->world_size > KVA_MAX_WORLD)

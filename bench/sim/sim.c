@@ -27,9 +27,23 @@ static void usage(FILE *f)
 	    "wait policy (a restore waits for capacity), side by side. Model and constants:\n"
 	    "bench/sim/README.md.\n"
 	    "\n"
+	    "  --profile P           model and hardware of each engine: spark-glm (default; the\n"
+	    "                        production deployment) or h200-70b\n"
 	    "  --agents N            tool-using agents (default 8)\n"
+	    "  --nodes N             engines, each its own pool, GPU and importer, sharing the\n"
+	    "                        checkpoint store and directory; agent i on engine i mod N\n"
+	    "                        (default 1)\n"
+	    "  --warm                sessions already under way at t = 0, each history stored\n"
+	    "                        (default: cold, agents begin at their first turn)\n"
+	    "  --start-tokens LO:HI  first prompt (cold) or history at t = 0 (warm), uniform\n"
+	    "                        (default 8000:24000 cold, 80000:104000 warm)\n"
+	    "  --keep-local on|off   legacy: a restore refused for capacity keeps its local\n"
+	    "                        prefix-cache hit, as vLLM does (default: the profile's, on)\n"
+	    "  --write-gbs G         checkpoint write bandwidth per rank, GB/s (default: profile)\n"
+	    "  --import-gbs G        checkpoint import bandwidth per rank, GB/s (default: profile)\n"
 	    "  --duration S          simulated seconds measured (default 1800)\n"
-	    "  --pool-pages N        KV pool pages (default: 360448 tokens / page tokens)\n"
+	    "  --pool-pages N        KV pool pages per engine (default: the profile's pool tokens /\n"
+	    "                        page tokens)\n"
 	    "  --page-tokens N       tokens per page (default 16)\n"
 	    "  --seed N              workload seed (default 1)\n"
 	    "  --policy P            both | wait | legacy (default both)\n"
@@ -58,7 +72,8 @@ static int bad(const char *flag, const char *val, const char *why)
 static const char *const valued[] = {
     "--agents",	    "--duration",   "--pool-pages",	  "--page-tokens",
     "--seed",	    "--policy",	    "--max-restore-wait", "--lookup-timeout",
-    "--copy-slots", "--world-size", "--copy-fail-rate",
+    "--copy-slots", "--world-size", "--copy-fail-rate", "--profile", "--nodes",
+    "--start-tokens", "--keep-local", "--write-gbs", "--import-gbs",
 };
 
 static bool is_valued(const char *name)
@@ -109,7 +124,20 @@ int main(int argc, char **argv)
 	struct sim_scenario sc;
 	sim_defaults(&sc);
 	int progress = -1; /* -1: when stderr is a terminal */
-	bool pool_given = false;
+	bool pool_given = false, start_given = false;
+	/* the profile first: later flags override its constants */
+	for (int i = 1; i < argc; i++) {
+		const char *v = NULL;
+		if (!strncmp(argv[i], "--profile=", 10))
+			v = argv[i] + 10;
+		else if (!strcmp(argv[i], "--profile") && i + 1 < argc)
+			v = argv[i + 1];
+		if (v && sim_profile(&sc, v) != 0)
+			return bad("--profile", v, sim_profile_names());
+	}
+	double write_gbs = 0, import_gbs = 0;
+	int keep_local = -1;
+	uint32_t start_lo = 0, start_hi = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *flag = argv[i];
 		char name[64];
@@ -141,6 +169,8 @@ int main(int argc, char **argv)
 			progress = 0;
 		else if (!strcmp(name, "--no-wall"))
 			sc.no_wall = true;
+		else if (!strcmp(name, "--warm"))
+			sc.w.warm = true;
 		else
 			boolean = false;
 		if (boolean) {
@@ -176,6 +206,33 @@ int main(int argc, char **argv)
 			rc = parse_u32(val, &sc.world_size);
 		else if (!strcmp(name, "--copy-fail-rate"))
 			rc = parse_double(val, &sc.copy_fail_rate);
+		else if (!strcmp(name, "--profile"))
+			rc = 0; /* applied above */
+		else if (!strcmp(name, "--nodes"))
+			rc = parse_u32(val, &sc.nodes);
+		else if (!strcmp(name, "--write-gbs"))
+			rc = parse_double(val, &write_gbs) || !(write_gbs > 0 && write_gbs <= 1e6);
+		else if (!strcmp(name, "--import-gbs"))
+			rc = parse_double(val, &import_gbs) || !(import_gbs > 0 && import_gbs <= 1e6);
+		else if (!strcmp(name, "--keep-local")) {
+			if (!strcmp(val, "on"))
+				keep_local = 1;
+			else if (!strcmp(val, "off"))
+				keep_local = 0;
+			else
+				return bad(name, val, "must be on or off");
+		} else if (!strcmp(name, "--start-tokens")) {
+			char lo[32];
+			const char *colon = strchr(val, ':');
+			size_t k = colon ? (size_t)(colon - val) : 0;
+			if (!colon || k == 0 || k >= sizeof(lo))
+				return bad(name, val, "must be LO:HI");
+			memcpy(lo, val, k);
+			lo[k] = '\0';
+			rc = parse_u32(lo, &start_lo) || parse_u32(colon + 1, &start_hi) ||
+			     start_lo < 1 || start_hi < start_lo;
+			start_given = true;
+		}
 		else if (!strcmp(name, "--policy")) {
 			if (!strcmp(val, "both"))
 				sc.policies = SIM_POLICY_LEGACY | SIM_POLICY_WAIT;
@@ -190,7 +247,19 @@ int main(int argc, char **argv)
 			return bad(name, val, "not a valid number");
 	}
 	if (!pool_given)
-		sc.pool_pages = sim_default_pool_pages(sc.page_tokens);
+		sc.pool_pages = sim_default_pool_pages(&sc);
+	if (write_gbs > 0)
+		sc.m.write_bytes_s = write_gbs * 1e9;
+	if (import_gbs > 0)
+		sc.m.import_bytes_s = import_gbs * 1e9;
+	if (keep_local >= 0)
+		sc.keep_local = keep_local;
+	if (start_given) {
+		if (sc.w.warm)
+			sc.w.init_ctx_min = start_lo, sc.w.init_ctx_max = start_hi;
+		else
+			sc.w.first_min = start_lo, sc.w.first_max = start_hi;
+	}
 	sc.progress = progress < 0 ? isatty(STDERR_FILENO) : progress;
 
 	char why[512];

@@ -24,13 +24,24 @@
 
 /* ---- constants: every one is explained in bench/sim/README.md ---------- */
 
-/* The model and the GPU (a 70B-class dense model, TP2 on H200). */
+/* The model and the GPU of one engine (a profile: scenario.c, README). */
 struct sim_model {
+	const char *profile;	    /* --profile name */
+	const char *model_class;    /* one line: model, parallelism, hardware */
+	uint64_t pool_tokens;	    /* KV pool of one engine, tokens */
 	double kv_bytes_per_token;  /* all ranks together */
 	double prefill_tok_s;	    /* linear layers, short context */
 	double attn_s_per_tok2;	    /* causal attention: seconds per (p1^2 - p0^2) */
-	double decode_step_s;	    /* one decode step, weights read once */
+	/* decode floor: weights read once per step, per rank */
+	double weight_dense_bytes;  /* weights every token reads (all ranks) */
+	double weight_expert_bytes; /* routed experts (all ranks); 0 for a dense model */
+	uint32_t n_experts, top_k;  /* routed experts per layer, chosen per token */
+	uint32_t tp;		    /* ranks the weights are split over */
+	double mem_bytes_s;	    /* usable memory bandwidth per rank */
+	double decode_overhead_s;   /* collectives, scheduling, launches per step */
 	double kv_read_s_per_tok;   /* decode: reading one context token's KV, one sequence */
+	uint32_t spec_verify;	    /* tokens a decoding sequence puts through a step (1 + drafts) */
+	uint32_t spec_accept_milli; /* tokens it keeps per step, x1000 (1000: no speculation) */
 	double import_bytes_s;	    /* checkpoint store -> GPU, per rank */
 	double write_bytes_s;	    /* GPU -> checkpoint store, per rank */
 	double copy_setup_s;	    /* fixed cost of one copy job, per rank */
@@ -42,13 +53,16 @@ struct sim_model {
 	double decode_reserve_frac; /* decode watermark, share of the pool */
 	uint16_t max_running;
 	uint32_t max_copy_retries;
+	bool keep_local; /* legacy default: a refused restore keeps its local prefix hit */
 };
 
 /* The agents' turns. */
 struct sim_workload {
 	uint32_t agents;
 	uint64_t seed;
+	bool warm;			     /* sessions already under way at t = 0 */
 	uint32_t init_ctx_min, init_ctx_max; /* warm sessions: history at t = 0 */
+	uint32_t first_min, first_max;	     /* cold start: a session's first prompt */
 	double tool_median, tool_sigma;	     /* tool output tokens, lognormal */
 	uint32_t tool_min, tool_max;
 	double decode_median, decode_sigma; /* decode tokens, lognormal */
@@ -67,12 +81,17 @@ struct sim_scenario {
 	uint32_t pool_pages, page_tokens;
 	double max_restore_wait_s, lookup_timeout_s, copy_fail_rate;
 	uint32_t copy_slots, world_size;
-	int policies; /* SIM_POLICY_* bits */
+	uint32_t nodes;	 /* engines, each its own pool and importer */
+	bool keep_local; /* legacy: a refused restore keeps its local prefix hit */
+	int policies;	 /* SIM_POLICY_* bits */
 	bool json, progress, no_wall;
 };
 
 void sim_defaults(struct sim_scenario *sc);
-uint32_t sim_default_pool_pages(uint32_t page_tokens);
+/* Sets the model constants of a profile; -1 for an unknown name. */
+int sim_profile(struct sim_scenario *sc, const char *name);
+const char *sim_profile_names(void);
+uint32_t sim_default_pool_pages(const struct sim_scenario *sc);
 /* NULL when the scenario can run, else why not (a static message in buf). */
 const char *sim_check(const struct sim_scenario *sc, char *buf, size_t len);
 uint32_t sim_decode_reserve_pages(const struct sim_scenario *sc);
@@ -80,6 +99,7 @@ uint32_t sim_headroom_pages(const struct sim_scenario *sc);
 
 /* ---- workload.c: counter-based draws, identical for both policies -------- */
 uint32_t sim_draw_init_ctx(const struct sim_workload *w, uint32_t agent);
+uint32_t sim_draw_first(const struct sim_workload *w, uint32_t agent, uint32_t turn);
 double sim_draw_start_s(const struct sim_workload *w, uint32_t agent);
 uint32_t sim_draw_tool(const struct sim_workload *w, uint32_t agent, uint32_t turn);
 uint32_t sim_draw_decode(const struct sim_workload *w, uint32_t agent, uint32_t turn);
@@ -101,6 +121,7 @@ struct sim_event {
 	uint64_t seq; /* ties broken by insertion order: deterministic */
 	uint32_t kind;
 	uint32_t agent;
+	uint32_t node; /* SIM_EV_COPY: the engine whose importer ran it */
 	union {
 		struct {
 			kva_lookup_token token;
@@ -149,6 +170,8 @@ struct sim_list {
 
 struct sim_agent {
 	uint32_t index;
+	uint32_t node;	       /* the engine serving this agent */
+	bool fresh;	       /* the next prompt is the session's first (no tool output) */
 	uint32_t session;      /* bumped by compaction */
 	uint32_t turn;	       /* turns drawn so far (draw counter) */
 	uint32_t session_turn; /* 0 = a session's first turn (nothing stored yet) */
@@ -161,6 +184,9 @@ struct sim_agent {
 	bool recomputed_prefix; /* some admission of this turn recomputed */
 	bool admitted_once;
 	uint32_t prompt, decode_total, decoded;
+	uint32_t spec_acc;	 /* speculative decoding: kept tokens carried, x1000 */
+	bool stored_at_start;	 /* the history was in the store when the turn began */
+	uint32_t turn_local, turn_ext; /* cached tokens at the turn's first admission */
 	uint64_t turn_start_ns;
 	bool has_first_token;
 	uint32_t submits, ended_reports;
@@ -218,6 +244,7 @@ static inline struct sim_agent *sim_list_next(const struct sim_list *l, const st
 
 /* ---- store.c: directory, checkpoint store, local cache, importer ---------- */
 struct sim;
+struct sim_node;
 uint64_t sim_key(const struct sim_agent *a);
 uint64_t sim_local_id(const struct sim_agent *a);
 void sim_dir_lookup_cb(void *ctx, uint64_t key, uint32_t prompt, kva_lookup_token t);
@@ -229,11 +256,12 @@ void sim_cache_put(struct sim *s, struct sim_agent *a, uint32_t pages);
 void sim_cache_drop(struct sim *s, struct sim_agent *a, bool report);
 /* Evicts least recently cached pages until cached pages fit in the free
  * credits (cached pages are free pages that still hold KV). */
-void sim_cache_fit(struct sim *s);
+void sim_cache_fit(struct sim_node *n);
 
 /* ---- gpu.c: step time ------------------------------------------------------ */
 struct sim_batch {
 	uint32_t n_decode;
+	uint64_t decode_tokens; /* tokens decoding sequences put through (speculation) */
 	uint64_t prefill_tokens;
 	double attn_tok2;  /* sum of p1^2 - p0^2 over prefill chunks */
 	double decode_ctx; /* sum of context tokens over decoding sequences */
@@ -255,6 +283,15 @@ struct sim_result {
 	kva_stats st; /* engine statistics at the end of the measured window */
 	uint64_t decode_tokens;
 	uint64_t turns_completed, later_turns, later_turns_restored;
+	/* as the production table counts: per completed turn, the cached tokens
+	 * of its first admission (vLLM's num_cached_tokens); later turns: the
+	 * history was stored when the turn began */
+	uint64_t turn_prompt_tokens, turn_local_tokens, turn_ext_tokens;
+	uint64_t later_stored, later_stored_restored;
+	uint64_t in_flight; /* turns submitted, not completed, at the end of the window */
+	double in_flight_age_s; /* their mean age then */
+	uint64_t hold_steps, budget_steps; /* steps that preempted / spent the token budget */
+	uint64_t kept_local, kept_local_tokens; /* legacy recomputes that kept a local hit */
 	struct sim_samples turn_s, ttft_s;
 	uint64_t evicted_pages, evictions_reported, stale_local;
 	uint64_t idle_polls, gpu_steps;
@@ -267,29 +304,46 @@ struct sim_result {
 	char check_msg[256];
 };
 
-/* The simulation of one policy (serving.c). */
-struct sim {
-	const struct sim_scenario *sc;
-	int policy;
+/* One engine: its pool, GPU, local cache and copy links (serving.c). */
+struct sim_node {
+	struct sim *s;
+	uint32_t index;
 	kva_engine *e;
 	kva_plan plan;
-	struct sim_clock clock;
-	struct sim_agent *agents;
-	uint64_t now_ns, end_ns;
-	bool draining;
 	struct sim_list run; /* running requests; the newest at the tail */
 	uint32_t n_running;
 	struct sim_list lru; /* local cache; the least recently cached at the head */
 	uint64_t cached_pages;
-	uint64_t sum_ctx;    /* the agents' histories, tokens */
-	double ctx_integral; /* sum_ctx over simulated time, token-seconds */
 	/* per-rank copy links (FIFO: concurrent copies share bandwidth) */
 	uint64_t import_free_ns[KVA_MAX_WORLD];
 	uint64_t write_free_ns[KVA_MAX_WORLD];
+	/* the GPU: a step in flight ends at wake_ns; an idle node wakes then */
+	bool in_step;
+	uint64_t wake_ns;
+	bool preempted; /* this step preempted: vLLM admits nothing new */
+};
+
+/* The simulation of one policy (serving.c). */
+struct sim {
+	const struct sim_scenario *sc;
+	int policy;
+	struct sim_node *nodes;
+	uint32_t n_nodes;
+	struct sim_clock clock;
+	struct sim_agent *agents;
+	uint64_t now_ns, end_ns;
+	bool draining;
+	uint64_t sum_ctx;    /* the agents' histories, tokens */
+	double ctx_integral; /* sum_ctx over simulated time, token-seconds */
 	int fatal; /* an unexpected engine error: abort the run */
 	char fatal_msg[200];
 	struct sim_result *res;
 };
+
+static inline struct sim_node *sim_node_of(struct sim *s, const struct sim_agent *a)
+{
+	return &s->nodes[a->node];
+}
 
 int sim_run_policy(const struct sim_scenario *sc, int policy, struct sim_result *res);
 void sim_result_free(struct sim_result *r);

@@ -7,6 +7,10 @@
  * finished or preempted requests that still hold their KV while they sit in
  * the free pool, evicted least-recently-cached first as the pool fills.
  *
+ * With --nodes N each engine has its own local cache and copy links; the
+ * store and the directory are shared (an agent's checkpoints are found
+ * wherever it is served).
+ *
  * Ids: an agent's local checkpoint is (agent + 1) << 32 | 0xffffffff and
  * changes epoch whenever it shrinks, vanishes or is replaced; stored
  * checkpoints are (agent + 1) << 32 | seq, immutable, epoch 1.
@@ -41,7 +45,7 @@ static uint64_t ns_of(double s)
  * directory's round trip and describes the store as it is then. */
 void sim_dir_lookup_cb(void *ctx, uint64_t key, uint32_t prompt, kva_lookup_token t)
 {
-	struct sim *s = ctx;
+	struct sim *s = ((struct sim_node *)ctx)->s;
 	/* round trips vary: uniform in [0.5, 1.5) x the mean latency */
 	double jitter =
 	    0.5 + sim_uniform(s->sc->w.seed ^ 0x100C0B5ull, t.id, (uint64_t)t.gen << 32 | t.seq, 0);
@@ -97,7 +101,9 @@ void sim_dir_answer(struct sim *s, const struct sim_event *ev)
 				  sim_local_id(a), a->local_epoch);
 		}
 	}
-	int rc = kva_lookup_answer(s->e, ev->u.lookup.token, &m);
+	if (idx >= s->sc->w.agents)
+		return;
+	int rc = kva_lookup_answer(sim_node_of(s, &s->agents[idx])->e, ev->u.lookup.token, &m);
 	/* late answers (request ended, preempted or timed out meanwhile) are normal */
 	if (rc != 0 && rc != -ESTALE && rc != -ENOENT)
 		sim_fatal(s, "kva_lookup_answer", rc);
@@ -109,17 +115,18 @@ void sim_dir_answer(struct sim *s, const struct sim_event *ev)
  * run one after another, so concurrent imports share its bandwidth. */
 int sim_import_cb(void *ctx, kva_engine *e, const struct kva_copy_job *job)
 {
-	struct sim *s = ctx;
+	struct sim_node *n = ctx;
+	struct sim *s = n->s;
 	(void)e;
 	const struct sim_scenario *sc = s->sc;
 	uint32_t r = job->rank;
 	double bytes = (double)job->position * sc->m.kv_bytes_per_token / job->world_size;
-	uint64_t start = s->import_free_ns[r] > s->now_ns ? s->import_free_ns[r] : s->now_ns;
+	uint64_t start = n->import_free_ns[r] > s->now_ns ? n->import_free_ns[r] : s->now_ns;
 	uint64_t done = start + ns_of(sc->m.copy_setup_s + bytes / sc->m.import_bytes_s);
-	s->import_free_ns[r] = done;
+	n->import_free_ns[r] = done;
 	double u = sim_uniform(sc->w.seed ^ 0xC0917EAFull, job->token.id,
 			       (uint64_t)job->token.gen << 32 | job->token.attempt, r);
-	struct sim_event ev = {.t_ns = done, .kind = SIM_EV_COPY};
+	struct sim_event ev = {.t_ns = done, .kind = SIM_EV_COPY, .node = n->index};
 	ev.u.copy.token = job->token;
 	ev.u.copy.rank = r;
 	ev.u.copy.status = u < sc->copy_fail_rate ? -EIO : 0;
@@ -135,17 +142,18 @@ int sim_import_cb(void *ctx, kva_engine *e, const struct kva_copy_job *job)
 void sim_store_write(struct sim *s, struct sim_agent *a, uint32_t position)
 {
 	const struct sim_scenario *sc = s->sc;
+	struct sim_node *n = sim_node_of(s, a);
 	uint32_t have = a->n_ext ? a->ext_pos[0] : 0;
 	if (position <= have)
 		return;
 	double bytes = (double)(position - have) * sc->m.kv_bytes_per_token / sc->world_size;
 	uint64_t done = 0;
 	for (uint32_t r = 0; r < sc->world_size; r++) {
-		uint64_t start = s->write_free_ns[r] > s->now_ns ? s->write_free_ns[r] : s->now_ns;
-		s->write_free_ns[r] =
+		uint64_t start = n->write_free_ns[r] > s->now_ns ? n->write_free_ns[r] : s->now_ns;
+		n->write_free_ns[r] =
 		    start + ns_of(sc->m.copy_setup_s + bytes / sc->m.write_bytes_s);
-		if (s->write_free_ns[r] > done)
-			done = s->write_free_ns[r];
+		if (n->write_free_ns[r] > done)
+			done = n->write_free_ns[r];
 	}
 	struct sim_event ev = {.t_ns = done, .kind = SIM_EV_WRITE, .agent = a->index};
 	ev.u.write.session = a->session;
@@ -173,15 +181,16 @@ void sim_store_written(struct sim *s, const struct sim_event *ev)
 
 static void lru_unlink(struct sim *s, struct sim_agent *a)
 {
-	sim_list_unlink(&s->lru, a);
+	struct sim_node *n = sim_node_of(s, a);
+	sim_list_unlink(&n->lru, a);
 	a->in_lru = false;
-	s->cached_pages -= a->local_pages;
+	n->cached_pages -= a->local_pages;
 	a->local_pages = 0;
 }
 
 static void report_evicted(struct sim *s, struct sim_agent *a)
 {
-	int rc = kva_checkpoint_evicted(s->e, sim_local_id(a), a->local_epoch);
+	int rc = kva_checkpoint_evicted(sim_node_of(s, a)->e, sim_local_id(a), a->local_epoch);
 	if (rc != 0)
 		sim_fatal(s, "kva_checkpoint_evicted", rc);
 	s->res->evictions_reported++;
@@ -207,19 +216,20 @@ void sim_cache_put(struct sim *s, struct sim_agent *a, uint32_t pages)
 	a->local_pages = pages;
 	a->local_epoch++;
 	a->in_lru = true;
-	sim_list_push_back(&s->lru, a);
-	s->cached_pages += pages;
+	sim_list_push_back(&sim_node_of(s, a)->lru, a);
+	sim_node_of(s, a)->cached_pages += pages;
 }
 
-void sim_cache_fit(struct sim *s)
+void sim_cache_fit(struct sim_node *n)
 {
-	if (!s->cached_pages)
+	struct sim *s = n->s;
+	if (!n->cached_pages)
 		return;
 	kva_stats st;
-	kva_stats_get(s->e, &st);
-	while (s->cached_pages > st.free_pages) {
-		struct sim_agent *a = s->lru.head;
-		uint64_t over = s->cached_pages - st.free_pages;
+	kva_stats_get(n->e, &st);
+	while (n->cached_pages > st.free_pages) {
+		struct sim_agent *a = n->lru.head;
+		uint64_t over = n->cached_pages - st.free_pages;
 		/* the newest pages of a prefix go first: what is left is still a
 		 * valid, shorter checkpoint */
 		uint32_t cut = over < a->local_pages ? (uint32_t)over : a->local_pages;
@@ -229,7 +239,7 @@ void sim_cache_fit(struct sim *s)
 			continue;
 		}
 		a->local_pages -= cut;
-		s->cached_pages -= cut;
+		n->cached_pages -= cut;
 		a->local_epoch++;
 		report_evicted(s, a);
 	}

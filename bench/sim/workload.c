@@ -23,6 +23,7 @@ enum {
 	K_DECODE = 5, /* + 1 */
 	K_THINK = 7,  /* + 1 */
 	K_COMPACT = 9,
+	K_FIRST = 10,
 };
 
 static uint64_t mix(uint64_t x)
@@ -114,4 +115,11 @@ double sim_draw_think_s(const struct sim_workload *w, uint32_t agent, uint32_t t
 uint32_t sim_draw_compact(const struct sim_workload *w, uint32_t agent, uint32_t turn)
 {
 	return uniform_u32(w, agent, turn, K_COMPACT, w->compact_min, w->compact_max);
+}
+
+/* Cold start: a session's first prompt (system prompt, tool definitions and
+ * the task), uniform [first_min, first_max). */
+uint32_t sim_draw_first(const struct sim_workload *w, uint32_t agent, uint32_t turn)
+{
+	return uniform_u32(w, agent, turn, K_FIRST, w->first_min, w->first_max);
 }
