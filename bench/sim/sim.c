@@ -41,6 +41,7 @@ static void usage(FILE *f)
 	    "                        prefix-cache hit, as vLLM does (default: the profile's, on)\n"
 	    "  --write-gbs G         checkpoint write bandwidth per rank, GB/s (default: profile)\n"
 	    "  --import-gbs G        checkpoint import bandwidth per rank, GB/s (default: profile)\n"
+	    "  --weight-bits B       weight precision, 4..16 bits (default 16: BF16)\n"
 	    "  --duration S          simulated seconds measured (default 1800)\n"
 	    "  --pool-pages N        KV pool pages per engine (default: the profile's pool tokens /\n"
 	    "                        page tokens)\n"
@@ -73,7 +74,7 @@ static const char *const valued[] = {
     "--agents",	    "--duration",   "--pool-pages",	  "--page-tokens",
     "--seed",	    "--policy",	    "--max-restore-wait", "--lookup-timeout",
     "--copy-slots", "--world-size", "--copy-fail-rate", "--profile", "--nodes",
-    "--start-tokens", "--keep-local", "--write-gbs", "--import-gbs",
+    "--start-tokens", "--keep-local", "--write-gbs", "--import-gbs", "--weight-bits",
 };
 
 static bool is_valued(const char *name)
@@ -136,6 +137,7 @@ int main(int argc, char **argv)
 			return bad("--profile", v, sim_profile_names());
 	}
 	double write_gbs = 0, import_gbs = 0;
+	uint32_t weight_bits = 16;
 	int keep_local = -1;
 	uint32_t start_lo = 0, start_hi = 0;
 	for (int i = 1; i < argc; i++) {
@@ -208,6 +210,8 @@ int main(int argc, char **argv)
 			rc = parse_double(val, &sc.copy_fail_rate);
 		else if (!strcmp(name, "--profile"))
 			rc = 0; /* applied above */
+		else if (!strcmp(name, "--weight-bits"))
+			rc = parse_u32(val, &weight_bits) || weight_bits < 4 || weight_bits > 16;
 		else if (!strcmp(name, "--nodes"))
 			rc = parse_u32(val, &sc.nodes);
 		else if (!strcmp(name, "--write-gbs"))
@@ -248,6 +252,8 @@ int main(int argc, char **argv)
 	}
 	if (!pool_given)
 		sc.pool_pages = sim_default_pool_pages(&sc);
+	sc.m.weight_dense_bytes *= weight_bits / 16.0;
+	sc.m.weight_expert_bytes *= weight_bits / 16.0;
 	if (write_gbs > 0)
 		sc.m.write_bytes_s = write_gbs * 1e9;
 	if (import_gbs > 0)

@@ -1,0 +1,34 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# The runs behind the fidelity and sensitivity tables of bench/sim/README.md:
+# the production profile (default flags), then one input changed at a time.
+# Usage: bench/sim/fidelity.sh <kvadmit-sim>   (prints one line per run)
+SIM=${1:?usage: fidelity.sh path/to/kvadmit-sim}
+run() {
+	label=$1
+	shift
+	"$SIM" --json --no-wall --no-progress "$@" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+out = []
+for k in ("legacy", "wait"):
+    p = d["policies"][k]
+    out.append("%s %.1f tok/s, %.1f%% per turn (%.1f%% per admission), %d/%d later (stored) restored, %d/%d after 1st, %.1f s/turn, %d in flight" % (
+        k, p["decode_tok_s"], 100 * p["turn_cache_share"], 100 * p["cache_token_share"],
+        p["later_turns_stored_restored"], p["later_turns_stored"],
+        p["later_turns_restored"], p["later_turns"], p["mean_turn_s"], p["turns_in_flight"]))
+print(sys.argv[1] + ": " + " | ".join(out))
+' "$label"
+}
+run "production profile (defaults)"
+run "warm 80k-104k" --warm
+run "warm 120k-140k" --warm --start-tokens 120000:140000
+run "cold 32k-64k" --start-tokens 32000:64000
+run "write 6.8 GB/s" --write-gbs 6.8
+run "write 0.68 GB/s" --write-gbs 0.68
+run "keep-local off" --keep-local off
+run "FP8 weights" --weight-bits 8
+run "warm 80k-104k, FP8" --warm --weight-bits 8
+run "warm 80k-104k, keep-local off" --warm --keep-local off
+run "h200-70b cold" --profile h200-70b
+run "h200-70b warm" --profile h200-70b --warm
