@@ -22,7 +22,7 @@ if [ "${1:-}" = "--verify" ]; then
   shift
 fi
 
-ALL=(inbox state slab capacity copy freelist pagepool)
+ALL=(inbox state slab capacity copy freelist tickets pagepool)
 
 # Mutants: each must fail. -DMUTANT_<name> is passed to spin.
 declare -A MUTANTS=(
@@ -31,19 +31,20 @@ declare -A MUTANTS=(
   [slab]="NO_GEN_CHECK NO_GRACE_PERIOD GEN_WRAPS"
   [capacity]="CHECK_THEN_SUB NO_SLOT_CHECK"
   [copy]="RETURN_BEFORE_DRAIN NO_ATTEMPT_CHECK"
-  [freelist]="TAG_WRAPS PUSH_BEFORE_GRACE"
-  [pagepool]="WALK_BEFORE_CAS COUNT_REST_TWICE"
+  [freelist]="PUSH_BEFORE_GRACE"
+  [tickets]="TAG_WRAPS"
+  [pagepool]="COUNT_REST_TWICE INSTALL_OVERWRITES"
 )
 # Bounds: make test, make verify.
 declare -A TEST_DEFS=(
   [inbox]="-DPUSHES=1" [state]="-DADMITS=2" [slab]="-DINCARNATIONS=3 -DREADERS=1"
-  [capacity]="-DTHREADS=3" [copy]="-DWORLD=2 -DRETRIES=1" [freelist]="-DPOPPERS=2"
-  [pagepool]="-DNPAGES=3 -DTAKERS=2"
+  [capacity]="-DTHREADS=3" [copy]="-DWORLD=2 -DRETRIES=1" [freelist]="-DPOPPERS=3 -DROUNDS=1" [tickets]="-DPOPPERS=3 -DROUNDS=1"
+  [pagepool]="-DNPAGES=3 -DTAKERS=2 -DROUNDS=2"
 )
 declare -A VERIFY_DEFS=(
   [inbox]="-DPUSHES=3" [state]="-DADMITS=3" [slab]="-DINCARNATIONS=4 -DREADERS=2"
-  [capacity]="-DTHREADS=4" [copy]="-DWORLD=3 -DRETRIES=2" [freelist]="-DPOPPERS=3"
-  [pagepool]="-DNPAGES=4 -DTAKERS=3"
+  [capacity]="-DTHREADS=4" [copy]="-DWORLD=3 -DRETRIES=1" [freelist]="-DPOPPERS=3 -DROUNDS=2" [tickets]="-DPOPPERS=3 -DROUNDS=2"
+  [pagepool]="-DNPAGES=3 -DTAKERS=3 -DROUNDS=2"
 )
 # Known failures: "model: reason" for a property the C code is known to
 # break (a real bug, reported, not yet fixed). The model keeps asserting the
@@ -80,7 +81,7 @@ run_pan() {
   shift 2
   local d="$work/$model-$variant"
   rm -rf "$d" && mkdir -p "$d"
-  cp "$here/$model.pml" "$d/"
+  cp "$here"/*.pml "$d/"
   printf '%s\n' "$@" >"$d/defs.txt"
   (
     cd "$d"
