@@ -6,7 +6,7 @@ CMAKE_COMMON := -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
 CTEST := ctest --output-on-failure --timeout 1200 -j$(JOBS)
 
 .PHONY: all deps build run test test-rel test-asan test-tsan bench fuzz check-valgrind clean \
-	fuzz-build test-fuzz
+	fuzz-build test-fuzz verify
 
 all: build
 
@@ -106,6 +106,11 @@ check-valgrind:
 	  "-DCMAKE_CROSSCOMPILING_EMULATOR=$(subst $(VG_SPACE),;,$(strip $(VALGRIND)))" $(CMAKE_COMMON)
 	cmake --build $(B)/valgrind -j$(JOBS)
 	cd $(B)/valgrind && $(CTEST)
+
+# Spin models of the cross-thread protocols with larger bounds than make
+# test's (docs/model-checking.md).
+verify: deps
+	tests/model/check.sh --verify
 
 clean:
 	rm -rf $(B)
