@@ -1,0 +1,253 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The tests' C publisher (fleet_pub.h), encoding with msgpack-c. */
+#include "fleet_pub.h"
+
+#include <msgpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#define RING 4096
+
+struct tp {
+	void *pub, *router;
+	char pub_ep[128], rep_ep[128];
+	int64_t seq;
+	struct {
+		int64_t seq;
+		size_t len;
+		char *data;
+	} ring[RING];
+};
+
+static void be8(unsigned char *b, int64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		b[i] = (unsigned char)((uint64_t)v >> (56 - 8 * i));
+}
+
+struct tp *tp_new(void *zctx)
+{
+	struct tp *p = calloc(1, sizeof(*p));
+	int zero = 0;
+	size_t len;
+	p->pub = zmq_socket(zctx, ZMQ_PUB);
+	p->router = zmq_socket(zctx, ZMQ_ROUTER);
+	zmq_setsockopt(p->pub, ZMQ_LINGER, &zero, sizeof zero);
+	zmq_setsockopt(p->router, ZMQ_LINGER, &zero, sizeof zero);
+	if (zmq_bind(p->pub, "tcp://127.0.0.1:*") || zmq_bind(p->router, "tcp://127.0.0.1:*")) {
+		tp_free(p);
+		return NULL;
+	}
+	len = sizeof p->pub_ep;
+	zmq_getsockopt(p->pub, ZMQ_LAST_ENDPOINT, p->pub_ep, &len);
+	len = sizeof p->rep_ep;
+	zmq_getsockopt(p->router, ZMQ_LAST_ENDPOINT, p->rep_ep, &len);
+	return p;
+}
+
+void tp_free(struct tp *p)
+{
+	if (!p)
+		return;
+	zmq_close(p->pub);
+	zmq_close(p->router);
+	for (int i = 0; i < RING; i++)
+		free(p->ring[i].data);
+	free(p);
+}
+
+const char *tp_pub_endpoint(const struct tp *p) { return p->pub_ep; }
+const char *tp_replay_endpoint(const struct tp *p) { return p->rep_ep; }
+
+static void send_numbered(struct tp *p, const void *data, size_t len, int skip)
+{
+	int64_t seq = p->seq++;
+	int i = (int)(seq % RING);
+	free(p->ring[i].data);
+	p->ring[i].seq = seq;
+	p->ring[i].len = len;
+	p->ring[i].data = malloc(len ? len : 1);
+	memcpy(p->ring[i].data, data, len);
+	if (skip)
+		return;
+	unsigned char s[8];
+	be8(s, seq);
+	zmq_send(p->pub, "kv", 2, ZMQ_SNDMORE);
+	zmq_send(p->pub, s, 8, ZMQ_SNDMORE);
+	zmq_send(p->pub, data, len, 0);
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* [ts, [event...]] with msgpack-c; the events written by fn. */
+static void batch(struct tp *p, void (*fn)(msgpack_packer *, const void *), const void *arg,
+                  int skip)
+{
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_array(&pk, 3);
+	msgpack_pack_double(&pk, now_s());
+	fn(&pk, arg);
+	msgpack_pack_int(&pk, 0); /* data_parallel_rank */
+	send_numbered(p, sb.data, sb.size, skip);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+struct ev {
+	const uint64_t *h;
+	uint32_t n, bs;
+	const char *medium;
+	int group;
+};
+
+static void pack_str(msgpack_packer *pk, const char *s)
+{
+	if (!s) {
+		msgpack_pack_nil(pk);
+		return;
+	}
+	msgpack_pack_str(pk, strlen(s));
+	msgpack_pack_str_body(pk, s, strlen(s));
+}
+
+static void pack_hashes(msgpack_packer *pk, const struct ev *e)
+{
+	msgpack_pack_array(pk, e->n);
+	for (uint32_t i = 0; i < e->n; i++)
+		msgpack_pack_uint64(pk, e->h[i]);
+}
+
+static void ev_store(msgpack_packer *pk, const void *arg)
+{
+	const struct ev *e = arg;
+	msgpack_pack_array(pk, 1);
+	msgpack_pack_array(pk, 10); /* tag + 9 positional fields */
+	pack_str(pk, "BlockStored");
+	pack_hashes(pk, e);
+	msgpack_pack_nil(pk); /* parent_block_hash */
+	msgpack_pack_array(pk, e->n * e->bs);
+	for (uint32_t i = 0; i < e->n * e->bs; i++)
+		msgpack_pack_uint32(pk, 1000 + i);
+	msgpack_pack_uint32(pk, e->bs);
+	msgpack_pack_nil(pk); /* lora_id */
+	pack_str(pk, e->medium);
+	msgpack_pack_nil(pk); /* lora_name */
+	msgpack_pack_nil(pk); /* extra_keys */
+	if (e->group < 0)
+		msgpack_pack_nil(pk);
+	else
+		msgpack_pack_int(pk, e->group);
+}
+
+static void ev_remove(msgpack_packer *pk, const void *arg)
+{
+	const struct ev *e = arg;
+	msgpack_pack_array(pk, 1);
+	msgpack_pack_array(pk, 4);
+	pack_str(pk, "BlockRemoved");
+	pack_hashes(pk, e);
+	pack_str(pk, e->medium);
+	if (e->group < 0)
+		msgpack_pack_nil(pk);
+	else
+		msgpack_pack_int(pk, e->group);
+}
+
+static void ev_clear(msgpack_packer *pk, const void *arg)
+{
+	(void)arg;
+	msgpack_pack_array(pk, 1);
+	msgpack_pack_array(pk, 1);
+	pack_str(pk, "AllBlocksCleared");
+}
+
+static void ev_none(msgpack_packer *pk, const void *arg)
+{
+	(void)arg;
+	msgpack_pack_array(pk, 0);
+}
+
+void tp_store(struct tp *p, const uint64_t *h, uint32_t n, uint32_t bs, const char *medium,
+              int group, int skip)
+{
+	struct ev e = {h, n, bs, medium, group};
+	batch(p, ev_store, &e, skip);
+}
+
+void tp_remove(struct tp *p, const uint64_t *h, uint32_t n, const char *medium, int group)
+{
+	struct ev e = {h, n, 0, medium, group};
+	batch(p, ev_remove, &e, 0);
+}
+
+void tp_clear(struct tp *p) { batch(p, ev_clear, NULL, 0); }
+void tp_empty(struct tp *p) { batch(p, ev_none, NULL, 0); }
+void tp_raw(struct tp *p, const void *payload, size_t len) { send_numbered(p, payload, len, 0); }
+
+void tp_frames(struct tp *p, int nframes)
+{
+	for (int i = 0; i < nframes; i++)
+		zmq_send(p->pub, "x", 1, i + 1 < nframes ? ZMQ_SNDMORE : 0);
+}
+
+void tp_restart(struct tp *p)
+{
+	p->seq = 0;
+	for (int i = 0; i < RING; i++) {
+		free(p->ring[i].data);
+		p->ring[i].data = NULL;
+	}
+}
+
+void tp_service(struct tp *p)
+{
+	for (;;) {
+		zmq_msg_t f[3];
+		int n = 0, more = 1;
+		while (more && n < 3) {
+			zmq_msg_init(&f[n]);
+			if (zmq_msg_recv(&f[n], p->router, n ? 0 : ZMQ_DONTWAIT) < 0) {
+				zmq_msg_close(&f[n]);
+				return;
+			}
+			more = zmq_msg_more(&f[n]);
+			n++;
+		}
+		if (n == 3 && zmq_msg_size(&f[2]) == 8) {
+			const unsigned char *b = zmq_msg_data(&f[2]);
+			int64_t from = 0;
+			for (int i = 0; i < 8; i++)
+				from = (int64_t)((uint64_t)from << 8 | b[i]);
+			int64_t lo = p->seq > RING ? p->seq - RING : 0;
+			for (int64_t s = from < lo ? lo : from; s < p->seq; s++) {
+				int i = (int)(s % RING);
+				if (!p->ring[i].data)
+					continue;
+				unsigned char sb[8];
+				be8(sb, s);
+				zmq_send(p->router, zmq_msg_data(&f[0]), zmq_msg_size(&f[0]), ZMQ_SNDMORE);
+				zmq_send(p->router, "", 0, ZMQ_SNDMORE);
+				zmq_send(p->router, sb, 8, ZMQ_SNDMORE);
+				zmq_send(p->router, p->ring[i].data, p->ring[i].len, 0);
+			}
+			unsigned char end[8];
+			be8(end, -1);
+			zmq_send(p->router, zmq_msg_data(&f[0]), zmq_msg_size(&f[0]), ZMQ_SNDMORE);
+			zmq_send(p->router, "", 0, ZMQ_SNDMORE);
+			zmq_send(p->router, end, 8, ZMQ_SNDMORE);
+			zmq_send(p->router, "", 0, 0);
+		}
+		for (int i = 0; i < n; i++)
+			zmq_msg_close(&f[i]);
+	}
+}

@@ -1,0 +1,501 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The fleet directory over real sockets on loopback (tcp://127.0.0.1, ports
+ * the kernel picks): C publishers (fleet_pub.c, msgpack-c, array_like
+ * batches) and one in Python (pypub.py, python3-msgpack, map batches as
+ * vLLM's msgspec writes them), a real engine whose lookups the fleet answers.
+ * Every wait polls with a generous deadline; nothing asserts on a sleep.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include <zmq.h>
+
+#include "fleet_pub.h"
+#include "kvadmit/fleet.h"
+
+extern char **environ;
+
+#define BS 16
+#define WAIT_NS (60ull * 1000000000ull)
+#define KEY 0x5eedull
+
+static uint64_t mono(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+struct fx {
+	void *zctx;
+	kva_fleet *f;
+	kva_engine *e;
+	struct tp *tp[4];
+	int ntp;
+	kva_plan plan;
+	kva_admission adm[64];
+	uint32_t pages[1 << 12];
+	kva_copy_job copies[64];
+	kva_fallback fb[64];
+	kva_ended ended[64];
+	FILE *py_in, *py_out;
+	pid_t py;
+};
+
+static void pump(struct fx *x)
+{
+	for (int i = 0; i < x->ntp; i++)
+		tp_service(x->tp[i]);
+	x->plan.admitted = x->adm, x->plan.admitted_cap = 64;
+	x->plan.pages = x->pages, x->plan.pages_cap = 1 << 12;
+	x->plan.copies = x->copies, x->plan.copies_cap = 64;
+	x->plan.fallbacks = x->fb, x->plan.fallbacks_cap = 64;
+	x->plan.ended = x->ended, x->plan.ended_cap = 64;
+	assert_true(kva_step(x->e, mono(), &x->plan) >= 0);
+}
+
+static kva_fleet_stats stats(struct fx *x)
+{
+	kva_fleet_stats s;
+	kva_fleet_stats_get(x->f, &s);
+	return s;
+}
+
+/* Polls until cond holds (pumping publishers and the engine), or fails. */
+#define WAIT_UNTIL(x, cond)                                                                  \
+	do {                                                                                 \
+		uint64_t _end = mono() + WAIT_NS;                                            \
+		while (!(cond)) {                                                            \
+			assert_true(mono() < _end);                                          \
+			pump(x);                                                             \
+			usleep(1000);                                                        \
+		}                                                                            \
+	} while (0)
+
+/* Publishers: ntp C ones, plus endpoints given by the caller (the Python
+ * one); publisher `self` is this engine's own. */
+static struct fx *fx_new(int ntp, const char *extra_pub, const char *extra_rep,
+                         uint32_t max_msg, int self)
+{
+	struct fx *x = calloc(1, sizeof(*x));
+	x->zctx = zmq_ctx_new();
+	kva_fleet_publisher pubs[5];
+	int n = 0;
+	for (int i = 0; i < ntp; i++) {
+		x->tp[i] = tp_new(x->zctx);
+		assert_non_null(x->tp[i]);
+		pubs[n++] = (kva_fleet_publisher){.endpoint = tp_pub_endpoint(x->tp[i]),
+		                                  .replay_endpoint = tp_replay_endpoint(x->tp[i]),
+		                                  .self = i == self};
+	}
+	x->ntp = ntp;
+	if (extra_pub) {
+		pubs[n] = (kva_fleet_publisher){.endpoint = extra_pub, .replay_endpoint = extra_rep,
+		                                .self = n == self};
+		n++;
+	}
+	kva_fleet_config fc;
+	kva_fleet_config_default(&fc);
+	fc.publishers = pubs;
+	fc.npublishers = (uint32_t)n;
+	fc.local_media = "GPU";
+	if (max_msg)
+		fc.max_message_bytes = max_msg;
+	int err = 1;
+	x->f = kva_fleet_create(&fc, &err);
+	assert_int_equal(err, 0);
+	assert_non_null(x->f);
+
+	kva_config c;
+	kva_config_default(&c);
+	c.total_pages = 100;
+	c.page_tokens = 16;
+	c.decode_reserve_pages = 0;
+	c.decode_headroom_pages = 0;
+	c.prefill_chunk_tokens = 256;
+	c.copy_slots = 4;
+	c.max_running = 64;
+	c.lookup_timeout_ns = 120ull * 1000000000ull;
+	c.max_restore_wait_ns = 600ull * 1000000000ull;
+	c.lookup_refresh_ns = 0;
+	c.start_ns = mono();
+	c.lookup = kva_fleet_lookup;
+	c.lookup_ctx = x->f;
+	x->e = kva_engine_create(&c, &err);
+	assert_int_equal(err, 0);
+	assert_int_equal(kva_fleet_attach(x->f, x->e), 0);
+	return x;
+}
+
+static void fx_free(struct fx *x)
+{
+	kva_fleet_destroy(x->f); /* before the engine */
+	kva_engine_destroy(x->e);
+	for (int i = 0; i < x->ntp; i++)
+		tp_free(x->tp[i]);
+	zmq_ctx_term(x->zctx);
+	free(x);
+}
+
+/* Until the fleet has applied a batch from C publisher i (the subscription
+ * is live: later batches are not lost to ZeroMQ's slow joiner). */
+static void fx_sync(struct fx *x, int i)
+{
+	uint64_t before = stats(x).batches;
+	uint64_t end = mono() + WAIT_NS;
+	while (stats(x).batches == before) {
+		assert_true(mono() < end);
+		tp_empty(x->tp[i]);
+		for (int k = 0; k < 20 && stats(x).batches == before; k++) {
+			pump(x);
+			usleep(1000);
+		}
+	}
+}
+
+/* Until every batch published so far by C publisher i has been applied. */
+static void fx_settle(struct fx *x, uint64_t batches)
+{
+	WAIT_UNTIL(x, stats(x).batches >= batches);
+}
+
+/* A running request holding 99 of the 100 pages: restores wait. */
+static kva_handle fx_hog(struct fx *x)
+{
+	kva_request r = {.id = 1, .prompt_tokens = 16};
+	kva_handle h;
+	assert_int_equal(kva_submit(x->e, &r, &h), 0);
+	kva_request_info in;
+	WAIT_UNTIL(x, kva_query(x->e, h, &in) == 0 && in.state == KVA_STATE_RUNNING);
+	assert_int_equal(kva_grow(x->e, h, 98, NULL), 0);
+	return h;
+}
+
+static kva_handle fx_submit(struct fx *x, uint64_t id, uint64_t key, uint32_t prompt)
+{
+	kva_request r = {.id = id, .prefix_key = key, .prompt_tokens = prompt};
+	kva_handle h;
+	assert_int_equal(kva_submit(x->e, &r, &h), 0);
+	return h;
+}
+
+static kva_request_info info(struct fx *x, kva_handle h)
+{
+	kva_request_info in;
+	assert_int_equal(kva_query(x->e, h, &in), 0);
+	return in;
+}
+
+static const uint64_t CHAIN[8] = {101, 102, 103, 104, 105, 106, 107, 108};
+
+static void register_chain(struct fx *x)
+{
+	assert_int_equal(kva_fleet_chain_register(x->f, KEY, CHAIN, 8), 0);
+}
+
+/* Three C publishers at once: this engine's GPU (6 blocks, local), its CPU
+ * offload (4 blocks, external), another node (2 blocks, external). The
+ * longest is selected; removing one of its blocks reaches the waiting
+ * request as an eviction, which looks up again and takes the next longest.
+ * (The engine acts on kva_checkpoint_evicted for local selections, rule
+ * 15; a vanished external one is found by its copy failing, rule 11.) */
+static void several_publishers_longest_first_and_removal_reaches_waiting(void **st)
+{
+	(void)st;
+	struct fx *x = fx_new(3, NULL, NULL, 0, 0);
+	for (int i = 0; i < 3; i++)
+		fx_sync(x, i);
+	register_chain(x);
+	uint64_t b0 = stats(x).batches;
+	tp_store(x->tp[0], CHAIN, 6, BS, NULL, -1, 0);
+	tp_store(x->tp[0], CHAIN, 4, BS, "CPU", -1, 0);
+	tp_store(x->tp[1], CHAIN, 2, BS, "GPU", 0, 0);
+	tp_store(x->tp[2], &CHAIN[1], 5, BS, "GPU", 0, 0); /* not a prefix: useless */
+	fx_settle(x, b0 + 4);
+	fx_hog(x);
+	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
+	WAIT_UNTIL(x, info(x, h).has_selection);
+	kva_request_info in = info(x, h);
+	assert_int_equal(in.selected_position, 6 * BS);
+	assert_int_equal(in.selected_location, KVA_LOC_LOCAL);
+	assert_int_equal(in.state, KVA_STATE_WAITING);
+
+	tp_remove(x->tp[0], &CHAIN[3], 1, NULL, -1); /* this engine evicts block 3 */
+	WAIT_UNTIL(x, info(x, h).lookups == 2 && info(x, h).has_selection &&
+	                  info(x, h).selected_position == 4 * BS);
+	assert_true(stats(x).evictions_reported >= 1);
+	assert_int_equal(info(x, h).selected_location, KVA_LOC_EXTERNAL); /* CPU offload */
+	kva_fleet_stats s = stats(x);
+	assert_int_equal(s.malformed, 0);
+	assert_int_equal(s.lost_batches, 0);
+	assert_int_equal(s.blocks, 5 + 4 + 2 + 5);
+	assert_int_equal(s.answered, 2);
+	fx_free(x);
+}
+
+/* A batch the subscriber never saw (sent only into the replay buffer) is
+ * fetched from the ROUTER endpoint; nothing is lost. */
+static void gap_is_recovered_through_replay(void **st)
+{
+	(void)st;
+	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
+	fx_sync(x, 0);
+	register_chain(x);
+	kva_fleet_stats s0 = stats(x);
+	tp_store(x->tp[0], &CHAIN[0], 2, BS, NULL, -1, 0);
+	tp_store(x->tp[0], &CHAIN[2], 2, BS, NULL, -1, 1 /* skipped: a gap */);
+	tp_store(x->tp[0], &CHAIN[4], 2, BS, NULL, -1, 0);
+	fx_settle(x, s0.batches + 3);
+	kva_fleet_stats s = stats(x);
+	assert_int_equal(s.gaps - s0.gaps, 1);
+	assert_true(s.replays_requested > s0.replays_requested);
+	assert_int_equal(s.lost_batches, 0);
+	assert_int_equal(s.blocks, 6);
+	fx_hog(x);
+	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
+	WAIT_UNTIL(x, info(x, h).has_selection);
+	assert_int_equal(info(x, h).selected_position, 6 * BS);
+	assert_int_equal(info(x, h).selected_location, KVA_LOC_LOCAL);
+	fx_free(x);
+}
+
+/* Sequence back to 0: the old process's blocks are dropped, the new
+ * process's count; a waiting request that selected the old ones hears of it. */
+static void publisher_restart_drops_its_entries(void **st)
+{
+	(void)st;
+	struct fx *x = fx_new(2, NULL, NULL, 0, 0);
+	fx_sync(x, 0);
+	fx_sync(x, 1);
+	register_chain(x);
+	uint64_t b0 = stats(x).batches;
+	tp_store(x->tp[0], CHAIN, 6, BS, NULL, -1, 0);
+	tp_store(x->tp[1], CHAIN, 1, BS, NULL, -1, 0);
+	fx_settle(x, b0 + 2);
+	fx_hog(x);
+	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
+	WAIT_UNTIL(x, info(x, h).has_selection);
+	assert_int_equal(info(x, h).selected_position, 6 * BS);
+	tp_restart(x->tp[0]);
+	tp_store(x->tp[0], CHAIN, 3, BS, NULL, -1, 0); /* sequence 0 again */
+	WAIT_UNTIL(x, stats(x).restarts == 1 && info(x, h).lookups == 2 &&
+	                  info(x, h).has_selection && info(x, h).selected_position == 3 * BS);
+	assert_int_equal(info(x, h).selected_location, KVA_LOC_LOCAL);
+	assert_int_equal(stats(x).blocks, 3 + 1);
+	fx_free(x);
+}
+
+/* AllBlocksCleared empties the publisher; the waiting request looks up
+ * again, finds nothing and falls back to recompute (MISS). */
+static void cleared_publisher_reaches_waiting_request(void **st)
+{
+	(void)st;
+	struct fx *x = fx_new(2, NULL, NULL, 0, 1);
+	fx_sync(x, 0);
+	fx_sync(x, 1);
+	register_chain(x);
+	uint64_t b0 = stats(x).batches;
+	tp_store(x->tp[1], CHAIN, 5, BS, NULL, -1, 0);
+	fx_settle(x, b0 + 1);
+	fx_hog(x);
+	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
+	WAIT_UNTIL(x, info(x, h).has_selection);
+	assert_int_equal(info(x, h).selected_position, 5 * BS);
+	tp_clear(x->tp[1]);
+	WAIT_UNTIL(x, info(x, h).lookups == 2 && info(x, h).reason == KVA_REASON_MISS);
+	assert_int_equal(stats(x).clears, 1);
+	assert_int_equal(stats(x).blocks, 0);
+	fx_free(x);
+}
+
+/* Garbage payloads, wrong frame counts and oversized payloads are counted
+ * and dropped; the stream goes on without a gap. */
+static void malformed_and_oversized_are_counted_and_dropped(void **st)
+{
+	(void)st;
+	struct fx *x = fx_new(1, NULL, NULL, 4096, 0);
+	fx_sync(x, 0);
+	register_chain(x);
+	kva_fleet_stats s0 = stats(x);
+	static const unsigned char junk[] = {0x93, 0xcb, 1, 2, 3}; /* truncated */
+	tp_raw(x->tp[0], junk, sizeof junk);
+	tp_raw(x->tp[0], "\xc1", 1);
+	static const unsigned char huge_count[] = {0x92, 0x00, 0xdd, 0xff, 0xff, 0xff, 0xff};
+	tp_raw(x->tp[0], huge_count, sizeof huge_count);
+	tp_frames(x->tp[0], 2);
+	tp_frames(x->tp[0], 5);
+	char *big = calloc(1, 5000);
+	tp_raw(x->tp[0], big, 5000);
+	free(big);
+	tp_store(x->tp[0], CHAIN, 4, BS, NULL, -1, 0);
+	fx_settle(x, s0.batches + 1);
+	kva_fleet_stats s = stats(x);
+	assert_int_equal(s.malformed - s0.malformed, 3);
+	assert_int_equal(s.bad_frames - s0.bad_frames, 2);
+	assert_int_equal(s.oversized - s0.oversized, 1);
+	assert_int_equal(s.gaps, s0.gaps);
+	assert_int_equal(s.blocks, 4);
+	fx_hog(x);
+	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
+	WAIT_UNTIL(x, info(x, h).has_selection);
+	assert_int_equal(info(x, h).selected_position, 4 * BS);
+	fx_free(x);
+}
+
+/* ---- the Python publisher -------------------------------------------------- */
+
+static int py_cmd(struct fx *x, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(x->py_in, fmt, ap);
+	va_end(ap);
+	fputc('\n', x->py_in);
+	fflush(x->py_in);
+	char line[256];
+	if (!fgets(line, sizeof line, x->py_out))
+		return -1;
+	return strncmp(line, "OK", 2) == 0 ? 0 : -1;
+}
+
+static int py_start(struct fx *x, char *pub, char *rep)
+{
+	const char *script = getenv("KVA_FLEET_PYPUB");
+	if (!script || access("/usr/bin/python3", X_OK) != 0)
+		return -1;
+	if (system("/usr/bin/python3 -c 'import zmq, msgpack' >/dev/null 2>&1") != 0)
+		return -1;
+	int in[2], out[2];
+	if (pipe(in) || pipe(out))
+		return -1;
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+	posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+	posix_spawn_file_actions_addclose(&fa, in[1]);
+	posix_spawn_file_actions_addclose(&fa, out[0]);
+	char *argv[] = {"/usr/bin/python3", (char *)script, NULL};
+	/* the sanitizer runtimes' preloads are not for the interpreter */
+	char *envp[] = {"PATH=/usr/bin:/bin", NULL};
+	int rc = posix_spawn(&x->py, argv[0], &fa, NULL, argv, envp);
+	posix_spawn_file_actions_destroy(&fa);
+	close(in[0]);
+	close(out[1]);
+	if (rc)
+		return -1;
+	x->py_in = fdopen(in[1], "w");
+	x->py_out = fdopen(out[0], "r");
+	char line[512];
+	if (!fgets(line, sizeof line, x->py_out) || sscanf(line, "READY %255s %255s", pub, rep) != 2)
+		return -1;
+	return 0;
+}
+
+static void py_stop(struct fx *x)
+{
+	fprintf(x->py_in, "quit\n");
+	fclose(x->py_in);
+	fclose(x->py_out);
+	int status;
+	waitpid(x->py, &status, 0);
+}
+
+/* A Python publisher (map-encoded batches, bytes hashes, its own replay
+ * socket) beside a C one: the C decoder against an encoder it shares no
+ * code with, a gap replayed by the Python ROUTER, group_idx and a clear. */
+static void python_publisher_beside_a_c_one(void **st)
+{
+	(void)st;
+	char pub[256], rep[256];
+	struct fx tmp = {0};
+	if (py_start(&tmp, pub, rep) != 0)
+		skip(); /* no /usr/bin/python3 with python3-zmq and python3-msgpack */
+	struct fx *x = fx_new(1, pub, rep, 0, 1); /* the Python one is this engine's */
+	x->py_in = tmp.py_in, x->py_out = tmp.py_out, x->py = tmp.py;
+	fx_sync(x, 0);
+	/* the Python side: wait until one of its batches is applied */
+	uint64_t before = stats(x).batches;
+	uint64_t end = mono() + WAIT_NS;
+	while (stats(x).batches == before) {
+		assert_true(mono() < end);
+		assert_int_equal(py_cmd(x, "empty"), 0);
+		for (int k = 0; k < 20 && stats(x).batches == before; k++) {
+			pump(x);
+			usleep(1000);
+		}
+	}
+	/* hashes as bytes on the Python side: register what the fleet keys */
+	register_chain(x);
+	uint64_t b0 = stats(x).batches;
+	assert_int_equal(py_cmd(x, "store 101,102,103 %d - -", BS), 0);
+	assert_int_equal(py_cmd(x, "skip-next"), 0);
+	assert_int_equal(py_cmd(x, "store 104,105 %d GPU 0", BS), 0); /* never sent live */
+	assert_int_equal(py_cmd(x, "store 106,107 %d GPU 1", BS), 0); /* group 1: ignored */
+	tp_store(x->tp[0], CHAIN, 2, BS, NULL, -1, 0);
+	fx_settle(x, b0 + 4);
+	kva_fleet_stats s = stats(x);
+	assert_int_equal(s.malformed, 0);
+	assert_true(s.gaps >= 1);
+	assert_int_equal(s.lost_batches, 0);
+	assert_int_equal(s.ignored_groups, 2);
+	assert_int_equal(s.blocks, 5 + 2);
+	fx_hog(x);
+	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
+	WAIT_UNTIL(x, info(x, h).has_selection);
+	assert_int_equal(info(x, h).selected_position, 5 * BS);
+	assert_int_equal(info(x, h).selected_location, KVA_LOC_LOCAL);
+	assert_int_equal(py_cmd(x, "remove 105 - -"), 0); /* a bytes hash removed */
+	WAIT_UNTIL(x, info(x, h).lookups == 2 && info(x, h).selected_position == 4 * BS);
+	assert_int_equal(info(x, h).selected_location, KVA_LOC_LOCAL);
+	assert_int_equal(py_cmd(x, "clear"), 0);
+	WAIT_UNTIL(x, info(x, h).lookups == 3 && info(x, h).selected_position == 2 * BS);
+	assert_int_equal(info(x, h).selected_location, KVA_LOC_EXTERNAL);
+	py_stop(x);
+	fx_free(x);
+}
+
+static void bad_config_is_refused(void **st)
+{
+	(void)st;
+	kva_fleet_config fc;
+	kva_fleet_config_default(&fc);
+	int err = 0;
+	assert_null(kva_fleet_create(&fc, &err));
+	assert_int_equal(err, -EINVAL);
+	kva_fleet_publisher p = {.endpoint = "nonsense://x"};
+	fc.publishers = &p;
+	fc.npublishers = 1;
+	assert_null(kva_fleet_create(&fc, &err));
+	assert_true(err < 0);
+	p.endpoint = "tcp://127.0.0.1:1";
+	fc.max_blocks = 0;
+	assert_null(kva_fleet_create(&fc, &err));
+	assert_int_equal(err, -EINVAL);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(several_publishers_longest_first_and_removal_reaches_waiting),
+		cmocka_unit_test(gap_is_recovered_through_replay),
+		cmocka_unit_test(publisher_restart_drops_its_entries),
+		cmocka_unit_test(cleared_publisher_reaches_waiting_request),
+		cmocka_unit_test(malformed_and_oversized_are_counted_and_dropped),
+		cmocka_unit_test(python_publisher_beside_a_c_one),
+		cmocka_unit_test(bad_config_is_refused),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

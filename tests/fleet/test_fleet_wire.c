@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The wire decoder (fleet/wire.c) against msgpack-c's encoder: both batch
+ * layouts (map, as msgspec writes vLLM's structs; array_like, as older vLLM
+ * and TensorRT-LLM), int and bytes hashes, optional fields, unknown events
+ * and fields skipped, and every way a payload can be broken refused whole.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include <msgpack.h>
+
+#include "wire.h"
+
+static void str(msgpack_packer *pk, const char *s)
+{
+	msgpack_pack_str(pk, strlen(s));
+	msgpack_pack_str_body(pk, s, strlen(s));
+}
+
+static void map_form_as_vllm_writes_it(void **st)
+{
+	(void)st;
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 3);
+	str(&pk, "ts");
+	msgpack_pack_double(&pk, 1.5);
+	str(&pk, "events");
+	msgpack_pack_array(&pk, 4);
+	/* BlockStored, bytes hashes, medium, group_idx, extras to skip */
+	msgpack_pack_map(&pk, 9);
+	str(&pk, "type");
+	str(&pk, "BlockStored");
+	str(&pk, "block_hashes");
+	msgpack_pack_array(&pk, 2);
+	unsigned char h1[32] = {0, 0, 0, 0, 0, 0, 0, 7}, h2[3] = {1, 2, 3};
+	msgpack_pack_bin(&pk, 32);
+	msgpack_pack_bin_body(&pk, h1, 32);
+	msgpack_pack_bin(&pk, 3);
+	msgpack_pack_bin_body(&pk, h2, 3);
+	str(&pk, "parent_block_hash");
+	msgpack_pack_nil(&pk);
+	str(&pk, "token_ids");
+	msgpack_pack_array(&pk, 32);
+	for (int i = 0; i < 32; i++)
+		msgpack_pack_int(&pk, i);
+	str(&pk, "block_size");
+	msgpack_pack_int(&pk, 16);
+	str(&pk, "medium");
+	str(&pk, "CPU");
+	str(&pk, "extra_keys");
+	msgpack_pack_array(&pk, 2);
+	msgpack_pack_array(&pk, 1);
+	str(&pk, "salt");
+	msgpack_pack_nil(&pk);
+	str(&pk, "group_idx");
+	msgpack_pack_int(&pk, 1);
+	str(&pk, "kv_cache_spec_kind");
+	str(&pk, "mamba");
+	/* BlockRemoved with a negative int hash */
+	msgpack_pack_map(&pk, 3);
+	str(&pk, "type");
+	str(&pk, "BlockRemoved");
+	str(&pk, "block_hashes");
+	msgpack_pack_array(&pk, 1);
+	msgpack_pack_int64(&pk, -5);
+	str(&pk, "medium");
+	msgpack_pack_nil(&pk);
+	/* a future event kind, skipped */
+	msgpack_pack_map(&pk, 2);
+	str(&pk, "type");
+	str(&pk, "BlockMoved");
+	str(&pk, "block_hashes");
+	msgpack_pack_array(&pk, 1);
+	msgpack_pack_int(&pk, 1);
+	msgpack_pack_map(&pk, 1);
+	str(&pk, "type");
+	str(&pk, "AllBlocksCleared");
+	str(&pk, "data_parallel_rank");
+	msgpack_pack_int(&pk, 3);
+
+	struct kvf_batch b;
+	kvf_batch_init(&b, 0, 0);
+	assert_int_equal(kvf_decode(&b, sb.data, sb.size), 0);
+	assert_true(b.ts == 1.5);
+	assert_int_equal(b.dp_rank, 3);
+	assert_int_equal(b.nevents, 3);
+	assert_int_equal(b.unknown_events, 1);
+	assert_int_equal(b.events[0].type, KVF_EV_STORED);
+	assert_int_equal(b.events[0].nhashes, 2);
+	assert_int_equal(b.hashes[b.events[0].first_hash], 7);
+	assert_int_equal(b.hashes[b.events[0].first_hash + 1], 0x010203);
+	assert_int_equal(b.events[0].block_size, 16);
+	assert_string_equal(b.events[0].medium, "CPU");
+	assert_int_equal(b.events[0].group_idx, 1);
+	assert_int_equal(b.events[1].type, KVF_EV_REMOVED);
+	assert_int_equal(b.events[1].medium_len, 0);
+	assert_int_equal(b.events[1].group_idx, KVF_GROUP_NONE);
+	assert_int_equal(b.hashes[b.events[1].first_hash], (uint64_t)-5);
+	assert_int_equal(b.events[2].type, KVF_EV_CLEARED);
+
+	/* every truncation of a valid batch is refused, never read past */
+	for (size_t n = 0; n < sb.size; n++) {
+		unsigned char *cut = malloc(n ? n : 1);
+		memcpy(cut, sb.data, n);
+		assert_int_equal(kvf_decode(&b, cut, n), -EBADMSG);
+		free(cut);
+	}
+	/* limits */
+	struct kvf_batch small;
+	kvf_batch_init(&small, 0, 1);
+	assert_int_equal(kvf_decode(&small, sb.data, sb.size), -E2BIG);
+	kvf_batch_fini(&small);
+	kvf_batch_fini(&b);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+static void array_like_form_old_vllm_and_trtllm(void **st)
+{
+	(void)st;
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_array(&pk, 2); /* [ts, events] (no rank: older vLLM) */
+	msgpack_pack_float(&pk, 2.0f);
+	msgpack_pack_array(&pk, 3);
+	msgpack_pack_array(&pk, 6); /* b4e69e0: tag + 5 fields */
+	str(&pk, "BlockStored");
+	msgpack_pack_array(&pk, 1);
+	msgpack_pack_uint64(&pk, UINT64_MAX);
+	msgpack_pack_int(&pk, 9);
+	msgpack_pack_array(&pk, 0);
+	msgpack_pack_int(&pk, 64);
+	msgpack_pack_nil(&pk);
+	msgpack_pack_array(&pk, 4); /* BlockRemoved with medium and group */
+	str(&pk, "BlockRemoved");
+	msgpack_pack_array(&pk, 2);
+	msgpack_pack_int(&pk, 1);
+	msgpack_pack_int(&pk, 2);
+	str(&pk, "GPU");
+	msgpack_pack_int(&pk, 2);
+	msgpack_pack_array(&pk, 1);
+	str(&pk, "AllBlocksCleared");
+	struct kvf_batch b;
+	kvf_batch_init(&b, 0, 0);
+	assert_int_equal(kvf_decode(&b, sb.data, sb.size), 0);
+	assert_int_equal(b.nevents, 3);
+	assert_int_equal(b.dp_rank, -1);
+	assert_int_equal(b.events[0].block_size, 64);
+	assert_int_equal(b.hashes[0], UINT64_MAX);
+	assert_int_equal(b.events[1].nhashes, 2);
+	assert_int_equal(b.events[1].group_idx, 2);
+	assert_string_equal(b.events[1].medium, "GPU");
+	assert_int_equal(b.events[2].type, KVF_EV_CLEARED);
+	kvf_batch_fini(&b);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+static void broken_payloads_are_refused(void **st)
+{
+	(void)st;
+	static const struct {
+		const char *what;
+		const char *bytes;
+		size_t len;
+	} bad[] = {
+		{"empty", "", 0},
+		{"not a batch", "\x05", 1},
+		{"reserved byte", "\xc1", 1},
+		{"trailing bytes", "\x92\x00\x90\x00", 4},
+		{"events not an array", "\x92\x00\x05", 3},
+		{"event without a tag", "\x92\x00\x91\x90", 4},
+		{"map event without type", "\x92\x00\x91\x80", 4},
+		{"stored without hashes", "\x92\x00\x91\x91\xab" "BlockStored", 16},
+		{"hash of a wrong type", "\x92\x00\x91\x92\xac" "BlockRemoved\x91\xc3", 19},
+		{"array count past the end", "\x92\x00\xdd\x7f\xff\xff\xff", 7},
+		{"map count past the end", "\x92\x00\x91\xdf\x7f\xff\xff\xff", 8},
+		{"string past the end", "\x92\x00\x91\x91\xdb\x7f\xff\xff\xff", 9},
+		{"batch of four", "\x94\x00\x90\xc0\xc0", 5},
+		{"map batch without events", "\x81\xa2" "ts\x00", 5},
+		{"negative rank", "\x93\x00\x90\xff", 4},
+	};
+	struct kvf_batch b;
+	kvf_batch_init(&b, 0, 0);
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		int rc = kvf_decode(&b, bad[i].bytes, bad[i].len);
+		if (rc != -EBADMSG)
+			fail_msg("%s: %d", bad[i].what, rc);
+	}
+	/* nesting deeper than the reader follows */
+	unsigned char deep[200];
+	memcpy(deep, "\x92\x00\x91\x92\xb0" "AllBlocksCleared", 21);
+	size_t n = 21;
+	for (; n < sizeof deep - 1; n++)
+		deep[n] = 0x91;
+	deep[n++] = 0xc0;
+	assert_int_equal(kvf_decode(&b, deep, n), -EBADMSG);
+	kvf_batch_fini(&b);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(map_form_as_vllm_writes_it),
+		cmocka_unit_test(array_like_form_old_vllm_and_trtllm),
+		cmocka_unit_test(broken_payloads_are_refused),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
