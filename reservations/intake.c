@@ -186,20 +186,18 @@ int kva_local_checkpoint(kva_engine *e, kva_handle h, const kva_checkpoint *cp)
 {
 	if (!e || !cp || cp->position == 0)
 		return -EINVAL;
-	struct kva__local *l = kva__alloc(sizeof(*l));
-	if (!l)
-		return -ENOMEM;
+	struct kva__local *l = NULL;
 	kva_rcu_read_lock();
 	struct kva__req *r = find(e, h);
 	/* A2: pairs with R2 of record.c. */
 	int rc = !r || kva__state_is_terminal(atomic_load_explicit(&r->state, memory_order_acquire))
 	                 ? -ENOENT
 	                 : host_local_valid(cp, r->prompt_tokens);
+	if (!rc && !(l = kva__alloc(sizeof(*l))))
+		rc = -ENOMEM; /* checked first: an ended handle is -ENOENT, not this */
 	kva_rcu_read_unlock();
-	if (rc) {
-		kva__free(l, sizeof(*l));
+	if (rc)
 		return rc;
-	}
 	kva_inbox_node_init(&l->ev.node);
 	l->ev.type = KVA__EV_LOCAL;
 	l->h = h;

@@ -119,8 +119,9 @@ void kva__fallback(kva_engine *e, struct kva__req *r, uint8_t reason)
 
 void kva__lookup_issue(kva_engine *e, struct kva__req *r, bool decisive)
 {
-	if (decisive && (r->prefix_key == 0 || !e->cfg.lookup)) {
-		kva__fallback(e, r, r->prefix_key == 0 ? KVA_REASON_NO_KEY : KVA_REASON_MISS);
+	if (r->prefix_key == 0 || !e->cfg.lookup) { /* nobody to ask */
+		if (decisive) /* (a refresh of a host-local restore: nothing to do) */
+			kva__fallback(e, r, r->prefix_key == 0 ? KVA_REASON_NO_KEY : KVA_REASON_MISS);
 		return;
 	}
 	uint32_t seq = (atomic_load_explicit(&r->lookup_word, memory_order_relaxed) >> 1) + 1;
@@ -301,9 +302,11 @@ static bool decide_host(kva_engine *e, struct kva__req *r)
 
 void kva__lookup_begin(kva_engine *e, struct kva__req *r, bool resume)
 {
-	/* rule 22: a full local hit needs no directory; a preempted request
-	 * resumes from the local checkpoint the host keeps for it */
-	if ((resume || kva__host_position(r) == r->prompt_tokens) && decide_host(e, r))
+	/* rule 22: a full local hit needs no directory, nor does a request
+	 * the directory cannot be asked about; a preempted request resumes
+	 * from the local checkpoint the host keeps for it */
+	bool ask = r->prefix_key != 0 && e->cfg.lookup;
+	if ((resume || !ask || kva__host_position(r) == r->prompt_tokens) && decide_host(e, r))
 		return;
 	kva__lookup_issue(e, r, true);
 }
@@ -482,7 +485,8 @@ void kva__lookup_on_evict(kva_engine *e, struct kva__evict *ev)
 			kva__st_sched(e, ST_REVALIDATIONS, 1);
 			int h = host_idx(r); /* another local checkpoint the host knows stays */
 			manifest_keep_host(e, r, h >= 0 && kva__ents(r)[h].id != ev->checkpoint_id);
-			kva__lookup_issue(e, r, true);
+			r->flags &= (uint16_t) ~(KVA__F_DECIDED | KVA__F_REFRESH);
+			kva__lookup_begin(e, r, false);
 		}
 		r = next;
 	}

@@ -255,8 +255,10 @@ void kva__rec_retire(kva_engine *e, struct kva__req *r)
 {
 	manifest_free(r);
 	struct kva__grant *g = kva__grant(r);
-	if (g) /* the next incarnation starts without attempts */
+	if (g) { /* the next incarnation starts without attempts: its first is 1 */
 		atomic_store_explicit(&g->copy_word, 0, memory_order_relaxed);
+		g->attempts = 0;
+	}
 	kva_slab_retire(&e->slab, &e->retired, kva__rec_slot(r));
 }
 

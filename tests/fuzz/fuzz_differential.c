@@ -7,7 +7,7 @@
  * counts; copy jobs; fallbacks; terminal reports; all in order) and on the
  * free credits.
  *
- * The subset, chosen where DESIGN.md's semantics are crisp:
+ * The subset, chosen where docs/design.md's semantics are crisp:
  *   - submit with an immediate directory answer: the lookup callback answers
  *     from inside the step with the manifest fixed for its key (keys 1-4;
  *     key 0 = no lookup); ids are unique (no rejections);
@@ -57,6 +57,7 @@ struct ref_req {
 	uint8_t reason; /* why it recomputes */
 	/* what it owns */
 	uint32_t npages, reserved, import_pages;
+	uint64_t queue_seq; /* order its import left the head (READY list order) */
 	/* copies */
 	uint32_t attempts, retries, world_mask;
 	uint32_t reported; /* ranks whose report the step has handled */
@@ -82,6 +83,7 @@ struct ref {
 	/* ordered lists of request indices */
 	int waitq[MAXR], ready[MAXR], pending[MAXR], ended[MAXR];
 	uint32_t nwait, nready, npending, nended;
+	uint64_t import_seq;
 	struct ref_ev ev[4 * MAXR + 64];
 	uint32_t nev, evpos;
 	/* the plan the reference expects */
@@ -226,11 +228,17 @@ static void ref_copy_start(int r)
 	S.m.pending[S.m.npending++] = r;
 }
 
+/* The READY list in queue order (rule 17): the order imports left the head. */
 static void ref_make_ready(int r)
 {
 	S.m.free_slots++;
 	S.m.q[r].state = R_READY;
-	S.m.ready[S.m.nready++] = r;
+	uint32_t at = S.m.nready;
+	while (at > 0 && S.m.q[S.m.ready[at - 1]].queue_seq > S.m.q[r].queue_seq)
+		at--;
+	memmove(&S.m.ready[at + 1], &S.m.ready[at], (S.m.nready - at) * sizeof(int));
+	S.m.ready[at] = r;
+	S.m.nready++;
 }
 
 static void ref_copy_report(int r, uint16_t rank, uint8_t status)
@@ -391,6 +399,7 @@ static int ref_admit_head(int r)
 				ref_admit(r, KVA_ADMIT_LOCAL, c->position, 0);
 			} else {
 				q->state = R_IMPORTING;
+				q->queue_seq = ++m->import_seq;
 				ref_copy_start(r);
 			}
 			return 1;
@@ -433,7 +442,7 @@ static void ref_step(void)
 		    (kva_ended){hof(m->ended[k]), NULL, m->q[m->ended[k]].end_state};
 	memmove(m->ended, m->ended + k, (m->nended - k) * sizeof(int));
 	m->nended -= k;
-	/* READY first, in completion order */
+	/* READY first, in queue order */
 	while (m->nready) {
 		int r = m->ready[0];
 		struct ref_req *q = &m->q[r];

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_engine: one engine per input, driven by an operation sequence decoded
- * from the input through the public API only, with DESIGN.md's invariants
+ * from the input through the public API only, with docs/design.md's invariants
  * checked after every step against a shadow of what the host has seen:
  *
  *   - credits: free + reserved + in_use + draining == total, and each term
@@ -64,6 +64,7 @@ struct hreq {
 	uint8_t end_state;
 	bool had_copy; /* a copy job was seen since it last entered WAITING */
 	bool ever_admitted;
+	bool host_local; /* the host stated a local checkpoint of it (rule 22) */
 	uint32_t restore_pos; /* position of its last fully successful copy */
 	uint32_t nheld;	      /* pages it holds as a running request */
 	uint32_t nseen;
@@ -118,6 +119,7 @@ static struct {
 	uint32_t preempt_seq;
 	uint32_t steps;
 	bool in_step;
+	uint64_t budget_left; /* the step's prefill token budget, as the engine spends it */
 	/* totals over all plans */
 	uint64_t n_admitted, tok_admitted, tok_local, tok_restored, tok_recomputed;
 } S;
@@ -356,11 +358,15 @@ static void check_admission(const kva_admission *a, uint32_t *pages_next)
 	uint32_t total = pages_for(r->prompt) + S.cfg.decode_headroom_pages;
 	switch (a->how) {
 	case KVA_ADMIT_RESTORE:
-		/* an import that completed on every rank: READY, owns everything */
-		CHECK(r->had_copy && r->restore_pos > 0 && a->restored_tokens == r->restore_pos);
-		CHECK(a->local_tokens == 0 && a->reason == KVA_REASON_NONE);
-		CHECK(a->npages == pages_for(a->restored_tokens) &&
-		      a->npages + a->reserved_pages == total);
+		/* an import that completed on every rank: READY, owns everything;
+		 * a shorter local checkpoint the host stated serves its own tokens
+		 * (rule 22), the import the rest */
+		CHECK(r->had_copy && r->restore_pos > 0 &&
+		      a->local_tokens + a->restored_tokens == r->restore_pos && a->restored_tokens > 0);
+		CHECK(a->local_tokens == 0 ||
+		      seen_usable(r, 0, a->local_tokens, KVA_LOC_LOCAL, true));
+		CHECK(a->reason == KVA_REASON_NONE);
+		CHECK(a->npages == pages_for(r->restore_pos) && a->npages + a->reserved_pages == total);
 		break;
 	case KVA_ADMIT_LOCAL:
 		CHECK(a->restored_tokens == 0 && a->reason == KVA_REASON_NONE);
@@ -371,7 +377,10 @@ static void check_admission(const kva_admission *a, uint32_t *pages_next)
 	case KVA_ADMIT_RECOMPUTE: {
 		CHECK(a->local_tokens == 0 && a->restored_tokens == 0);
 		CHECK(a->reason > KVA_REASON_NONE && a->reason < KVA_REASON_COUNT);
-		CHECK((a->reason == KVA_REASON_NO_KEY) == (r->key == 0));
+		/* no key: NO_KEY, unless a local checkpoint the host stated was
+		 * its path (then TOO_LARGE or a wait that expired) */
+		CHECK(a->reason != KVA_REASON_NO_KEY || r->key == 0);
+		CHECK(r->key != 0 || a->reason == KVA_REASON_NO_KEY || r->host_local);
 		CHECK(a->reason != KVA_REASON_LEGACY || S.legacy);
 		CHECK(a->reason != KVA_REASON_LOOKUP_TIMEOUT || S.cfg.lookup_timeout_ns);
 		CHECK(a->reason != KVA_REASON_WAIT_EXPIRED || S.cfg.max_restore_wait_ns);
@@ -380,9 +389,11 @@ static void check_admission(const kva_admission *a, uint32_t *pages_next)
 			/* an owned fallback from READY: keeps the whole reservation */
 			CHECK(r->had_copy && a->npages + a->reserved_pages == total);
 		} else {
-			uint32_t first = pages_for(r->prompt < S.cfg.prefill_chunk_tokens
-						       ? r->prompt
-						       : S.cfg.prefill_chunk_tokens);
+			uint32_t chunk = r->prompt < S.cfg.prefill_chunk_tokens
+					     ? r->prompt
+					     : S.cfg.prefill_chunk_tokens;
+			/* the first grant covers the first chunk cut to the budget */
+			uint32_t first = pages_for(chunk < S.budget_left ? chunk : S.budget_left);
 			if (first > S.usable)
 				first = S.usable;
 			CHECK(a->npages == first && a->reserved_pages == 0);
@@ -392,6 +403,13 @@ static void check_admission(const kva_admission *a, uint32_t *pages_next)
 	}
 	for (uint32_t k = 0; k < a->npages; k++)
 		hold_page(S.plan.pages[a->pages_off + k], i);
+	/* the budget: each admission costs its first chunk after the cached
+	 * prefix (at least one token), cut to what is left */
+	CHECK(S.budget_left > 0);
+	uint32_t rest = r->prompt - a->local_tokens - a->restored_tokens;
+	uint32_t cost = rest < S.cfg.prefill_chunk_tokens ? rest : S.cfg.prefill_chunk_tokens;
+	cost = cost ? cost : 1;
+	S.budget_left -= cost < S.budget_left ? cost : S.budget_left;
 	S.tok_admitted += r->prompt;
 	S.tok_local += a->local_tokens;
 	S.tok_restored += a->restored_tokens;
@@ -399,9 +417,14 @@ static void check_admission(const kva_admission *a, uint32_t *pages_next)
 	S.n_admitted++;
 }
 
-static void do_step(uint64_t dt)
+/* budget: prefill tokens the step may start (0 = unlimited); hold: the host
+ * preempted, nothing new may be admitted. */
+static void do_step(uint64_t dt, uint32_t budget, bool hold)
 {
 	kva_plan *p = &S.plan;
+	p->token_budget = budget;
+	p->hold_admissions = hold;
+	S.budget_left = budget ? budget : UINT64_MAX;
 	/* Reports in before this step are drained by it. */
 	for (uint32_t k = 0; k < S.nc; k++)
 		if (S.c[k].done)
@@ -452,6 +475,7 @@ static void do_step(uint64_t dt)
 		      (unsigned long long)p->fallbacks[k].handle.id, p->fallbacks[k].handle.gen,
 		      p->fallbacks[k].reason);
 	CHECK(n >= 0 && (uint32_t)n == p->n_admitted);
+	CHECK(!hold || n == 0);
 	CHECK(p->n_admitted <= p->admitted_cap && p->n_pages <= p->pages_cap);
 	CHECK(p->n_copies <= p->copies_cap && p->n_fallbacks <= p->fallbacks_cap &&
 	      p->n_ended <= p->ended_cap);
@@ -514,7 +538,8 @@ static void do_step(uint64_t dt)
 		CHECK(i >= 0);
 		CHECK(f->reason > KVA_REASON_NONE && f->reason < KVA_REASON_COUNT);
 		CHECK(f->reason != KVA_REASON_LEGACY || S.legacy);
-		CHECK((f->reason == KVA_REASON_NO_KEY) == (S.h[i].key == 0));
+		CHECK(f->reason != KVA_REASON_NO_KEY || S.h[i].key == 0);
+		CHECK(S.h[i].key != 0 || f->reason == KVA_REASON_NO_KEY || S.h[i].host_local);
 	}
 
 	/* Every request as the engine sees it now. */
@@ -682,7 +707,20 @@ static int pick_running(uint8_t b)
 	return -1;
 }
 
-static void op_submit(void)
+/* A local checkpoint the host states (rule 22): its own cache, local and
+ * compatible; positions up to a little past the prompt (-ERANGE). */
+static kva_checkpoint host_local(uint32_t prompt)
+{
+	uint8_t b = fz_u8(&S.in);
+	kva_checkpoint c = {.position = 1 + fz_below(&S.in, prompt + prompt / 8 + 1),
+			    .location = KVA_LOC_LOCAL,
+			    .compatible = 1,
+			    .id = 20 + (b & 3),
+			    .epoch = b >> 6};
+	return c;
+}
+
+static void op_submit(bool with_local)
 {
 	uint8_t a = fz_u8(&S.in);
 	/* mostly prompts that fit the pool; bit 7: anything up to beyond it */
@@ -695,6 +733,16 @@ static void op_submit(void)
 			 .prefix_key = ((a >> 3) & 15) % NKEYS,
 			 .prompt_tokens = prompt,
 			 .user = r};
+	if (with_local) {
+		q.local = host_local(prompt);
+		if (q.local.position > prompt) {
+			CHECK(kva_submit(S.e, &q, &r->h) == -ERANGE);
+			q.local.position = prompt;
+		}
+		kva_manifest m = {.count = 1, .entries = {q.local}};
+		seen_add((int)S.nh, &m);
+		r->host_local = true;
+	}
 	int rc = kva_submit(S.e, &q, &r->h);
 	TRACE("submit id %llu key %llu prompt %u -> %d gen %u\n", (unsigned long long)q.id,
 	      (unsigned long long)q.prefix_key, prompt, rc, r->h.gen);
@@ -707,6 +755,31 @@ static void op_submit(void)
 	r->age = ++S.back_age;
 	S.nh++;
 	S.nsubmitted++;
+}
+
+static void op_local(void)
+{
+	uint8_t b = fz_u8(&S.in);
+	if (!S.nh)
+		return;
+	int i = b % S.nh;
+	struct hreq *r = &S.h[i];
+	kva_checkpoint c = host_local(r->prompt);
+	int rc = kva_local_checkpoint(S.e, r->h, &c);
+	TRACE("local %llu.%u pos %u id %llu -> %d\n", (unsigned long long)r->h.id, r->h.gen,
+	      c.position, (unsigned long long)c.id, rc);
+	if (c.position > r->prompt && rc != -ENOENT) {
+		CHECK(rc == -ERANGE);
+		return;
+	}
+	/* ended, or about to be: -ENOENT; its event needs memory: -ENOMEM */
+	CHECK(rc == 0 || rc == -ENOENT || (S.fault && rc == -ENOMEM));
+	CHECK(rc == -ENOENT || !r->ended);
+	if (rc == 0) {
+		kva_manifest m = {.count = 1, .entries = {c}};
+		seen_add(i, &m);
+		r->host_local = true;
+	}
 }
 
 static void op_cancel(void)
@@ -990,7 +1063,7 @@ static void final_drain(void)
 			quiet &= S.c[k].processed;
 		if (quiet)
 			break;
-		do_step(1000000);
+		do_step(1000000, 0, false);
 	}
 	kva_stats st;
 	kva_stats_get(S.e, &st);
@@ -1029,8 +1102,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		uint8_t op = fz_u8(&S.in);
 		switch (op % 16) {
 		case 0:
+			op_submit(false);
+			break;
 		case 1:
-			op_submit();
+			op_submit(true);
 			break;
 		case 2:
 			op_cancel();
@@ -1075,6 +1150,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				TRACE("fault: allocation %u from now fails\n", 1 + (op >> 4) % 4);
 				S.fault = true;
 #endif
+			} else if (op & 0x40) {
+				op_local();
 			} else {
 				op_dir_set();
 			}
@@ -1088,7 +1165,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 						       3000000000ull,
 						       20000000000ull,
 						       70000000000ull};
-			do_step(dt[(op >> 4) & 7]);
+			uint32_t budget = 0;
+			bool hold = false;
+			if (op & 0x80) { /* bit 7: a budget, or a step that preempted */
+				uint8_t b = fz_u8(&S.in);
+				budget = (b & 0x7f) * 8u;
+				hold = (b & 0x80) && !budget;
+			}
+			do_step(dt[(op >> 4) & 7], budget, hold);
 			break;
 		}
 		}

@@ -136,9 +136,29 @@ class Engine(Enc):
     def fault(self, k):
         self.u8(12 | 0x80 | ((k - 1) % 4) << 4)
 
-    def step(self, ms=1):
+    def step(self, ms=1, budget=None, hold=False):
         sel = [d for d, v in ENGINE_STEP_DT.items() if v == ms][0]
-        self.u8(13 | sel << 4)
+        if budget is None and not hold:
+            self.u8(13 | sel << 4)
+            return
+        self.u8(13 | sel << 4 | 0x80)  # bit 7: a budget byte follows
+        self.u8(0x80 if hold else (budget // 8) & 0x7F)
+
+    def host_local(self, prompt, pos, cid=0):
+        # rule 22: a local checkpoint of the host's own cache
+        self.u8(cid & 3)
+        self.below(prompt + prompt // 8 + 1, pos - 1)
+
+    def submit_local(self, id, key, prompt, pos, cid=0):
+        self.u8(1)
+        self.u8(id | key << 3)
+        self.below(self.usable * self.pt, prompt - 1)
+        self.host_local(prompt, pos, cid)
+
+    def local(self, k, prompt, pos, cid=1):
+        self.u8(12 | 0x40)
+        self.u8(k)
+        self.host_local(prompt, pos, cid)
 
 
 def engine_seeds():
@@ -258,6 +278,26 @@ def engine_seeds():
     e.grow(0, 2)
     e.step()
     seeds["allocation-failures"] = e
+
+    # rule 22 and the token budget: a full local hit without a key, a partial
+    # one merged with the answer, one that decides an outstanding lookup, a
+    # preempted request resuming locally, a step that preempted, budgets
+    e = Engine(dir={1: (True, [ext128]), 2: (False, [])})
+    e.submit_local(0, 0, 100, 100)
+    e.submit_local(1, 1, 200, 64)
+    e.submit(2, 2, 150)
+    e.step(budget=64)
+    e.local(2, 150, 150)
+    e.copy_all(0)
+    e.step(budget=8)
+    e.step()
+    e.local(0, 100, 60, cid=2)
+    e.preempt(0)
+    e.step(hold=True)
+    e.step(budget=200)
+    e.local(1, 200, 220)  # past the prompt: -ERANGE
+    e.step()
+    seeds["host-local-budget"] = e
     return seeds
 
 

@@ -105,12 +105,46 @@ static void test_rule3_answers_for_an_ended_request_are_stale(void **state)
 	sc_free(s);
 }
 
+/* fuzz_differential: a slot keeps its grant across incarnations, and the
+ * grant's attempt counter went with it: a new request's first copy attempt
+ * was numbered after its predecessor's (kva_query's copy_attempts too). */
+static void test_reused_slot_starts_copy_attempts_at_one(void **state)
+{
+	(void)state;
+	struct sc *s = sc_default();
+	sc_dir_set(s, 8, sc_ckpt(32, 901, 0));
+	static bool seen[1 << 16];
+	memset(seen, 0, sizeof(seen));
+	bool reused = false;
+	for (uint64_t id = 1; id < 100000 && !reused; id++) {
+		kva_handle h = sc_submit(s, id, 8, 64);
+		sc_step(s, SC_MS);
+		assert_int_equal(s->plan.n_copies, 1);
+		assert_int_equal(s->copies[0].token.attempt, 1);
+		kva_request_info info;
+		assert_int_equal(kva_query(s->e, h, &info), 0);
+		assert_int_equal(info.copy_attempts, 1);
+		reused = seen[h.slot];
+		seen[h.slot] = true;
+		sc_copies_done(s, -1); /* a failed first attempt: the next is 2 */
+		sc_step(s, SC_MS);
+		assert_int_equal(s->copies[0].token.attempt, 2);
+		sc_copies_done(s, 0);
+		sc_step(s, SC_MS);
+		assert_int_equal(kva_finish(s->e, h), 0);
+		sc_step(s, SC_MS);
+	}
+	assert_true(reused); /* checked on a slot used before */
+	sc_free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_one_outcome_each_when_event_nodes_are_reused),
 	    cmocka_unit_test(test_rule11_new_reservation_gets_the_full_retry_budget),
 	    cmocka_unit_test(test_rule3_answers_for_an_ended_request_are_stale),
+	    cmocka_unit_test(test_reused_slot_starts_copy_attempts_at_one),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

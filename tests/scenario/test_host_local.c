@@ -46,6 +46,19 @@ static void rule22_full_local_hit_is_admitted_without_a_lookup(void **st)
 	sc_free(s);
 }
 
+/* Nothing to ask the directory (no key): the host's own checkpoint is the
+ * path, partial or not. */
+static void rule22_request_without_a_key_uses_its_local_checkpoint(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_handle h = submit_local(s, 1, 0, 256, sc_ckpt(100, 70, 1));
+	assert_int_equal(sc_step(s, 0), 1);
+	expect_admitted(s, h, KVA_ADMIT_LOCAL, 100, 0);
+	assert_int_equal(s->n_lookups, 0);
+	sc_free(s);
+}
+
 static void rule22_partial_local_is_merged_with_the_answer(void **st)
 {
 	(void)st;
@@ -322,6 +335,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(rule22_full_local_hit_is_admitted_without_a_lookup),
+		cmocka_unit_test(rule22_request_without_a_key_uses_its_local_checkpoint),
 		cmocka_unit_test(rule22_partial_local_is_merged_with_the_answer),
 		cmocka_unit_test(rule22_miss_or_timeout_keeps_the_local_checkpoint),
 		cmocka_unit_test(rule22_full_local_hit_decides_an_outstanding_lookup),
