@@ -779,6 +779,8 @@ static void close3(zmq_msg_t m[3], int n)
 		zmq_msg_close(&m[i]);
 }
 
+static void drain_commands(kva_fleet *f, bool woken);
+
 static void drain_sub(kva_fleet *f, struct pub *P)
 {
 	for (int k = 0; k < RECV_BUDGET; k++) {
@@ -801,6 +803,7 @@ static void drain_sub(kva_fleet *f, struct pub *P)
 			        zmq_msg_size(&m[2]));
 		}
 		close3(m, n);
+		drain_commands(f, false); /* a lookup waits for one batch at most */
 	}
 }
 

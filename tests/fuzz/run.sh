@@ -21,7 +21,7 @@ forks=${FUZZ_FORKS:-4}
 src=$(cd "$(dirname "$0")" && pwd)
 status=0
 
-for t in fuzz_engine fuzz_differential fuzz_lockfree fuzz_config; do
+for t in fuzz_engine fuzz_differential fuzz_lockfree fuzz_config fuzz_fleet_wire; do
 	bin=$build/tests/fuzz/$t
 	work=$build/fuzz-work/$t
 	mkdir -p "$work/corpus" "$work/artifacts"
