@@ -161,7 +161,7 @@ static void discard_event(struct kva__event *ev)
 	else if (ev->type == KVA__EV_CANCEL)
 		kva__free(ev, sizeof(struct kva__cancel));
 	else if (ev->type == KVA__EV_LOCAL)
-		kva__free(ev, sizeof(struct kva__local));
+		kva__local_free(caa_container_of(ev, struct kva__local, ev));
 }
 
 static void discard_queue(struct kva_inbox *q, struct kva_inbox_batch *b)
@@ -357,9 +357,9 @@ static int dispatch_event(kva_engine *e, struct kva__event *ev)
 	case KVA__EV_LOCAL: {
 		struct kva__local *l = caa_container_of(ev, struct kva__local, ev);
 		struct kva__req *r = kva__rec_find(e, l->h.slot, l->h.gen, l->h.id);
-		if (r && kva__lookup_on_local(e, r, &l->cp) != 0)
-			return -ENOMEM;
-		kva__free(l, sizeof(*l));
+		if (r)
+			kva__lookup_on_local(e, r, &l->cp, &l->spare);
+		kva__local_free(l);
 		break;
 	}
 	case KVA__EV_RESET:

@@ -193,7 +193,7 @@ int kva_local_checkpoint(kva_engine *e, kva_handle h, const kva_checkpoint *cp)
 	int rc = !r || kva__state_is_terminal(atomic_load_explicit(&r->state, memory_order_acquire))
 	                 ? -ENOENT
 	                 : host_local_valid(cp, r->prompt_tokens);
-	if (!rc && !(l = kva__alloc(sizeof(*l))))
+	if (!rc && !(l = kva__local_new()))
 		rc = -ENOMEM; /* checked first: an ended handle is -ENOENT, not this */
 	kva_rcu_read_unlock();
 	if (rc)

@@ -79,6 +79,12 @@ static void restore_gauge(kva_engine *e, struct kva__req *r, bool on)
 
 void kva__lookup_forget(kva_engine *e, struct kva__req *r)
 {
+	/* a lookup still out (a refresh, when a restore is admitted) is no
+	 * longer awaited: its answer is refused as stale from now on */
+	uint32_t w = atomic_load_explicit(&r->lookup_word, memory_order_relaxed);
+	if (w & KVA__LW_AWAITING)
+		atomic_store_explicit(&r->lookup_word, w & ~KVA__LW_AWAITING, memory_order_relaxed);
+	r->flags &= (uint16_t)~KVA__F_REFRESH;
 	kva_timerwheel_cancel(&e->wheel, &r->deadline);
 	ckpt_unindex(e, r);
 	restore_gauge(e, r, false);
@@ -338,25 +344,26 @@ static void upgrade(kva_engine *e, struct kva__req *r, int cur)
 	kva__select(e, r, best);
 }
 
-int kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint *cp)
+void kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint *cp,
+                          struct kva__answer **spare)
 {
 	uint32_t st = atomic_load_explicit(&r->state, memory_order_relaxed);
 	int h = host_idx(r);
 	if (kva__state_is_terminal(st) || (h >= 0 && kva__ents(r)[h].position >= cp->position))
-		return 0; /* ended meanwhile, or no news */
-	bool waiting = st == KVA_STATE_WAITING && (r->flags & KVA__F_INGESTED);
-	/* Room first: nothing may fail halfway. */
-	if (waiting && kva_idmap_reserve(&e->ckpt, 1) != 0)
-		return -ENOMEM;
-	uint32_t n = r->nents, need = n + (h < 0);
-	struct kva__answer *grow = NULL;
-	if (need > 1 && (n <= 1 || r->manifest->cap < need) && !(grow = kva__answer_new(need)))
-		return -ENOMEM;
-
+		return; /* ended meanwhile, or no news */
 	bool restore = r->flags & KVA__F_RESTORE;
 	uint64_t sel_id = restore ? kva__sel(r)->id : 0;
-	ckpt_unindex(e, r); /* reads the selection: before the manifest changes */
-	if (grow) {
+	/* The index is keyed by the selected checkpoint's id: a selected host
+	 * entry about to be replaced leaves it now (nothing else changes ids). */
+	if (restore && r->sel == h)
+		ckpt_unindex(e, r);
+
+	/* room for one more entry: the spare the producer allocated (at most
+	 * KVA_MAX_CHECKPOINTS + 1 entries ever: the directory's and the host's) */
+	uint32_t n = r->nents, need = n + (h < 0);
+	if (need > 1 && (n <= 1 || r->manifest->cap < need)) {
+		struct kva__answer *grow = *spare;
+		*spare = NULL;
 		memcpy(grow->entries, kva__ents(r), n * sizeof(kva_checkpoint));
 		if (n > 1)
 			kva__answer_free(r->manifest);
@@ -384,18 +391,20 @@ int kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint
 			cur = host_idx(r);
 		r->sel = (int8_t)cur;
 	}
-	if (!waiting)
-		return 0; /* importing, ready: admission counts it; running: kept for a preemption */
+	bool waiting = st == KVA_STATE_WAITING && (r->flags & KVA__F_INGESTED);
+	/* importing, ready: admission counts it; running: kept for a
+	 * preemption. An index without room (memory) leaves the path as it is. */
+	if (!waiting || kva_idmap_reserve(&e->ckpt, 1) != 0)
+		return;
 	if (!(r->flags & KVA__F_DECIDED)) {
 		/* the decisive lookup is out: only a full hit decides before it */
 		if (cp->position == r->prompt_tokens) {
 			lookup_settle(e, r);
 			decide_host(e, r);
 		}
-		return 0;
+		return;
 	}
 	upgrade(e, r, cur);
-	return 0;
 }
 
 int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a)

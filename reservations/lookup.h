@@ -23,9 +23,10 @@ void kva__lookup_begin(kva_engine *e, struct kva__req *r, bool resume);
 /* r goes back to waiting as a new wait: its manifest and selection go, but
  * the host's local checkpoint when keep_host (preemption, not a reset). */
 void kva__lookup_requeue(kva_engine *e, struct kva__req *r, bool keep_host);
-/* The host stated a local checkpoint of r (rule 22). 0, or -ENOMEM:
- * nothing changed, retry. */
-int kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint *cp);
+/* The host stated a local checkpoint of r (rule 22). Needs no memory: a
+ * manifest that must grow takes *spare (set to NULL then). */
+void kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint *cp,
+                          struct kva__answer **spare);
 /* Tokens of the host's local checkpoint in r's manifest, 0 if none. */
 uint32_t kva__host_position(const struct kva__req *r);
 /* 0, or -ENOMEM: the answer could not be indexed; nothing changed, retry. */

@@ -81,6 +81,22 @@ void kva__answer_free(struct kva__answer *a)
 		kva__free(a, answer_bytes(a->cap));
 }
 
+struct kva__local *kva__local_new(void)
+{
+	struct kva__local *l = kva__alloc(sizeof(*l));
+	if (l && !(l->spare = kva__answer_new(KVA_MAX_CHECKPOINTS + 1))) {
+		kva__free(l, sizeof(*l));
+		l = NULL;
+	}
+	return l;
+}
+
+void kva__local_free(struct kva__local *l)
+{
+	kva__answer_free(l->spare);
+	kva__free(l, sizeof(*l));
+}
+
 /* A grant, its per-rank events, then inline room for its first page ids. */
 static size_t grant_size(uint32_t world, uint32_t inline_cap)
 {

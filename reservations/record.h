@@ -78,11 +78,14 @@ struct kva__answer {
  * manifest, flagged KVA__F_HOSTLOCAL in its record. */
 #define KVA__CK_HOST 1u
 
-/* The host states a local checkpoint of a request (rule 22). */
+/* The host states a local checkpoint of a request (rule 22). The producer
+ * allocates the room the request's manifest may need for it, so the step
+ * never has to (and never stalls on it). */
 struct kva__local {
 	struct kva__event ev;
 	kva_handle h;
 	kva_checkpoint cp;
+	struct kva__answer *spare; /* KVA_MAX_CHECKPOINTS + 1 entries; NULL once used */
 };
 
 /* A cancel request: names the incarnation, so a cancel that arrives after
@@ -299,6 +302,9 @@ void kva__event_push(kva_engine *e, struct kva__event *ev);
  * when out of memory. */
 struct kva__answer *kva__answer_new(uint32_t cap);
 void kva__answer_free(struct kva__answer *a);
+/* Any thread: a kva__local event with its spare manifest; NULL: -ENOMEM. */
+struct kva__local *kva__local_new(void);
+void kva__local_free(struct kva__local *l);
 
 /* Scheduler thread, or the GROWING owner: r owns a grant whose page array
  * holds min_cap ids. 0 or -ENOMEM (nothing changed). */

@@ -563,7 +563,13 @@ static void do_step(uint64_t dt, uint32_t budget, bool hold)
 			CHECK(!r->ended || terminal(info.state));
 			CHECK(!r->ended || info.state == r->end_state);
 			CHECK((info.state == KVA_STATE_RUNNING) == r->running);
-			CHECK(!must_reject[i] || info.state == KVA_STATE_REJECTED);
+			/* (an event ahead of its submit that needed memory holds the
+			 * rest of the inbox for the next step) */
+			CHECK(!must_reject[i] || info.state == KVA_STATE_REJECTED ||
+			      (S.fault && p->backlog));
+			if (S.fault && p->backlog && info.state == KVA_STATE_WAITING &&
+			    r->last_state == 0)
+				continue; /* maybe not ingested yet: nothing to check */
 			switch (info.state) {
 			case KVA_STATE_WAITING:
 				g_wait++;
@@ -665,11 +671,15 @@ static void do_step(uint64_t dt, uint32_t budget, bool hold)
 	CHECK(st.in_use_pages == in_use && in_use == held);
 	CHECK(st.reserved_pages == reserved);
 	CHECK(st.draining_pages == draining);
-	CHECK(st.waiting == g_wait && st.importing == g_imp && st.ready == g_ready &&
-	      st.running == g_run);
+	/* An event that needed memory holds the rest of the inbox for the next
+	 * step: submits behind it are not ingested yet (kva_query says WAITING,
+	 * the gauges do not count them). Checked again once nothing is held. */
+	bool settled = !(S.fault && p->backlog);
+	CHECK(!settled || st.waiting == g_wait);
+	CHECK(st.importing == g_imp && st.ready == g_ready && st.running == g_run);
 	CHECK(st.free_copy_slots + g_imp == S.cfg.copy_slots);
 	CHECK(st.free_run_slots + g_imp + g_ready + g_run == S.cfg.max_running);
-	CHECK(st.submitted == S.nsubmitted && st.ingested == S.nsubmitted);
+	CHECK(st.submitted == S.nsubmitted && (!settled || st.ingested == S.nsubmitted));
 	CHECK(st.finished == n_fin && st.cancelled == n_can && st.rejected == n_rej);
 	CHECK(st.admitted_restore + st.admitted_local + st.admitted_recompute == S.n_admitted);
 	CHECK(st.prompt_tokens_admitted == S.tok_admitted && st.tokens_local == S.tok_local &&
@@ -678,8 +688,12 @@ static void do_step(uint64_t dt, uint32_t budget, bool hold)
 	for (int k = 0; k < KVA_REASON_COUNT; k++)
 		fb += st.fallbacks[k];
 	CHECK(st.fallbacks[KVA_REASON_NONE] == 0 && fb >= st.admitted_recompute);
-	char text[4096];
-	(void)kva_stats_format(&st, text, sizeof(text));
+	/* the text rendering of live stats, every 16th step (it is most of a
+	 * step's cost here; tests/metrics checks the text itself) */
+	if ((S.steps & 15) == 1) {
+		char text[4096];
+		(void)kva_stats_format(&st, text, sizeof(text));
+	}
 
 	/* forget drained copies once there are many */
 	if (S.nc > MAXC / 2) {

@@ -138,6 +138,33 @@ static void test_reused_slot_starts_copy_attempts_at_one(void **state)
 	sc_free(s);
 }
 
+/* fuzz_engine: a refresh still out when its restore was admitted stayed
+ * "awaited": every answer to it was taken (0) and dropped by the step,
+ * instead of being refused as stale. */
+static void test_refresh_out_at_admission_is_stale(void **state)
+{
+	(void)state;
+	kva_config c;
+	sc_config(&c);
+	c.lookup_refresh_ns = 1 * SC_SEC;
+	struct sc *s = sc_new(&c);
+	kva_handle big = sc_occupy(s, 100, 95);
+	sc_dir_set(s, 7, sc_ckpt(64, 80, 0));
+	sc_submit(s, 1, 7, 256); /* answered at once, then waits for capacity */
+	sc_step(s, 0);
+	sc_dir_clear(s); /* the refresh stays unanswered */
+	sc_step(s, 2 * SC_SEC);
+	assert_int_equal(s->n_lookups, 2);
+	kva_lookup_token refresh = s->lookups[1].token;
+	assert_int_equal(kva_finish(s->e, big), 0);
+	sc_step(s, 0); /* admitted: its import starts */
+	assert_int_equal(s->plan.n_copies, 1);
+	kva_manifest m = {.count = 1, .entries = {sc_ckpt(64, 80, 0)}};
+	assert_int_equal(kva_lookup_answer(s->e, refresh, &m), -ESTALE);
+	assert_int_equal(kva_lookup_answer(s->e, refresh, &m), -ESTALE);
+	sc_free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -145,6 +172,7 @@ int main(void)
 	    cmocka_unit_test(test_rule11_new_reservation_gets_the_full_retry_budget),
 	    cmocka_unit_test(test_rule3_answers_for_an_ended_request_are_stale),
 	    cmocka_unit_test(test_reused_slot_starts_copy_attempts_at_one),
+	    cmocka_unit_test(test_refresh_out_at_admission_is_stale),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
