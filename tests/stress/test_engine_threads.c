@@ -283,8 +283,8 @@ static bool visit_running(struct worker *w, kva_handle h)
 		rc = kva_grow(e, h, 1 + (uint32_t)((x >> 8) % 8), ids);
 		if (rc == 0)
 			w->grows++;
-		else if (rc == -ENOENT)
-			return false; /* cancelled under us */
+		else if (rc == -ENOENT || rc == -EBUSY)
+			return false; /* cancelled under us (-EBUSY: the step is at it now) */
 		else if (rc != -ENOSPC)
 			bad(w, "kva_grow", rc);
 		return true;
@@ -295,7 +295,7 @@ static bool visit_running(struct worker *w, kva_handle h)
 		rc = kva_preempt(e, h);
 		if (rc == 0)
 			w->preempts++;
-		else if (rc != -ENOENT)
+		else if (rc != -ENOENT && rc != -EBUSY) /* -EBUSY: being cancelled */
 			bad(w, "kva_preempt", rc);
 		return false;
 	}
@@ -309,7 +309,7 @@ static bool visit_running(struct worker *w, kva_handle h)
 	rc = kva_finish(e, h);
 	if (rc == 0)
 		w->finishes++;
-	else if (rc != -ENOENT && rc != -EALREADY)
+	else if (rc != -ENOENT && rc != -EBUSY) /* cancelled, or the step is cancelling it */
 		bad(w, "kva_finish", rc);
 	return false;
 }
