@@ -383,8 +383,12 @@ static bool admit_ready(kva_engine *e, struct kva__req *r)
 		/* rule 22: a local checkpoint the host stated during the copy
 		 * serves its tokens; the import the rest, or nothing if the local
 		 * one covers it (its pages then come from the reservation) */
-		uint32_t q = c->location == KVA_LOC_LOCAL ? c->position : kva__host_position(r);
-		if (q >= c->position && c->location != KVA_LOC_LOCAL && !take_more(e, r, q))
+		uint32_t q = kva__host_position(r);
+		if (c->location == KVA_LOC_LOCAL && c->position > q)
+			q = c->position;
+		/* admitted local: its pages cover the local prefix (the host may
+		 * have stated a longer one since the pages were taken) */
+		if (q >= c->position && !take_more(e, r, q))
 			return false;
 		cds_list_del(&r->link);
 		if (q >= c->position)

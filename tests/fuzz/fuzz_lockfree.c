@@ -162,7 +162,9 @@ static size_t ref_advance(uint64_t now)
 		int best = -1;
 		for (uint32_t i = 0; i < NT; i++) {
 			const struct ref_timer *r = &TW.ref[i];
-			if (!r->armed || r->expires > now || r->epoch == TW.epoch)
+			/* a timer at UINT64_MAX (KVA_TIMER_NEVER) never fires */
+			if (!r->armed || r->expires > now || r->expires == UINT64_MAX ||
+			    r->epoch == TW.epoch)
 				continue;
 			if (best < 0 || r->expires < TW.ref[best].expires ||
 			    (r->expires == TW.ref[best].expires && r->seq < TW.ref[best].seq))

@@ -222,6 +222,36 @@ static void rule22_local_stated_during_copy_is_counted_at_admission(void **st)
 	sc_free(s);
 }
 
+/* A request READY on a local checkpoint (a shorter one after its copy
+ * failed) is admitted from the longer local checkpoint the host states
+ * meanwhile, with pages for all of it (found by fuzz_engine). */
+static void rule22_longer_local_stated_while_ready_is_used_at_admission(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.max_copy_retries = 0;
+	struct sc *s = sc_new(&c);
+	sc_dir_set(s, 7, sc_ckpt(32, 3, 1));
+	sc_dir_add(s, 7, sc_ckpt(128, 80, 0));
+	kva_handle h = sc_submit(s, 1, 7, 256);
+	sc_step(s, 0);
+	assert_int_equal(s->plan.n_copies, 1);
+	sc_copies_done(s, -1); /* no retry: the shorter, local one */
+	s->plan.admitted_cap = 0;
+	sc_step(s, 0);
+	assert_int_equal(sc_state(s, h), KVA_STATE_READY);
+	kva_checkpoint longer = sc_ckpt(96, 70, 1);
+	assert_int_equal(kva_local_checkpoint(s->e, h, &longer), 0);
+	s->plan.admitted_cap = SC_MAX;
+	assert_int_equal(sc_step(s, 0), 1);
+	const kva_admission *a = expect_admitted(s, h, KVA_ADMIT_LOCAL, 96, 0);
+	assert_int_equal(a->npages, 6);
+	assert_int_equal(a->npages + a->reserved_pages, 16);
+	sc_assert_conserved(s);
+	sc_free(s);
+}
+
 static void rule22_preempted_request_resumes_from_local_without_a_lookup(void **st)
 {
 	(void)st;
@@ -342,6 +372,7 @@ int main(void)
 		cmocka_unit_test(rule22_longer_local_upgrades_a_waiting_restore_without_a_lookup),
 		cmocka_unit_test(rule22_local_upgrades_a_waiting_recompute),
 		cmocka_unit_test(rule22_local_stated_during_copy_is_counted_at_admission),
+		cmocka_unit_test(rule22_longer_local_stated_while_ready_is_used_at_admission),
 		cmocka_unit_test(rule22_preempted_request_resumes_from_local_without_a_lookup),
 		cmocka_unit_test(rule22_eviction_keeps_the_hosts_other_local_checkpoint),
 		cmocka_unit_test(rule22_prefix_cache_reset_forgets_stated_checkpoints),
