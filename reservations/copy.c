@@ -7,6 +7,8 @@
  * Memory-order labels:
  *   R1  an attempt handed out -> kva_copy_done's CAS (A3 of record.c)
  */
+#include <errno.h>
+
 #include "copy.h"
 #include "lookup.h"
 
@@ -157,8 +159,16 @@ void kva__copy_dispatch_pending(kva_engine *e)
 			job.rank = rank;
 			if (listed)
 				p->copies[p->n_copies++] = job;
-			if (importers && e->cfg.importers[rank].submit(e->cfg.importers[rank].ctx, e, &job) != 0)
-				kva__grant_report(e, g, g->attempts, rank, -1); /* refused: that rank failed */
+			if (!importers)
+				continue;
+			int rc = e->cfg.importers[rank].submit(e->cfg.importers[rank].ctx, e, &job);
+			if (rc != 0) { /* refused: that rank failed (the copy is retried or falls back) */
+				kva__log(e, KVA_LOG_WARN, KVA_LOGEV_IMPORTER_REFUSED, r, 0, (uint64_t)-rc,
+				         "kvadmit: importer of rank %u refused request %llu's copy: %s%s",
+				         rank, (unsigned long long)r->id, kva_strerror(rc),
+				         rc == -EIO ? " (importer dead)" : "");
+				kva__grant_report(e, g, g->attempts, rank, -1);
+			}
 		}
 	}
 }

@@ -155,6 +155,8 @@ enum kva_log_event {
 	KVA_LOGEV_PLAN_TOO_SMALL,   /* ERROR: see kva_plan.too_small; what it needed */
 	KVA_LOGEV_NO_MEMORY,        /* WARN: a step-side allocation failed, retried; 0 */
 	KVA_LOGEV_INVARIANT,        /* ERROR: an internal invariant failed, a safe path taken; 0 */
+	KVA_LOGEV_IMPORTER_REFUSED, /* WARN: an importer refused a rank (EIO: it is dead, e.g.
+	                             * after a sticky CUDA error); the errno it returned */
 	KVA_LOGEV_COUNT
 };
 

@@ -77,7 +77,8 @@ enum kva_log_event {
     KVA_LOGEV_PLAN_TOO_SMALL = 10,
     KVA_LOGEV_NO_MEMORY = 11,
     KVA_LOGEV_INVARIANT = 12,
-    KVA_LOGEV_COUNT = 13
+    KVA_LOGEV_IMPORTER_REFUSED = 13,
+    KVA_LOGEV_COUNT = 14
 };
 
 typedef struct kva_log_record {

@@ -114,6 +114,32 @@ static void copy_failures_retries_and_duplicates_are_logged(void **st)
 	sc_free(s);
 }
 
+static int dead_importer(void *ctx, kva_engine *e, const kva_copy_job *job)
+{
+	(void)ctx;
+	(void)e;
+	(void)job;
+	return -EIO;
+}
+
+static void dead_importers(kva_config *c) { c->importers[0] = (kva_importer_ref){dead_importer, 0}; }
+
+static void a_refusing_importer_is_logged_with_its_errno(void **st)
+{
+	(void)st;
+	struct rec_log l = {0};
+	struct sc *s = logged(&l, KVA_LOG_INFO, dead_importers);
+	sc_dir_set(s, 7, sc_ckpt(64, 80, 0));
+	sc_submit(s, 1, 7, 128);
+	sc_step(s, 0);
+	const kva_log_record *r = find(&l, KVA_LOGEV_IMPORTER_REFUSED, 1);
+	assert_non_null(r);
+	assert_int_equal(r->level, KVA_LOG_WARN);
+	assert_int_equal(r->value, EIO);
+	assert_non_null(strstr(r->message, "importer dead"));
+	sc_free(s);
+}
+
 static void repeated_lines_are_rate_limited_and_counted(void **st)
 {
 	(void)st;
@@ -151,6 +177,7 @@ int main(void)
 		cmocka_unit_test(wait_lines_carry_the_request_and_numbers),
 		cmocka_unit_test(debug_level_shows_every_fallback_with_its_reason),
 		cmocka_unit_test(copy_failures_retries_and_duplicates_are_logged),
+		cmocka_unit_test(a_refusing_importer_is_logged_with_its_errno),
 		cmocka_unit_test(repeated_lines_are_rate_limited_and_counted),
 		cmocka_unit_test(log_level_is_validated),
 	};
