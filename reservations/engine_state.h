@@ -57,7 +57,7 @@ struct kva_engine {
 	struct cds_list_head ended;         /* terminal, not yet reported */
 	struct cds_list_head copy_pending;  /* need a copy job dispatched */
 	struct kva_idmap live_ids;          /* id -> slot of its live incarnation */
-	struct kva_idmap ckpt;              /* local checkpoint id -> first selecting slot */
+	struct kva_idmap ckpt;              /* selected checkpoint id -> first waiting slot */
 	struct kva_slab_retired retired;    /* slots waiting for their grace period */
 	struct kva_timerwheel wheel;
 	struct kva__req *head_req; /* request the head timers belong to */

@@ -7,8 +7,9 @@
  * to refuse stale answers early; the scheduler re-checks when it handles the
  * answer, which is the decision that counts.
  *
- * The checkpoint index (rule 15) is scheduler-private: a map from a local
- * checkpoint id to the first of the waiting records that selected it, the
+ * The checkpoint index (rule 15) is scheduler-private: a map from a
+ * checkpoint id (local or external) to the first of the waiting records that
+ * selected it, the
  * rest linked through the records (ck.prev/ck.next), so k sharers cost O(1)
  * each to add and remove and an eviction walks only its own sharers.
  *
@@ -182,8 +183,9 @@ void kva__select(kva_engine *e, struct kva__req *r, int sel)
 	atomic_store_explicit(&r->pub_sel, c->position << 1 | (c->location == KVA_LOC_LOCAL),
 	                      memory_order_relaxed);
 	restore_gauge(e, r, true);
-	if (c->location == KVA_LOC_LOCAL &&
-	    atomic_load_explicit(&r->state, memory_order_relaxed) == KVA_STATE_WAITING)
+	/* rule 15: a waiting request is found by the checkpoint it selected,
+	 * local or external, when that checkpoint is evicted */
+	if (atomic_load_explicit(&r->state, memory_order_relaxed) == KVA_STATE_WAITING)
 		ckpt_index(e, r, c->id);
 }
 
@@ -205,13 +207,6 @@ static void manifest_adopt(kva_engine *e, struct kva__req *r, struct kva__answer
 	kva__select(e, r, sel);
 }
 
-static bool any_local(const struct kva__answer *a)
-{
-	for (uint32_t i = 0; i < a->count; i++)
-		if (a->entries[i].location == KVA_LOC_LOCAL)
-			return true;
-	return false;
-}
 
 /* rule 9: a reservation that can never fit. */
 static bool too_large(const kva_engine *e, const struct kva__req *r)
@@ -419,7 +414,7 @@ int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a)
 		return 0;
 	}
 	/* An index entry must not fail halfway: make room first. */
-	if ((any_local(a) || (r->flags & KVA__F_HOSTLOCAL)) && kva_idmap_reserve(&e->ckpt, 1) != 0)
+	if (kva_idmap_reserve(&e->ckpt, 1) != 0)
 		return -ENOMEM;
 	atomic_store_explicit(&r->lookup_word, a->token.seq << 1, memory_order_relaxed);
 	kva__st_sched(e, ST_ANSWERED, 1);

@@ -170,7 +170,7 @@ struct kva__req {
 	/* Never read by other threads; which member is in use follows state. */
 	union {
 		struct kva_timer deadline; /* WAITING: decisive lookup's deadline */
-		/* WAITING with a local selection (F_INDEXED): the checkpoint index
+		/* WAITING with a selection (F_INDEXED): the checkpoint index
 		 * list, slot + 1, 0 = none. Never while the deadline is armed (a
 		 * selection means the decisive lookup was answered), and laid over
 		 * the timer's expiry so its links stay NULL: cancelling the

@@ -396,8 +396,10 @@ typedef struct kva_copy_job {
  * attempt), -EALREADY (this rank already reported). */
 KVA_API int kva_copy_done(kva_engine *e, kva_copy_token t, uint32_t rank, int status);
 
-/* Any thread. A local checkpoint was evicted; waiting requests that selected
- * it with an older epoch re-look-up externally (rule 15). 0, -EINVAL, -ENOMEM. */
+/* Any thread. A checkpoint was evicted (a local one, or one the store dropped:
+ * a fleet directory reports both); waiting requests that selected it with an
+ * older epoch look up again (rule 15). Imports already copying find out from
+ * their copy. 0, -EINVAL, -ENOMEM. */
 KVA_API int kva_checkpoint_evicted(kva_engine *e, uint64_t checkpoint_id, uint64_t epoch);
 
 /* ---- the step ---------------------------------------------------------- */

@@ -200,6 +200,35 @@ static void rule15_evicted_partial_local_selection_relooks_up_and_restores(void 
 	sc_free(s);
 }
 
+/* The store dropped the external checkpoint a waiting restore selected (a
+ * fleet directory reports BlockRemoved): it looks up again instead of
+ * copying what is gone. */
+static void rule15_evicted_external_selection_relooks_up(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_handle big = sc_occupy(s, 100, 95);
+	sc_dir_set(s, 8, sc_ckpt(160, 900, 0));
+	kva_handle h = sc_submit(s, 1, 8, 320); /* waits for capacity */
+	sc_step(s, 0);
+	assert_true(s->plan.head_blocked);
+	uint32_t lookups = s->n_lookups;
+	sc_dir_clear(s);
+	sc_dir_set(s, 8, sc_ckpt(96, 901, 0)); /* what the store has now */
+	assert_int_equal(kva_checkpoint_evicted(s->e, 900, 2), 0);
+	sc_step(s, 0);
+	assert_int_equal(s->n_lookups, lookups + 1);
+	kva_request_info i;
+	assert_int_equal(kva_query(s->e, h, &i), 0);
+	assert_int_equal(i.selected_position, 96);
+	assert_int_equal(sc_stats(s).revalidations, 1);
+	assert_int_equal(kva_finish(s->e, big), 0);
+	sc_step(s, 0);
+	assert_int_equal(s->plan.n_copies, 1);
+	assert_int_equal(s->copies[0].checkpoint_id, 901);
+	sc_free(s);
+}
+
 static void rule15_unrelated_or_older_eviction_touches_nobody(void **st)
 {
 	(void)st;
@@ -426,6 +455,7 @@ int main(void)
 		cmocka_unit_test(rule10_longest_compatible_checkpoint_is_selected),
 		cmocka_unit_test(rule15_evicted_full_local_selection_relooks_up_and_restores),
 		cmocka_unit_test(rule15_evicted_partial_local_selection_relooks_up_and_restores),
+		cmocka_unit_test(rule15_evicted_external_selection_relooks_up),
 		cmocka_unit_test(rule15_unrelated_or_older_eviction_touches_nobody),
 		cmocka_unit_test(rule15_local_selection_is_admitted_without_a_copy),
 		cmocka_unit_test(rule18_wait_logs_at_most_once_per_interval_and_refreshes),
