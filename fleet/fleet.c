@@ -545,6 +545,7 @@ static void drop_publisher(kva_fleet *f, struct pub *P, const char *why)
 	bool watched = false;
 	size_t n = kvf_index_del_matching(&f->ix, (uint32_t)P->idx << 16, 16, &watched);
 	st_add(f, ST(entries_dropped), n);
+	st_set(f, ST(blocks), f->ix.count); /* also when no batch follows */
 	watches_check(f, 0, P->idx);
 	P->media = 0;
 	flog(f, KVA_LOG_WARN, "kvadmit-fleet: publisher %s: %s, %zu entries dropped", P->endpoint,

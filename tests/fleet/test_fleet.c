@@ -97,6 +97,8 @@ static kva_fleet_stats stats(struct fx *x)
 		}                                                                            \
 	} while (0)
 
+static uint64_t fx_drop_after_ns; /* 0: the default */
+
 /* Publishers: ntp C ones, plus endpoints given by the caller (the Python
  * one); publisher `self` is this engine's own. */
 static struct fx *fx_new(int ntp, const char *extra_pub, const char *extra_rep,
@@ -124,6 +126,8 @@ static struct fx *fx_new(int ntp, const char *extra_pub, const char *extra_rep,
 	fc.publishers = pubs;
 	fc.npublishers = (uint32_t)n;
 	fc.local_media = "GPU";
+	if (fx_drop_after_ns)
+		fc.drop_after_ns = fx_drop_after_ns;
 	if (max_msg)
 		fc.max_message_bytes = max_msg;
 	int err = 1;
@@ -221,9 +225,8 @@ static void register_chain(struct fx *x)
 /* Three C publishers at once: this engine's GPU (6 blocks, local), its CPU
  * offload (4 blocks, external), another node (2 blocks, external). The
  * longest is selected; removing one of its blocks reaches the waiting
- * request as an eviction, which looks up again and takes the next longest.
- * (The engine acts on kva_checkpoint_evicted for local selections, rule
- * 15; a vanished external one is found by its copy failing, rule 11.) */
+ * request as an eviction, which looks up again and takes the next longest
+ * (rule 15, local or external selections). */
 static void several_publishers_longest_first_and_removal_reaches_waiting(void **st)
 {
 	(void)st;
@@ -330,6 +333,39 @@ static void cleared_publisher_reaches_waiting_request(void **st)
 	WAIT_UNTIL(x, info(x, h).lookups == 2 && info(x, h).reason == KVA_REASON_MISS);
 	assert_int_equal(stats(x).clears, 1);
 	assert_int_equal(stats(x).blocks, 0);
+	fx_free(x);
+}
+
+/* A publisher that disappears (its connection drops): it is left out of
+ * answers at once and its entries are dropped after drop_after_ns; the
+ * waiting request that selected its (external) checkpoint hears of it and
+ * takes this engine's own shorter one. */
+static void vanished_publisher_is_dropped_and_reaches_waiting(void **st)
+{
+	(void)st;
+	fx_drop_after_ns = 300ull * 1000000ull;
+	struct fx *x = fx_new(2, NULL, NULL, 0, 0);
+	fx_drop_after_ns = 0;
+	fx_sync(x, 0);
+	fx_sync(x, 1);
+	register_chain(x);
+	uint64_t b0 = stats(x).batches;
+	tp_store(x->tp[0], CHAIN, 2, BS, NULL, -1, 0);  /* this engine: local */
+	tp_store(x->tp[1], CHAIN, 6, BS, "GPU", 0, 0); /* another node: external */
+	fx_settle(x, b0 + 2);
+	fx_hog(x);
+	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
+	WAIT_UNTIL(x, info(x, h).has_selection);
+	assert_int_equal(info(x, h).selected_position, 6 * BS);
+	assert_int_equal(info(x, h).selected_location, KVA_LOC_EXTERNAL);
+	tp_free(x->tp[1]); /* the other node goes away */
+	x->tp[1] = NULL;
+	x->ntp = 1;
+	WAIT_UNTIL(x, stats(x).publishers_down == 1);
+	WAIT_UNTIL(x, stats(x).publishers_dropped == 1 && info(x, h).lookups == 2 &&
+	                  info(x, h).has_selection && info(x, h).selected_position == 2 * BS);
+	assert_int_equal(info(x, h).selected_location, KVA_LOC_LOCAL);
+	assert_int_equal(stats(x).blocks, 2);
 	fx_free(x);
 }
 
@@ -506,6 +542,7 @@ int main(void)
 		cmocka_unit_test(gap_is_recovered_through_replay),
 		cmocka_unit_test(publisher_restart_drops_its_entries),
 		cmocka_unit_test(cleared_publisher_reaches_waiting_request),
+		cmocka_unit_test(vanished_publisher_is_dropped_and_reaches_waiting),
 		cmocka_unit_test(malformed_and_oversized_are_counted_and_dropped),
 		cmocka_unit_test(python_publisher_beside_a_c_one),
 		cmocka_unit_test(bad_config_is_refused),
