@@ -72,6 +72,10 @@ bench: deps
 	timeout $(BENCH_TIMEOUT) $(B)/bench/bench/kvadmit-bench $(BENCH_ARGS) \
 	  --benchmark_out=docs/bench/results.json --benchmark_out_format=json
 	python3 bench/report.py docs/bench/results.json --readme bench/README.md --plots docs/bench
+	@# the fleet directory (fleet/, when libzmq and msgpack-c are there): events/s, bytes/block
+	if [ -x $(B)/bench/bench/kvadmit-fleet-bench ] || \
+	   cmake --build $(B)/bench -j$(JOBS) --target kvadmit-fleet-bench 2>/dev/null; then \
+	  $(B)/bench/bench/kvadmit-fleet-bench | tee docs/bench/fleet.txt; fi
 
 # libFuzzer targets (tests/fuzz/README.md): their own clang build with
 # ASan+UBSan and allocation-failure injection. `make fuzz` replays the corpus
