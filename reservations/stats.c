@@ -226,6 +226,24 @@ static void sample(struct out *o, enum kind k, const char *name, const char *lab
 	     (unsigned long long)v);
 }
 
+/* One label value and its sample. */
+struct lv {
+	const char *label;
+	uint64_t v;
+};
+
+/* A family whose samples differ by one label (`key`): rows end at a NULL label. */
+static void labelled(struct out *o, bool om, const char *name, enum kind k, const char *help,
+                     const char *key, const struct lv *rows)
+{
+	family(o, om, name, k, help);
+	for (; rows->label; rows++) {
+		char labels[80];
+		snprintf(labels, sizeof(labels), "{%s=\"%s\"}", key, rows->label);
+		sample(o, k, name, labels, rows->v);
+	}
+}
+
 static void single(struct out *o, bool om, const char *name, enum kind k, const char *help,
                    uint64_t v)
 {
@@ -260,55 +278,64 @@ size_t kva_stats_format_as(const kva_stats *s, int format, char *buf, size_t len
 
 	/* the page pool: total = free + reserved + in use + draining at quiescence */
 	single(&o, om, "kvadmit_pool_pages", GAUGE, "Pages in the KV-cache pool.", s->total_pages);
-	family(&o, om, "kvadmit_pages", GAUGE, "Pool pages by what holds them.");
-	sample(&o, GAUGE, "kvadmit_pages", "{state=\"free\"}", s->free_pages);
-	sample(&o, GAUGE, "kvadmit_pages", "{state=\"reserved\"}", s->reserved_pages);
-	sample(&o, GAUGE, "kvadmit_pages", "{state=\"in_use\"}", s->in_use_pages);
-	sample(&o, GAUGE, "kvadmit_pages", "{state=\"draining\"}", s->draining_pages);
+	labelled(&o, om, "kvadmit_pages", GAUGE, "Pool pages by what holds them.", "state",
+		 (const struct lv[]){{"free", s->free_pages},
+				     {"reserved", s->reserved_pages},
+				     {"in_use", s->in_use_pages},
+				     {"draining", s->draining_pages},
+				     {NULL, 0}});
 	single(&o, om, "kvadmit_copy_slots_free", GAUGE, "Copy slots free.", s->free_copy_slots);
 	single(&o, om, "kvadmit_run_slots_free", GAUGE, "Running slots free.", s->free_run_slots);
 
-	family(&o, om, "kvadmit_requests", GAUGE, "Requests by state now.");
-	sample(&o, GAUGE, "kvadmit_requests", "{state=\"waiting\"}", s->waiting);
-	sample(&o, GAUGE, "kvadmit_requests", "{state=\"importing\"}", s->importing);
-	sample(&o, GAUGE, "kvadmit_requests", "{state=\"ready\"}", s->ready);
-	sample(&o, GAUGE, "kvadmit_requests", "{state=\"running\"}", s->running);
-	family(&o, om, "kvadmit_request_events", COUNTER, "Request lifecycle events.");
-	sample(&o, COUNTER, "kvadmit_request_events", "{event=\"submitted\"}", s->submitted);
-	sample(&o, COUNTER, "kvadmit_request_events", "{event=\"ingested\"}", s->ingested);
-	sample(&o, COUNTER, "kvadmit_request_events", "{event=\"rejected\"}", s->rejected);
-	sample(&o, COUNTER, "kvadmit_request_events", "{event=\"finished\"}", s->finished);
-	sample(&o, COUNTER, "kvadmit_request_events", "{event=\"cancelled\"}", s->cancelled);
-	sample(&o, COUNTER, "kvadmit_request_events", "{event=\"preempted\"}", s->preempted);
+	labelled(&o, om, "kvadmit_requests", GAUGE, "Requests by state now.", "state",
+		 (const struct lv[]){{"waiting", s->waiting},
+				     {"importing", s->importing},
+				     {"ready", s->ready},
+				     {"running", s->running},
+				     {NULL, 0}});
+	labelled(&o, om, "kvadmit_request_events", COUNTER, "Request lifecycle events.", "event",
+		 (const struct lv[]){{"submitted", s->submitted},
+				     {"ingested", s->ingested},
+				     {"rejected", s->rejected},
+				     {"finished", s->finished},
+				     {"cancelled", s->cancelled},
+				     {"preempted", s->preempted},
+				     {NULL, 0}});
 
-	family(&o, om, "kvadmit_admissions", COUNTER, "Admissions by how the prefix was served.");
-	sample(&o, COUNTER, "kvadmit_admissions", "{how=\"restore\"}", s->admitted_restore);
-	sample(&o, COUNTER, "kvadmit_admissions", "{how=\"local\"}", s->admitted_local);
-	sample(&o, COUNTER, "kvadmit_admissions", "{how=\"recompute\"}", s->admitted_recompute);
+	labelled(&o, om, "kvadmit_admissions", COUNTER, "Admissions by how the prefix was served.",
+		 "how",
+		 (const struct lv[]){{"restore", s->admitted_restore},
+				     {"local", s->admitted_local},
+				     {"recompute", s->admitted_recompute},
+				     {NULL, 0}});
 	single(&o, om, "kvadmit_prompt_tokens_admitted", COUNTER,
 	       "Prompt tokens of admitted requests.", s->prompt_tokens_admitted);
-	family(&o, om, "kvadmit_prompt_tokens", COUNTER,
-	       "Admitted prompt tokens by source, each counted once.");
-	sample(&o, COUNTER, "kvadmit_prompt_tokens", "{source=\"local\"}", s->tokens_local);
-	sample(&o, COUNTER, "kvadmit_prompt_tokens", "{source=\"restored\"}", s->tokens_restored);
-	sample(&o, COUNTER, "kvadmit_prompt_tokens", "{source=\"recomputed\"}", s->tokens_recomputed);
+	labelled(&o, om, "kvadmit_prompt_tokens", COUNTER,
+		 "Admitted prompt tokens by source, each counted once.", "source",
+		 (const struct lv[]){{"local", s->tokens_local},
+				     {"restored", s->tokens_restored},
+				     {"recomputed", s->tokens_recomputed},
+				     {NULL, 0}});
 
-	family(&o, om, "kvadmit_lookups", COUNTER, "Directory lookups by outcome.");
-	sample(&o, COUNTER, "kvadmit_lookups", "{event=\"issued\"}", s->lookups_issued);
-	sample(&o, COUNTER, "kvadmit_lookups", "{event=\"answered\"}", s->lookups_answered);
-	sample(&o, COUNTER, "kvadmit_lookups", "{event=\"timed_out\"}", s->lookups_timed_out);
-	sample(&o, COUNTER, "kvadmit_lookups", "{event=\"late_answer\"}", s->late_answers);
-	sample(&o, COUNTER, "kvadmit_lookups", "{event=\"refresh\"}", s->refreshes);
-	sample(&o, COUNTER, "kvadmit_lookups", "{event=\"revalidation\"}", s->revalidations);
+	labelled(&o, om, "kvadmit_lookups", COUNTER, "Directory lookups by outcome.", "event",
+		 (const struct lv[]){{"issued", s->lookups_issued},
+				     {"answered", s->lookups_answered},
+				     {"timed_out", s->lookups_timed_out},
+				     {"late_answer", s->late_answers},
+				     {"refresh", s->refreshes},
+				     {"revalidation", s->revalidations},
+				     {NULL, 0}});
 
-	family(&o, om, "kvadmit_copies", COUNTER, "Copy jobs and what became of them.");
-	sample(&o, COUNTER, "kvadmit_copies", "{event=\"job\"}", s->copy_jobs);
-	sample(&o, COUNTER, "kvadmit_copies", "{event=\"attempt_failed\"}", s->copy_attempts_failed);
-	sample(&o, COUNTER, "kvadmit_copies", "{event=\"retry\"}", s->copy_retries);
-	sample(&o, COUNTER, "kvadmit_copies", "{event=\"shorter_checkpoint\"}", s->shorter_fallbacks);
-	sample(&o, COUNTER, "kvadmit_copies", "{event=\"stale_report\"}", s->stale_copy_reports);
+	labelled(&o, om, "kvadmit_copies", COUNTER, "Copy jobs and what became of them.", "event",
+		 (const struct lv[]){{"job", s->copy_jobs},
+				     {"attempt_failed", s->copy_attempts_failed},
+				     {"retry", s->copy_retries},
+				     {"shorter_checkpoint", s->shorter_fallbacks},
+				     {"stale_report", s->stale_copy_reports},
+				     {NULL, 0}});
 
-	family(&o, om, "kvadmit_fallbacks", COUNTER, "Requests that took the ordinary path, by reason.");
+	family(&o, om, "kvadmit_fallbacks", COUNTER,
+	       "Requests that took the ordinary path, by reason.");
 	for (int r = 1; r < KVA_REASON_COUNT; r++) {
 		char labels[64];
 		snprintf(labels, sizeof(labels), "{reason=\"%s\"}", kva_reason_name(r));
@@ -316,7 +343,8 @@ size_t kva_stats_format_as(const kva_stats *s, int format, char *buf, size_t len
 	}
 
 	single(&o, om, "kvadmit_restore_blocked_steps", COUNTER,
-	       "Steps in which a restore at the head waited for capacity.", s->restore_blocked_steps);
+	       "Steps in which a restore at the head waited for capacity.",
+	       s->restore_blocked_steps);
 	single(&o, om, "kvadmit_wait_logs", COUNTER, "Capacity-wait log lines.", s->wait_logs);
 	single(&o, om, "kvadmit_wait_expired", COUNTER, "Bounded restore waits that expired.",
 	       s->wait_expired);
@@ -339,14 +367,14 @@ size_t kva_stats_format_as(const kva_stats *s, int format, char *buf, size_t len
 	       s->logs_suppressed);
 
 	histogram(&o, om, "kvadmit_capacity_wait_duration_seconds",
-	          "Time a head waited for capacity, per wait.", &s->capacity_wait);
+		  "Time a head waited for capacity, per wait.", &s->capacity_wait);
 	histogram(&o, om, "kvadmit_lookup_duration_seconds",
-	          "Time from a decisive lookup to its answer.", &s->lookup_latency);
+		  "Time from a decisive lookup to its answer.", &s->lookup_latency);
 	histogram(&o, om, "kvadmit_copy_duration_seconds",
-	          "Time from a copy attempt's dispatch to its last rank's report.",
-	          &s->copy_duration);
+		  "Time from a copy attempt's dispatch to its last rank's report.",
+		  &s->copy_duration);
 	histogram(&o, om, "kvadmit_time_to_admission_seconds",
-	          "Time from ingest (or requeue) to admission.", &s->time_to_admission);
+		  "Time from ingest (or requeue) to admission.", &s->time_to_admission);
 	if (om)
 		emit(&o, "# EOF\n");
 	/* end after the last whole line written: the bytes behind it were
