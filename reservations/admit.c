@@ -79,15 +79,21 @@ static void plan_admit(kva_engine *e, struct kva__req *r, uint8_t how, uint32_t 
 	kva__rec_set_state(e, r, KVA_STATE_RUNNING);
 }
 
-/* Page ids for credits just reserved were not in the pool. Cannot happen
- * while ids >= credits outstanding (R1/A1 of capacity.c); if that invariant
- * ever broke, nothing garbage is handed out: the credits go back, the head
- * waits, and the host hears of it. */
+/* Page ids for credits r owns were not in the pool. Cannot happen while
+ * ids >= credits outstanding (R1/A1 of capacity.c); if that invariant ever
+ * broke, nothing garbage is handed out, and the host hears of it. */
+static void log_pages_missing(kva_engine *e, struct kva__req *r)
+{
+	kva__log(e, KVA_LOG_ERROR, KVA_LOGEV_INVARIANT, r, 0, 0,
+	         "kvadmit: no page ids for request %llu's owned credits", (unsigned long long)r->id);
+}
+
+/* The head's just reserved credits found no page ids: they go back and the
+ * head waits. */
 static int pages_missing(kva_engine *e, struct kva__req *r, struct kva_credits reserved)
 {
 	kva_capacity_release(&e->cap, reserved);
-	kva__log(e, KVA_LOG_ERROR, KVA_LOGEV_INVARIANT, r, 0, 0,
-	         "kvadmit: no page ids for request %llu's owned credits", (unsigned long long)r->id);
+	log_pages_missing(e, r);
 	e->plan->head_blocked = true;
 	return 0;
 }
@@ -114,13 +120,15 @@ static int head_no_memory(kva_engine *e, struct kva__req *r)
 	return 0;
 }
 
-/* The head does not fit the plan: -1 (admission stops for this step); if
- * it could not fit even an empty plan, the plan is too small. */
-static int head_no_room(kva_engine *e, struct kva__req *r, uint32_t pages)
+/* Whether the plan has room for r's admission of `pages` pages now; if it
+ * could not hold it even empty, the plan is too small (flagged, counted). */
+static bool plan_fits(kva_engine *e, struct kva__req *r, uint32_t pages, const char *what)
 {
+	if (plan_room(e->plan, pages))
+		return true;
 	if (!kva__plan_could_hold(e->plan, pages))
-		kva__plan_too_small(e, r->id, "admission pages", pages);
-	return -1;
+		kva__plan_too_small(e, r->id, what, pages);
+	return false;
 }
 
 /* ---- the head's timers (rules 8, 18) ----------------------------------------- */
@@ -270,8 +278,8 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 			return -1; /* it would prefill now; an import would not */
 		uint32_t total = prompt_pages + e->cfg.decode_headroom_pages;
 		uint32_t kp = kva__pages_for(e, c->position);
-		if (local && !plan_room(p, kp))
-			return head_no_room(e, r, kp);
+		if (local && !plan_fits(e, r, kp, "admission pages"))
+			return -1;
 		if (kva__grant_ensure(e, r, kp) != 0)
 			return head_no_memory(e, r); /* nothing taken */
 		kva__alloc_ok(e);
@@ -310,8 +318,8 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 	uint32_t first = kva__pages_for(e, budget_cut(e, first_chunk(e, r->prompt_tokens, 0)));
 	if (first > e->usable_pages)
 		first = e->usable_pages; /* a first chunk larger than the pool could never start */
-	if (!plan_room(p, first))
-		return head_no_room(e, r, first);
+	if (!plan_fits(e, r, first, "admission pages"))
+		return -1;
 	if (kva__grant_ensure(e, r, first) != 0)
 		return head_no_memory(e, r);
 	kva__alloc_ok(e);
@@ -340,22 +348,15 @@ static bool take_more(kva_engine *e, struct kva__req *r, uint32_t tokens)
 	uint32_t want = kva__pages_for(e, tokens);
 	if (want <= n)
 		return true;
-	if (!plan_room(e->plan, want)) {
-		if (!kva__plan_could_hold(e->plan, want))
-			kva__plan_too_small(e, r->id, "admission pages", want);
+	if (!plan_fits(e, r, want, "admission pages"))
 		return false;
-	}
 	if (kva__grant_ensure(e, r, want) != 0) {
 		kva__alloc_failed(e, r->id, "page list");
 		return false;
 	}
 	g = kva__grant(r);
 	if (!kva_pagepool_take_n(&e->pool, g->pages + n, want - n)) {
-		/* the credits are owned, so the ids must be there (R1/A1 of
-		 * capacity.c); if not, admit with the imported pages only */
-		kva__log(e, KVA_LOG_ERROR, KVA_LOGEV_INVARIANT, r, 0, 0,
-		         "kvadmit: no page ids for request %llu's owned credits",
-		         (unsigned long long)r->id);
+		log_pages_missing(e, r); /* admitted with the imported pages only */
 		return true;
 	}
 	atomic_store_explicit(&g->npages, want, memory_order_relaxed);
@@ -372,12 +373,8 @@ static bool admit_ready(kva_engine *e, struct kva__req *r)
 	if (budget_spent(e))
 		return false;
 	struct kva__grant *g = kva__grant(r);
-	uint32_t n = atomic_load_explicit(&g->npages, memory_order_relaxed);
-	if (!plan_room(e->plan, n)) {
-		if (!kva__plan_could_hold(e->plan, n))
-			kva__plan_too_small(e, r->id, "imported pages", n);
+	if (!plan_fits(e, r, atomic_load_explicit(&g->npages, memory_order_relaxed), "imported pages"))
 		return false;
-	}
 	if (r->flags & KVA__F_RESTORE) {
 		const kva_checkpoint *c = kva__sel(r);
 		/* rule 22: a local checkpoint the host stated during the copy

@@ -227,9 +227,9 @@ static bool end_departing(kva_engine *e, uint64_t id)
 	if (atomic_load_explicit(&old->state, memory_order_acquire) == KVA__STATE_ENDING) {
 		old->flags |= KVA__F_EV_PENDING; /* its EV_FINISHED is still queued */
 		kva__rec_end(e, old, KVA_STATE_FINISHED);
-	}
-	else if (atomic_load_explicit(&old->cancel_requested, memory_order_relaxed))
+	} else if (atomic_load_explicit(&old->cancel_requested, memory_order_relaxed)) {
 		handle_cancel(e, old); /* may not end it (preempted, growing): then not free */
+	}
 	return kva_idmap_find(&e->live_ids, id) == NULL;
 }
 

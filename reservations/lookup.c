@@ -78,15 +78,20 @@ static void restore_gauge(kva_engine *e, struct kva__req *r, bool on)
 	}
 }
 
-void kva__lookup_forget(kva_engine *e, struct kva__req *r)
+/* A lookup still out (decisive or a refresh) is no longer awaited: its
+ * answer is refused as stale (and counted late) from now on. */
+static void lookup_abandon(kva_engine *e, struct kva__req *r)
 {
-	/* a lookup still out (a refresh, when a restore is admitted) is no
-	 * longer awaited: its answer is refused as stale from now on */
 	uint32_t w = atomic_load_explicit(&r->lookup_word, memory_order_relaxed);
 	if (w & KVA__LW_AWAITING)
 		atomic_store_explicit(&r->lookup_word, w & ~KVA__LW_AWAITING, memory_order_relaxed);
 	r->flags &= (uint16_t)~KVA__F_REFRESH;
 	kva_timerwheel_cancel(&e->wheel, &r->deadline);
+}
+
+void kva__lookup_forget(kva_engine *e, struct kva__req *r)
+{
+	lookup_abandon(e, r);
 	ckpt_unindex(e, r);
 	restore_gauge(e, r, false);
 }
@@ -262,9 +267,7 @@ static int find_id(const struct kva__req *r, uint64_t id)
 	return -1;
 }
 
-/* Drops r's manifest but the host's checkpoint (if any, and `keep`), which
- * stays as its only entry, unselected. */
-static void manifest_keep_host(kva_engine *e, struct kva__req *r, bool keep)
+void kva__lookup_requeue(kva_engine *e, struct kva__req *r, bool keep)
 {
 	int h = keep ? host_idx(r) : -1;
 	kva_checkpoint host;
@@ -276,15 +279,6 @@ static void manifest_keep_host(kva_engine *e, struct kva__req *r, bool keep)
 		r->nents = 1;
 		r->flags |= KVA__F_HOSTLOCAL;
 	}
-}
-
-/* The decisive lookup r awaits is settled without its answer (which will
- * be counted late). */
-static void lookup_settle(kva_engine *e, struct kva__req *r)
-{
-	uint32_t w = atomic_load_explicit(&r->lookup_word, memory_order_relaxed);
-	atomic_store_explicit(&r->lookup_word, w & ~KVA__LW_AWAITING, memory_order_relaxed);
-	kva_timerwheel_cancel(&e->wheel, &r->deadline);
 }
 
 /* r (WAITING, in the queue) takes the host's checkpoint as its path, if it
@@ -310,11 +304,6 @@ void kva__lookup_begin(kva_engine *e, struct kva__req *r, bool resume)
 	if ((resume || !ask || kva__host_position(r) == r->prompt_tokens) && decide_host(e, r))
 		return;
 	kva__lookup_issue(e, r, true);
-}
-
-void kva__lookup_requeue(kva_engine *e, struct kva__req *r, bool keep_host)
-{
-	manifest_keep_host(e, r, keep_host);
 }
 
 /* A decided waiting request may take a longer checkpoint than its current
@@ -394,7 +383,7 @@ void kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoin
 	if (!(r->flags & KVA__F_DECIDED)) {
 		/* the decisive lookup is out: only a full hit decides before it */
 		if (cp->position == r->prompt_tokens) {
-			lookup_settle(e, r);
+			lookup_abandon(e, r);
 			decide_host(e, r);
 		}
 		return;
@@ -488,8 +477,8 @@ void kva__lookup_on_evict(kva_engine *e, struct kva__evict *ev)
 		if (kva__sel(r)->epoch < ev->epoch) {
 			kva__st_sched(e, ST_REVALIDATIONS, 1);
 			int h = host_idx(r); /* another local checkpoint the host knows stays */
-			manifest_keep_host(e, r, h >= 0 && kva__ents(r)[h].id != ev->checkpoint_id);
-			r->flags &= (uint16_t) ~(KVA__F_DECIDED | KVA__F_REFRESH);
+			kva__lookup_requeue(e, r, h >= 0 && kva__ents(r)[h].id != ev->checkpoint_id);
+			lookup_abandon(e, r); /* a refresh still out */
 			kva__lookup_begin(e, r, false);
 		}
 		r = next;

@@ -20,9 +20,10 @@ void kva__lookup_issue(kva_engine *e, struct kva__req *r, bool decisive);
  * checkpoint decides it (rule 22) — a full hit, or any when `resume`
  * (a preempted request). */
 void kva__lookup_begin(kva_engine *e, struct kva__req *r, bool resume);
-/* r goes back to waiting as a new wait: its manifest and selection go, but
- * the host's local checkpoint when keep_host (preemption, not a reset). */
-void kva__lookup_requeue(kva_engine *e, struct kva__req *r, bool keep_host);
+/* r's manifest and selection go, but the host's local checkpoint when
+ * `keep` (a preemption, an eviction of another checkpoint; not a reset),
+ * which stays as its only entry, unselected. */
+void kva__lookup_requeue(kva_engine *e, struct kva__req *r, bool keep);
 /* The host stated a local checkpoint of r (rule 22). Needs no memory: a
  * manifest that must grow takes *spare (set to NULL then). */
 void kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint *cp,

@@ -68,8 +68,8 @@ struct kva__answer {
 	struct kva__event ev;
 	kva_lookup_token token;
 	uint32_t count;
-	uint32_t cap; /* entries allocated: one more than the directory's, for
-	               * the host's own local checkpoint (rule 22) */
+	uint32_t cap; /* entries allocated: a directory's answer one more than it
+	               * lists, for the host's own local checkpoint (rule 22) */
 	kva_checkpoint entries[];
 };
 
