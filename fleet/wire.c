@@ -335,13 +335,111 @@ static int rd_field(struct kvf_batch *b, struct rd *r, struct kvf_event *e, enum
 	}
 }
 
+/* Mooncake's block hash is a string: hex digits, "0x" optional (its guide's
+ * example "0x41234125"); up to 16 digits are the hash's value, a longer one
+ * (a sha256 hex digest) its first 16 digits, so both agree with the bytes
+ * form (first 8 bytes, big-endian). Any other string: its bytes. */
+static uint64_t hash_from_str(const uint8_t *s, uint64_t n)
+{
+	const uint8_t *p = s;
+	uint64_t m = n;
+	if (m > 2 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X'))
+		p += 2, m -= 2;
+	uint64_t v = 0;
+	for (uint64_t i = 0; i < m; i++) {
+		uint8_t c = p[i];
+		unsigned d = c >= '0' && c <= '9'   ? (unsigned)(c - '0')
+		             : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+		             : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10)
+		                                    : 16u;
+		if (d == 16)
+			return kvf_hash_from_bytes(s, n);
+		if (i < 16)
+			v = v << 4 | d;
+	}
+	return m ? v : kvf_hash_from_bytes(s, n);
+}
+
+/* Mooncake's BlockStoreEvent, after its tag (array layout, 8 fields:
+ * mooncake_key, replicas [[type, location]...], model_name, block_size,
+ * block_hash, parent_block_hash, token_ids). One event per distinct replica
+ * type, whose name is the medium ("memory", "disk", "local_disk"); no
+ * replica or an empty block_hash: nothing indexable, counted unknown. */
+static int rd_mooncake_store(struct kvf_batch *b, struct rd *r, uint64_t nfields)
+{
+	struct val v, x;
+	char media[3][KVF_MEDIUM_MAX + 1];
+	uint8_t mlen[3];
+	uint32_t nm = 0, bs = 0;
+	uint64_t hash = 0;
+	bool has_hash = false;
+	if (nfields < 7)
+		return -EBADMSG;
+	if (!rd_val(r, &v) || v.k != K_STR) /* mooncake_key */
+		return -EBADMSG;
+	if (!rd_val(r, &v) || v.k != K_ARRAY)
+		return -EBADMSG;
+	for (uint64_t i = 0; i < v.u; i++) {
+		if (!rd_val(r, &x) || x.k != K_ARRAY || x.u == 0)
+			return -EBADMSG;
+		struct val t;
+		if (!rd_val(r, &t) || t.k != K_STR || !skip_n(r, x.u - 1, 3))
+			return -EBADMSG;
+		size_t n = t.u > KVF_MEDIUM_MAX ? KVF_MEDIUM_MAX : (size_t)t.u;
+		bool seen = n == 0;
+		for (uint32_t k = 0; k < nm && !seen; k++)
+			seen = mlen[k] == n && memcmp(media[k], t.s, n) == 0;
+		if (!seen && nm < 3) {
+			memcpy(media[nm], t.s, n);
+			media[nm][n] = 0;
+			mlen[nm++] = (uint8_t)n;
+		}
+	}
+	if (!rd_val(r, &v) || v.k != K_STR) /* model_name */
+		return -EBADMSG;
+	if (!rd_val(r, &v) || v.k != K_UINT || v.u > UINT32_MAX)
+		return -EBADMSG;
+	bs = (uint32_t)v.u;
+	if (!rd_val(r, &v) || (v.k != K_STR && v.k != K_BIN))
+		return -EBADMSG;
+	if (v.u) {
+		has_hash = true;
+		hash = v.k == K_STR ? hash_from_str(v.s, v.u) : kvf_hash_from_bytes(v.s, v.u);
+	}
+	if (!skip_n(r, nfields - 5, 2)) /* parent_block_hash, token_ids, later fields */
+		return -EBADMSG;
+	if (!has_hash || nm == 0) {
+		b->unknown_events++;
+		return 0;
+	}
+	int rc = grow((void **)&b->events, &b->events_cap, b->nevents + nm,
+	              sizeof(struct kvf_event), b->max_events);
+	if (rc || (rc = grow((void **)&b->hashes, &b->hashes_cap, b->nhashes + 1, sizeof(uint64_t),
+	                     b->max_hashes)))
+		return rc;
+	b->hashes[b->nhashes] = hash;
+	for (uint32_t k = 0; k < nm; k++) {
+		struct kvf_event *e = &b->events[b->nevents++];
+		memset(e, 0, sizeof(*e));
+		e->type = KVF_EV_STORED;
+		e->group_idx = KVF_GROUP_NONE;
+		e->block_size = bs;
+		e->nhashes = 1;
+		e->first_hash = b->nhashes;
+		memcpy(e->medium, media[k], mlen[k] + 1u);
+		e->medium_len = mlen[k];
+	}
+	b->nhashes++;
+	return 0;
+}
+
 static uint8_t tag_type(const struct val *t)
 {
 	if (str_is(t, "BlockStored"))
 		return KVF_EV_STORED;
 	if (str_is(t, "BlockRemoved"))
 		return KVF_EV_REMOVED;
-	if (str_is(t, "AllBlocksCleared"))
+	if (str_is(t, "AllBlocksCleared") || str_is(t, "RemoveAllEvent")) /* vLLM, Mooncake */
 		return KVF_EV_CLEARED;
 	return 0;
 }
@@ -365,6 +463,10 @@ static int rd_event(struct kvf_batch *b, struct rd *r)
 	if (v.k == K_ARRAY) {
 		if (v.u == 0 || !rd_val(r, &k) || k.k != K_STR)
 			return -EBADMSG;
+		if (str_is(&k, "BlockStoreEvent"))
+			return rd_mooncake_store(b, r, v.u - 1);
+		/* Mooncake's BlockUpdateEvent names a mooncake_key, not a block
+		 * hash: nothing the index can key; skipped as unknown (below) */
 		e->type = tag_type(&k);
 		if (!e->type) {
 			b->unknown_events++;

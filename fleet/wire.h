@@ -8,7 +8,11 @@
  * (map-encoded batch and events, tag key "type", ExternalBlockHash = bytes |
  * int, medium, group_idx), also accepting the array_like encoding of older
  * vLLM (b4e69e0af33f4698e157a262cc787fe61983cd3d) and of TensorRT-LLM
- * (positional fields, the tag first). docs/fleet.md lists the fields.
+ * (positional fields, the tag first), and the Mooncake master's events
+ * (kvcache-ai/Mooncake mooncake-store/include/kv_event/kv_event.hpp at
+ * e6294cf5a055637e28edf3cc021309a39090fd21: BlockStoreEvent with one string
+ * block_hash and its replicas' types as media, RemoveAllEvent).
+ * docs/fleet.md lists the fields.
  *
  * kvf_decode() validates the whole payload before anything is applied: a
  * batch is either decoded completely into the caller's kvf_batch or refused

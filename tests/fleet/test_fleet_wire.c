@@ -165,6 +165,99 @@ static void array_like_form_old_vllm_and_trtllm(void **st)
 	msgpack_sbuffer_destroy(&sb);
 }
 
+/* Mooncake's master (kvcache-ai/Mooncake mooncake-store/include/kv_event/
+ * kv_event.hpp at e6294cf5a055637e28edf3cc021309a39090fd21), field by field
+ * as its pack() writes them: [ts, events], each event an array whose first
+ * element is its tag. */
+static void mooncake_store_layout(void **st)
+{
+	(void)st;
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_array(&pk, 2);
+	msgpack_pack_double(&pk, 1700000000.25);
+	msgpack_pack_array(&pk, 5);
+	/* BlockStoreEvent: 8 fields, a memory and a disk replica */
+	msgpack_pack_array(&pk, 8);
+	str(&pk, "BlockStoreEvent");
+	str(&pk, "key_12345");
+	msgpack_pack_array(&pk, 3);
+	msgpack_pack_array(&pk, 2);
+	str(&pk, "memory");
+	str(&pk, "tcp://192.168.1.10:6000");
+	msgpack_pack_array(&pk, 2);
+	str(&pk, "disk");
+	str(&pk, "/data/blocks/block_12345.bin");
+	msgpack_pack_array(&pk, 2); /* a second memory replica: one medium */
+	str(&pk, "memory");
+	str(&pk, "tcp://192.168.1.11:6000");
+	str(&pk, "llama2-7b");
+	msgpack_pack_uint32(&pk, 16);
+	str(&pk, "0x41234125");
+	str(&pk, "0x51512342");
+	msgpack_pack_array(&pk, 5);
+	for (uint32_t i = 1; i <= 5; i++)
+		msgpack_pack_uint32(&pk, i);
+	/* a sha256 hex digest as the hash: its first 8 bytes */
+	msgpack_pack_array(&pk, 8);
+	str(&pk, "BlockStoreEvent");
+	str(&pk, "key_2");
+	msgpack_pack_array(&pk, 1);
+	msgpack_pack_array(&pk, 2);
+	str(&pk, "local_disk");
+	str(&pk, "tcp://192.168.1.10:7000");
+	str(&pk, "");
+	msgpack_pack_uint32(&pk, 16);
+	str(&pk, "00000000000000ffeeddccbbaa99887766554433221100ffeeddccbbaa998877");
+	str(&pk, "");
+	msgpack_pack_array(&pk, 0);
+	/* no block hash (StoreEventInfo left at its defaults): not indexable */
+	msgpack_pack_array(&pk, 8);
+	str(&pk, "BlockStoreEvent");
+	str(&pk, "key_3");
+	msgpack_pack_array(&pk, 1);
+	msgpack_pack_array(&pk, 2);
+	str(&pk, "memory");
+	str(&pk, "x");
+	str(&pk, "");
+	msgpack_pack_uint32(&pk, 0);
+	str(&pk, "");
+	str(&pk, "");
+	msgpack_pack_array(&pk, 0);
+	/* BlockUpdateEvent: a mooncake_key only, skipped */
+	msgpack_pack_array(&pk, 3);
+	str(&pk, "BlockUpdateEvent");
+	str(&pk, "key_12345");
+	msgpack_pack_array(&pk, 1);
+	msgpack_pack_array(&pk, 2);
+	str(&pk, "memory");
+	str(&pk, "tcp://192.168.1.10:6000");
+	msgpack_pack_array(&pk, 1);
+	str(&pk, "RemoveAllEvent");
+	struct kvf_batch b;
+	kvf_batch_init(&b, 0, 0);
+	assert_int_equal(kvf_decode(&b, sb.data, sb.size), 0);
+	assert_int_equal(b.nevents, 4);
+	assert_int_equal(b.unknown_events, 2);
+	assert_int_equal(b.events[0].type, KVF_EV_STORED);
+	assert_string_equal(b.events[0].medium, "memory");
+	assert_string_equal(b.events[1].medium, "disk");
+	assert_int_equal(b.events[0].block_size, 16);
+	assert_int_equal(b.events[0].nhashes, 1);
+	assert_int_equal(b.events[1].first_hash, b.events[0].first_hash);
+	assert_int_equal(b.hashes[b.events[0].first_hash], 0x41234125);
+	assert_string_equal(b.events[2].medium, "local_disk");
+	assert_int_equal(b.hashes[b.events[2].first_hash], 0xff);
+	assert_int_equal(b.events[3].type, KVF_EV_CLEARED);
+	/* every truncation is refused whole */
+	for (size_t n = 0; n < sb.size; n++)
+		assert_int_equal(kvf_decode(&b, sb.data, n), -EBADMSG);
+	kvf_batch_fini(&b);
+	msgpack_sbuffer_destroy(&sb);
+}
+
 static void broken_payloads_are_refused(void **st)
 {
 	(void)st;
@@ -212,6 +305,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(map_form_as_vllm_writes_it),
 		cmocka_unit_test(array_like_form_old_vllm_and_trtllm),
+		cmocka_unit_test(mooncake_store_layout),
 		cmocka_unit_test(broken_payloads_are_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
