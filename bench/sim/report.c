@@ -104,6 +104,11 @@ static struct metrics derive(const struct sim_scenario *sc, struct sim_result *r
 	return m;
 }
 
+static double pct(uint64_t part, uint64_t whole)
+{
+	return whole ? 100.0 * (double)part / (double)whole : 0;
+}
+
 static uint64_t fallback_total(const kva_stats *st)
 {
 	uint64_t n = 0;
@@ -200,6 +205,11 @@ void sim_print_table(FILE *f, const struct sim_scenario *sc, struct sim_result *
 	ROWF("per-turn prompt from cache", "%.1f%%", 100 * mx->turn_cache);
 	ROWF("  local / external", "%.1f%% / %.1f%%", 100 * mx->turn_local,
 	     100 * mx->turn_external);
+	ROWF("  later turns only", "%.1f%%",
+	     x->later_prompt_tokens ? 100.0 * x->later_cached_tokens / x->later_prompt_tokens : 0);
+	ROWF("  misses: 1st turns / new / other", "%.1f%% / %.1f%% / %.1f%%",
+	     pct(x->miss_first, x->turn_prompt_tokens), pct(x->miss_new, x->turn_prompt_tokens),
+	     pct(x->miss_other, x->turn_prompt_tokens));
 	ROWF("later turns restored (stored)", "%llu/%llu",
 	     (unsigned long long)x->later_stored_restored, (unsigned long long)x->later_stored);
 	ROWF("prompt tokens from cache (admissions)", "%.1f%%", 100 * mx->cache);
@@ -265,6 +275,15 @@ static void json_policy(FILE *f, const struct sim_scenario *sc, struct sim_resul
 		m.turn_cache, m.turn_local, m.turn_external);
 	fprintf(f, "\"later_turns_stored\":%llu,\"later_turns_stored_restored\":%llu,",
 		(unsigned long long)r->later_stored, (unsigned long long)r->later_stored_restored);
+	/* the per-turn share's misses, in prompt tokens of completed turns */
+	fprintf(f,
+		"\"later_turn_cache_share\":%.6g,\"first_turns_completed\":%llu,"
+		"\"turn_miss_tokens\":{\"prompt\":%llu,\"first_turns\":%llu,\"new\":%llu,"
+		"\"other\":%llu},",
+		r->later_prompt_tokens ? (double)r->later_cached_tokens / r->later_prompt_tokens : 0,
+		(unsigned long long)r->first_turns, (unsigned long long)r->turn_prompt_tokens,
+		(unsigned long long)r->miss_first, (unsigned long long)r->miss_new,
+		(unsigned long long)r->miss_other);
 	fprintf(f, "\"turns_in_flight\":%llu,\"in_flight_mean_age_s\":%.6g,",
 		(unsigned long long)r->in_flight, r->in_flight_age_s);
 	fprintf(f, "\"hold_steps\":%llu,\"budget_spent_steps\":%llu,",
@@ -299,9 +318,9 @@ static void json_policy(FILE *f, const struct sim_scenario *sc, struct sim_resul
 		(unsigned long long)st->wait_expired);
 	fprintf(f,
 		"\"local_cache\":{\"evicted_pages\":%llu,\"evictions_reported\":%llu,"
-		"\"stale_local_admissions\":%llu},",
+		"\"stale_local_admissions\":%llu,\"shrunk_entries\":%llu},",
 		(unsigned long long)r->evicted_pages, (unsigned long long)r->evictions_reported,
-		(unsigned long long)r->stale_local);
+		(unsigned long long)r->stale_local, (unsigned long long)r->shrunk_entries);
 	fprintf(f, "\"gpu_steps\":%llu,\"gpu_busy_s\":%.6g,\"idle_polls\":%llu,",
 		(unsigned long long)r->gpu_steps, r->gpu_busy_s, (unsigned long long)r->idle_polls);
 	fprintf(f, "\"ctx_to_pool_mean\":%.6g,\"ctx_to_pool_end\":%.6g,\"compactions\":%llu,",
@@ -322,8 +341,9 @@ void sim_print_json(FILE *f, const struct sim_scenario *sc, struct sim_result *r
 	fprintf(f, "{\"scenario\":{");
 	fprintf(f, "\"profile\":\"%s\",\"agents\":%u,\"nodes\":%u,\"duration_s\":%.6g,\"seed\":%llu,",
 		md->profile, w->agents, sc->nodes, sc->duration_s, (unsigned long long)w->seed);
-	fprintf(f, "\"start\":\"%s\",\"keep_local\":%s,", w->warm ? "warm" : "cold",
-		sc->keep_local ? "true" : "false");
+	fprintf(f, "\"start\":\"%s\",\"keep_local\":%s,\"local_cache\":\"%s\",",
+		w->warm ? "warm" : "cold", sc->keep_local ? "true" : "false",
+		sc->local_boundary ? "boundary" : "prefix");
 	fprintf(f, "\"pool_pages\":%u,\"page_tokens\":%u,\"pool_tokens\":%llu,", sc->pool_pages,
 		sc->page_tokens, (unsigned long long)sc->pool_pages * sc->page_tokens);
 	fprintf(f, "\"ctx_to_pool_start\":%.6g,", sim_ctx_to_pool_start(sc));

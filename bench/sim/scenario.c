@@ -42,6 +42,9 @@ static const struct sim_model profile_spark_glm = {
     .max_running = 256,
     .max_copy_retries = 2,
     .keep_local = true,
+    /* the deployment's checkpoints are request-boundary bundles of recurrent
+     * state (README, "Local cache"): no hit at an arbitrary shorter prefix */
+    .local_boundary = true,
 };
 
 static const struct sim_model profile_h200_70b = {
@@ -88,6 +91,7 @@ int sim_profile(struct sim_scenario *sc, const char *name)
 		if (!strcmp(profiles[i]->profile, name)) {
 			sc->m = *profiles[i];
 			sc->keep_local = sc->m.keep_local;
+			sc->local_boundary = sc->m.local_boundary;
 			return 0;
 		}
 	return -1;

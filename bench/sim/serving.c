@@ -168,6 +168,8 @@ static void finish_turn(struct sim *s, struct sim_agent *a)
 	uint32_t pt = s->sc->page_tokens;
 	sim_cache_put(s, a, a->kv / pt);
 	sim_store_write(s, a, a->kv / pt * pt);
+	uint32_t hist = a->hist_pos < a->prompt ? a->hist_pos : a->prompt;
+	a->hist_pos = a->kv / pt * pt;
 	s->sum_ctx += a->prompt + a->decode_total - a->ctx;
 	a->ctx = a->prompt + a->decode_total;
 	res->turns_completed++;
@@ -176,6 +178,19 @@ static void finish_turn(struct sim *s, struct sim_agent *a)
 	res->turn_prompt_tokens += a->prompt;
 	res->turn_local_tokens += a->turn_local;
 	res->turn_ext_tokens += a->turn_ext;
+	/* where the turn's uncached tokens are */
+	uint32_t miss = a->prompt - a->turn_local - a->turn_ext;
+	if (a->session_turn == 0) {
+		res->first_turns++;
+		res->miss_first += miss;
+	} else {
+		uint32_t fresh = a->prompt - hist; /* the tool output, the page's rest */
+		uint32_t nw = miss < fresh ? miss : fresh;
+		res->miss_new += nw;
+		res->miss_other += miss - nw;
+		res->later_prompt_tokens += a->prompt;
+		res->later_cached_tokens += a->prompt - miss;
+	}
 	if (a->session_turn > 0) {
 		res->later_turns++;
 		if (!a->recomputed_prefix)
@@ -220,10 +235,14 @@ static void take_admission(struct sim_node *n, const kva_admission *ad)
 		}
 		sim_cache_drop(s, a, false); /* its pages are this request's now */
 	} else if (ad->how == KVA_ADMIT_RECOMPUTE && ad->reason == KVA_REASON_LEGACY &&
-		   s->sc->keep_local && a->in_lru) {
+		   s->sc->keep_local && a->in_lru &&
+		   (!s->sc->local_boundary ||
+		    (uint64_t)a->local_pages * pt <=
+			((uint64_t)a->prompt + a->decoded - 1) / pt * pt)) {
 		/* vLLM: the local prefix-cache hit (get_computed_blocks) is found
 		 * before the connector is asked; refusing the external part does
-		 * not drop it. Page-aligned, and at least one token to compute. */
+		 * not drop it. Page-aligned, and at least one token to compute;
+		 * a recurrent bundle only whole. */
 		uint64_t total = (uint64_t)a->prompt + a->decoded;
 		uint64_t cap = (total - 1) / pt * pt;
 		uint64_t have = (uint64_t)a->local_pages * pt;
@@ -245,6 +264,7 @@ static void take_admission(struct sim_node *n, const kva_admission *ad)
 	}
 	a->admitted_once = true;
 	a->kv = local + ext;
+	a->admit_pos = a->kv;
 	a->held_pages = ad->npages;
 	/* after a preemption the tokens decoded so far are prefilled again */
 	a->prefill_left = a->prompt + a->decoded - a->kv;
@@ -291,8 +311,13 @@ static void preempt(struct sim_node *n, struct sim_agent *v)
 	}
 	run_unlink(n, v);
 	n->preempted = true;
-	/* its pages return to the pool still holding its KV */
-	sim_cache_put(s, v, v->kv / s->sc->page_tokens);
+	/* its pages return to the pool still holding its KV. A recurrent
+	 * model has state only at request boundaries: its prompt's end once
+	 * the prompt is prefilled, else the bundle it was admitted from */
+	uint32_t keep = v->kv;
+	if (s->sc->local_boundary)
+		keep = v->kv >= v->prompt ? v->prompt : v->admit_pos;
+	sim_cache_put(s, v, keep / s->sc->page_tokens);
 }
 
 /* Pages for `tokens` more tokens of a; preempts from the newest running
@@ -652,6 +677,7 @@ static void agents_init(struct sim *s)
 			a->ctx = sim_draw_init_ctx(&sc->w, i);
 			a->session_turn = 1;
 			a->ext_pos[0] = a->ctx / pt * pt;
+			a->hist_pos = a->ext_pos[0];
 			a->ext_id[0] = (uint64_t)(i + 1) << 32 | ++a->ext_seq;
 			a->n_ext = a->ext_pos[0] ? 1 : 0;
 		} else {

@@ -39,6 +39,10 @@ static void usage(FILE *f)
 	    "                        (default 8000:24000 cold, 80000:104000 warm)\n"
 	    "  --keep-local on|off   legacy: a restore refused for capacity keeps its local\n"
 	    "                        prefix-cache hit, as vLLM does (default: the profile's, on)\n"
+	    "  --local-cache boundary|prefix\n"
+	    "                        local prefix cache: boundary = a recurrent model's (a hit\n"
+	    "                        only where an entry ends, an entry evicted whole; spark-glm's\n"
+	    "                        default), prefix = an attention model's (any shorter prefix)\n"
 	    "  --write-gbs G         checkpoint write bandwidth per rank, GB/s (default: profile)\n"
 	    "  --import-gbs G        checkpoint import bandwidth per rank, GB/s (default: profile)\n"
 	    "  --weight-bits B       weight precision, 4..16 bits (default 16: BF16)\n"
@@ -74,7 +78,7 @@ static const char *const valued[] = {
     "--agents",	    "--duration",   "--pool-pages",	  "--page-tokens",
     "--seed",	    "--policy",	    "--max-restore-wait", "--lookup-timeout",
     "--copy-slots", "--world-size", "--copy-fail-rate", "--profile", "--nodes",
-    "--start-tokens", "--keep-local", "--write-gbs", "--import-gbs", "--weight-bits",
+    "--start-tokens", "--keep-local", "--local-cache", "--write-gbs", "--import-gbs", "--weight-bits",
 };
 
 static bool is_valued(const char *name)
@@ -139,6 +143,7 @@ int main(int argc, char **argv)
 	double write_gbs = 0, import_gbs = 0;
 	uint32_t weight_bits = 16;
 	int keep_local = -1;
+	int local_boundary = -1;
 	uint32_t start_lo = 0, start_hi = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *flag = argv[i];
@@ -225,6 +230,13 @@ int main(int argc, char **argv)
 				keep_local = 0;
 			else
 				return bad(name, val, "must be on or off");
+		} else if (!strcmp(name, "--local-cache")) {
+			if (!strcmp(val, "boundary"))
+				local_boundary = 1;
+			else if (!strcmp(val, "prefix"))
+				local_boundary = 0;
+			else
+				return bad(name, val, "must be boundary or prefix");
 		} else if (!strcmp(name, "--start-tokens")) {
 			char lo[32];
 			const char *colon = strchr(val, ':');
@@ -260,6 +272,8 @@ int main(int argc, char **argv)
 		sc.m.import_bytes_s = import_gbs * 1e9;
 	if (keep_local >= 0)
 		sc.keep_local = keep_local;
+	if (local_boundary >= 0)
+		sc.local_boundary = local_boundary;
 	if (start_given) {
 		if (sc.w.warm)
 			sc.w.init_ctx_min = start_lo, sc.w.init_ctx_max = start_hi;

@@ -54,6 +54,9 @@ struct sim_model {
 	uint16_t max_running;
 	uint32_t max_copy_retries;
 	bool keep_local; /* legacy default: a refused restore keeps its local prefix hit */
+	/* local prefix cache of a model with recurrent state: a hit only at the
+	 * exact request boundary an entry ends at, and an entry evicted whole */
+	bool local_boundary;
 };
 
 /* The agents' turns. */
@@ -83,6 +86,7 @@ struct sim_scenario {
 	uint32_t copy_slots, world_size;
 	uint32_t nodes;	 /* engines, each its own pool and importer */
 	bool keep_local; /* legacy: a refused restore keeps its local prefix hit */
+	bool local_boundary; /* --local-cache boundary|prefix (sim_model.local_boundary) */
 	int policies;	 /* SIM_POLICY_* bits */
 	bool json, progress, no_wall;
 };
@@ -187,6 +191,8 @@ struct sim_agent {
 	uint32_t spec_acc;	 /* speculative decoding: kept tokens carried, x1000 */
 	bool stored_at_start;	 /* the history was in the store when the turn began */
 	uint32_t turn_local, turn_ext; /* cached tokens at the turn's first admission */
+	uint32_t admit_pos; /* tokens the current admission took from cache */
+	uint32_t hist_pos;  /* page-aligned KV the last turn left (stored and cached) */
 	uint64_t turn_start_ns;
 	bool has_first_token;
 	uint32_t submits, ended_reports;
@@ -288,12 +294,17 @@ struct sim_result {
 	 * history was stored when the turn began */
 	uint64_t turn_prompt_tokens, turn_local_tokens, turn_ext_tokens;
 	uint64_t later_stored, later_stored_restored;
+	/* where the per-turn misses are: first turns' prompts, later turns'
+	 * tokens beyond the page-aligned history (tool output), the rest */
+	uint64_t first_turns, miss_first, miss_new, miss_other;
+	uint64_t later_prompt_tokens, later_cached_tokens;
 	uint64_t in_flight; /* turns submitted, not completed, at the end of the window */
 	double in_flight_age_s; /* their mean age then */
 	uint64_t hold_steps, budget_steps; /* steps that preempted / spent the token budget */
 	uint64_t kept_local, kept_local_tokens; /* legacy recomputes that kept a local hit */
 	struct sim_samples turn_s, ttft_s;
 	uint64_t evicted_pages, evictions_reported, stale_local;
+	uint64_t shrunk_entries; /* evictions that left a shorter entry (prefix caches only) */
 	uint64_t idle_polls, gpu_steps;
 	double gpu_busy_s;
 	double ctx_to_pool_end, ctx_to_pool_mean; /* at the end / averaged over the window */

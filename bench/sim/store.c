@@ -94,11 +94,14 @@ void sim_dir_answer(struct sim *s, const struct sim_event *ev)
 		for (uint32_t i = a->n_ext; i-- > 0;)
 			add_entry(&m, a->ext_pos[i], KVA_LOC_EXTERNAL, a->ext_id[i], 1);
 		if (a->in_lru) {
-			/* a prefix cache serves any page-aligned prefix of what it holds */
+			/* an attention prefix cache serves any page-aligned prefix of
+			 * what it holds; a recurrent model's only the boundary its
+			 * state was kept at (--local-cache boundary) */
 			uint64_t have = (uint64_t)a->local_pages * pt;
 			uint64_t cap = (uint64_t)ev->u.lookup.prompt / pt * pt;
-			add_entry(&m, (uint32_t)(have < cap ? have : cap), KVA_LOC_LOCAL,
-				  sim_local_id(a), a->local_epoch);
+			if (have <= cap || !s->sc->local_boundary)
+				add_entry(&m, (uint32_t)(have < cap ? have : cap), KVA_LOC_LOCAL,
+					  sim_local_id(a), a->local_epoch);
 		}
 	}
 	if (idx >= s->sc->w.agents)
@@ -231,8 +234,11 @@ void sim_cache_fit(struct sim_node *n)
 		struct sim_agent *a = n->lru.head;
 		uint64_t over = n->cached_pages - st.free_pages;
 		/* the newest pages of a prefix go first: what is left is still a
-		 * valid, shorter checkpoint */
-		uint32_t cut = over < a->local_pages ? (uint32_t)over : a->local_pages;
+		 * valid, shorter checkpoint. A recurrent bundle has no shorter
+		 * state: evicting any of its pages invalidates all of it (vLLM's
+		 * BoundaryCheckpointCache, README "Local cache") */
+		uint32_t cut = over < a->local_pages && !s->sc->local_boundary ? (uint32_t)over
+									       : a->local_pages;
 		s->res->evicted_pages += cut;
 		if (cut == a->local_pages) {
 			sim_cache_drop(s, a, true);
@@ -240,6 +246,7 @@ void sim_cache_fit(struct sim_node *n)
 		}
 		a->local_pages -= cut;
 		n->cached_pages -= cut;
+		s->res->shrunk_entries++;
 		a->local_epoch++;
 		report_evicted(s, a);
 	}
