@@ -13,8 +13,11 @@ d = json.load(sys.stdin)
 out = []
 for k in ("legacy", "wait"):
     p = d["policies"][k]
-    out.append("%s %.1f tok/s, %.1f%% per turn (%.1f%% per admission), %d/%d later (stored) restored, %d/%d after 1st, %.1f s/turn, %d in flight" % (
-        k, p["decode_tok_s"], 100 * p["turn_cache_share"], 100 * p["cache_token_share"],
+    m = p["turn_miss_tokens"]
+    miss = lambda x: 100.0 * m[x] / m["prompt"] if m["prompt"] else 0
+    out.append("%s %.1f tok/s, %.1f%% per turn (later turns %.1f%%; misses 1st %.1f%% new %.1f%% other %.1f%%; %.1f%% per admission), %d/%d later (stored) restored, %d/%d after 1st, %.1f s/turn, %d in flight" % (
+        k, p["decode_tok_s"], 100 * p["turn_cache_share"], 100 * p["later_turn_cache_share"],
+        miss("first_turns"), miss("new"), miss("other"), 100 * p["cache_token_share"],
         p["later_turns_stored_restored"], p["later_turns_stored"],
         p["later_turns_restored"], p["later_turns"], p["mean_turn_s"], p["turns_in_flight"]))
 print(sys.argv[1] + ": " + " | ".join(out))
@@ -30,5 +33,8 @@ run "keep-local off" --keep-local off
 run "FP8 weights" --weight-bits 8
 run "warm 80k-104k, FP8" --warm --weight-bits 8
 run "warm 80k-104k, keep-local off" --warm --keep-local off
+run "local cache prefix (cold)" --local-cache prefix
+run "warm 80k-104k, local cache prefix" --warm --local-cache prefix
+run "warm 120k-140k, local cache prefix" --warm --start-tokens 120000:140000 --local-cache prefix
 run "h200-70b cold" --profile h200-70b
 run "h200-70b warm" --profile h200-70b --warm
