@@ -31,6 +31,7 @@ run "write 6.8 GB/s" --write-gbs 6.8
 run "write 0.68 GB/s" --write-gbs 0.68
 run "keep-local off" --keep-local off
 run "FP8 weights" --weight-bits 8
+run "4-bit weights" --weight-bits 4
 run "warm 80k-104k, FP8" --warm --weight-bits 8
 run "warm 80k-104k, keep-local off" --warm --keep-local off
 run "local cache prefix (cold)" --local-cache prefix
