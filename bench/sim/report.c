@@ -190,6 +190,9 @@ void sim_print_table(FILE *f, const struct sim_scenario *sc, struct sim_result *
 	fprintf(f, "kvadmit-sim: %u agents on %u engine%s, %.0f s simulated, seed %llu, %s start\n",
 		sc->w.agents, sc->nodes, sc->nodes == 1 ? "" : "s", sc->duration_s,
 		(unsigned long long)sc->w.seed, sc->w.warm ? "warm" : "cold");
+	if (sc->nodes > 1) /* agent i on engine i mod N: the load of each engine */
+		fprintf(f, "%u-%u agents per engine\n", sc->w.agents / sc->nodes,
+			(sc->w.agents + sc->nodes - 1) / sc->nodes);
 	fprintf(f,
 		"pool %u pages x %u tokens (%llu tokens) per engine; agents' contexts %.2fx the "
 		"pools at start\n",
