@@ -220,8 +220,7 @@ static bool handle_cancel(kva_engine *e, struct kva__req *r);
  * it is handled now (its own event then finds it ended). true: id free. */
 static bool end_departing(kva_engine *e, uint64_t id)
 {
-	uint32_t *slot = kva_idmap_find(&e->live_ids, id);
-	struct kva__req *old = slot ? kva_slab_get(&e->slab, *slot) : NULL;
+	struct kva__req *old = kva__rec_live(e, id);
 	if (!old)
 		return false;
 	if (atomic_load_explicit(&old->state, memory_order_acquire) == KVA__STATE_ENDING) {
@@ -230,7 +229,7 @@ static bool end_departing(kva_engine *e, uint64_t id)
 	} else if (atomic_load_explicit(&old->cancel_requested, memory_order_relaxed)) {
 		handle_cancel(e, old); /* may not end it (preempted, growing): then not free */
 	}
-	return kva_idmap_find(&e->live_ids, id) == NULL;
+	return kva__rec_live(e, id) == NULL;
 }
 
 /* 0, or -ENOMEM: nothing changed, the event is retried next step. */
@@ -582,6 +581,7 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	emit_ended(e);
 	kva__admit_run(e);
 	kva__copy_dispatch_pending(e); /* refused ranks: handled next step */
+	kva__rec_ids_settle(e);        /* the ended ids' map misses, last */
 	kva_slab_flush(&e->slab, &e->retired);
 	plan->backlog = e->stalled || !kva_inbox_batch_empty(&e->batch) ||
 	                !kva_inbox_empty(&e->local) || !kva_inbox_batch_empty(&e->local_batch) ||

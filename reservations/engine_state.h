@@ -25,6 +25,7 @@ enum kva__hist { H_CAPACITY_WAIT, H_LOOKUP, H_COPY, H_ADMISSION, H_COUNT };
 #define KVA__HIST_WORDS (2 + KVA_HIST_BUCKETS) /* count, sum, per-bucket counts */
 
 #define KVA__SHARDS KVA_FANIN_LANES /* producer-counter shards, one line each */
+#define KVA__IDS_LEAVING 64         /* ended ids whose live-id entries go at the next settle */
 
 struct kva__shard {
 	alignas(64) _Atomic uint64_t submitted;
@@ -57,6 +58,10 @@ struct kva_engine {
 	struct cds_list_head ended;         /* terminal, not yet reported */
 	struct cds_list_head copy_pending;  /* need a copy job dispatched */
 	struct kva_idmap live_ids;          /* id -> slot of its live incarnation */
+	/* Ended ids still in live_ids: removed together at the next settle
+	 * (record.c), so each entry's cache miss overlaps other work. */
+	uint64_t ids_leaving[KVA__IDS_LEAVING];
+	uint32_t n_ids_leaving;
 	struct kva_idmap ckpt;              /* selected checkpoint id -> first waiting slot */
 	struct kva_slab_retired retired;    /* slots waiting for their grace period */
 	struct kva_timerwheel wheel;

@@ -241,17 +241,40 @@ void kva__rec_give_back(kva_engine *e, struct kva__req *r, uint16_t slots, bool 
 	kva__pages_return(e, g->pages, n, (struct kva_credits){rsv, slots, 1});
 }
 
+/* An ended record's live-id entry is a random line of a table as large as
+ * the waiting count (a DRAM miss at 1M waiting). kva__rec_end prefetches it
+ * and leaves the removal to here, after the step's other work: every reader
+ * of the map settles first, so no caller ever sees a departed id. */
+void kva__rec_ids_settle(kva_engine *e)
+{
+	for (uint32_t i = 0; i < e->n_ids_leaving; i++)
+		kva_idmap_remove(&e->live_ids, e->ids_leaving[i]);
+	e->n_ids_leaving = 0;
+}
+
 int kva__rec_claim_id(kva_engine *e, struct kva__req *r)
 {
+	kva__rec_ids_settle(e);
 	return kva_idmap_insert(&e->live_ids, r->id, kva__rec_slot(r));
+}
+
+struct kva__req *kva__rec_live(kva_engine *e, uint64_t id)
+{
+	kva__rec_ids_settle(e);
+	uint32_t *slot = kva_idmap_find(&e->live_ids, id);
+	return slot ? kva_slab_get(&e->slab, *slot) : NULL;
 }
 
 void kva__rec_end(kva_engine *e, struct kva__req *r, uint32_t terminal)
 {
 	/* The id may be submitted again. An ingested record is its id's only
 	 * live incarnation (rule 14), so the entry is r's own. */
-	if (r->flags & KVA__F_INGESTED)
-		kva_idmap_remove(&e->live_ids, r->id);
+	if (r->flags & KVA__F_INGESTED) {
+		if (e->n_ids_leaving == KVA__IDS_LEAVING)
+			kva__rec_ids_settle(e);
+		kva_idmap_prefetch(&e->live_ids, r->id);
+		e->ids_leaving[e->n_ids_leaving++] = r->id;
+	}
 	kva__rec_set_state(e, r, terminal);
 	kva__st_sched(e, terminal == KVA_STATE_FINISHED   ? ST_FINISHED
 	               : terminal == KVA_STATE_CANCELLED ? ST_CANCELLED

@@ -329,6 +329,11 @@ void kva__rec_give_back(kva_engine *e, struct kva__req *r, uint16_t slots, bool 
 /* Scheduler thread: the live-id map (rule 14). 0, -EEXIST (a live request
  * has this id), -ENOMEM. */
 int kva__rec_claim_id(kva_engine *e, struct kva__req *r);
+/* Scheduler thread: the live incarnation of id, or NULL. */
+struct kva__req *kva__rec_live(kva_engine *e, uint64_t id);
+/* Scheduler thread: removes the entries of ids that ended (kva__rec_end
+ * defers them); called at the end of each step and before any map read. */
+void kva__rec_ids_settle(kva_engine *e);
 /* Scheduler thread: records the one terminal outcome of r and queues its
  * report. */
 void kva__rec_end(kva_engine *e, struct kva__req *r, uint32_t terminal);
