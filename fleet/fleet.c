@@ -9,6 +9,13 @@
  *          writes to its node happen before the I/O thread pops it.
  *   R2/A2  f->engine: kva_fleet_attach stores it (release), the I/O thread
  *          loads it (acquire) before answering.
+ *   R3/A3  lookups_done: counted (release) after kva_lookup_answer returned;
+ *          kva_fleet_lookups_done loads it (acquire).
+ *   R4/A4  a publisher's next_seq: stored (release) after the batch before
+ *          it was applied and its evictions reported; kva_fleet_publisher_seq
+ *          loads it (acquire).
+ *   Publisher slots: the adding thread takes a free one (CAS, acquire); the
+ *          I/O thread frees it (release) once the removal is done.
  * Statistics are relaxed atomics written by the I/O thread only.
  */
 #define _GNU_SOURCE
@@ -43,16 +50,28 @@
 enum { ST_N = sizeof(kva_fleet_stats) / sizeof(uint64_t) };
 #define ST(field) (offsetof(kva_fleet_stats, field) / sizeof(uint64_t))
 
-enum cmd_kind { CMD_LOOKUP = 1, CMD_CHAIN = 2 };
+enum cmd_kind { CMD_LOOKUP = 1, CMD_CHAIN = 2, CMD_ADD_PUB = 3, CMD_REMOVE_PUB = 4 };
 
 struct cmd {
 	struct kva_inbox_node node;
 	uint8_t kind;
-	uint32_t prompt;
+	uint32_t prompt; /* CMD_ADD_PUB, CMD_REMOVE_PUB: the publisher's id */
 	uint64_t key;
 	kva_lookup_token tok;
 	uint64_t t0;
 };
+
+/* A publisher added after create: its strings travel with the command. */
+struct add_cmd {
+	struct cmd c;
+	char *endpoint, *replay, *topic;
+	uint8_t self;
+};
+
+/* Publisher slots (id = index): taken by the adding thread (CAS), freed by
+ * the I/O thread once a removal is done, so an id is never reused while
+ * anything still refers to it. */
+enum { SLOT_FREE = 0, SLOT_TAKEN = 1, SLOT_REMOVING = 2 };
 
 /* A registered chain; FIFO list for the cap; refs: the map + watches. */
 struct chain {
@@ -77,6 +96,8 @@ struct pub {
 	int64_t expected, replay_from;
 	uint64_t replay_deadline, down_since;
 	int replay_tries;
+	bool active; /* the I/O thread's view: sockets open */
+	_Atomic int64_t next_seq; /* `expected`, published for kva_fleet_publisher_seq */
 	struct pending *pend;
 	uint32_t npend;
 	size_t pend_bytes;
@@ -102,8 +123,12 @@ struct kva_fleet {
 	bool thread_started;
 	void *ctx;
 	bool own_ctx;
-	struct pub *pubs;
-	uint32_t npubs;
+	struct pub *pubs;   /* KVA_FLEET_MAX_PUBLISHERS slots */
+	uint32_t npubs;     /* slots ever used (inactive ones skipped) */
+	bool pubs_changed;  /* the I/O thread rebuilds its poll items */
+	uint32_t mon_gen;
+	_Atomic uint8_t slot[KVA_FLEET_MAX_PUBLISHERS];
+	_Atomic uint64_t lookups_done;
 	struct kvf_index ix;
 	struct kvf_batch batch;
 	char media[MAX_MEDIA][KVF_MEDIUM_MAX + 1];
@@ -386,7 +411,7 @@ static void answer(kva_fleet *f, struct cmd *c, uint64_t now)
 	} else {
 		for (uint32_t p = 0; p < f->npubs; p++) {
 			struct pub *P = &f->pubs[p];
-			if (P->down || P->dropped)
+			if (!P->active || P->down || P->dropped)
 				continue;
 			for (uint32_t md = 0; md < MAX_MEDIA; md++) {
 				if (!(P->media >> md & 1))
@@ -462,6 +487,7 @@ static void answer(kva_fleet *f, struct cmd *c, uint64_t now)
 	st_add(f, ST(answer_ns_sum), dt);
 	if (dt > atomic_load_explicit(&f->st[ST(answer_ns_max)], memory_order_relaxed))
 		st_set(f, ST(answer_ns_max), dt);
+	atomic_fetch_add_explicit(&f->lookups_done, 1, memory_order_release); /* R3 */
 }
 
 void kva_fleet_lookup(void *fleet, uint64_t prefix_key, uint32_t prompt_tokens,
@@ -475,6 +501,7 @@ void kva_fleet_lookup(void *fleet, uint64_t prefix_key, uint32_t prompt_tokens,
 		atomic_fetch_add_explicit(&f->st[ST(lookup_nomem)], 1, memory_order_relaxed);
 		if (e)
 			kva_lookup_answer(e, token, &m);
+		atomic_fetch_add_explicit(&f->lookups_done, 1, memory_order_release);
 		return;
 	}
 	kva_inbox_node_init(&c->node);
@@ -513,6 +540,9 @@ int kva_fleet_chain_register(kva_fleet *f, uint64_t prefix_key, const uint64_t *
 	return 0;
 }
 
+static void pub_add(kva_fleet *f, struct add_cmd *a);
+static void pub_remove(kva_fleet *f, uint32_t id);
+
 static void drain_commands(kva_fleet *f, bool woken)
 {
 	if (woken) {
@@ -531,6 +561,11 @@ static void drain_commands(kva_fleet *f, bool woken)
 		struct cmd *c = caa_container_of(n, struct cmd, node);
 		if (c->kind == CMD_CHAIN) {
 			chain_add(f, caa_container_of(c, struct chain, c));
+		} else if (c->kind == CMD_ADD_PUB) {
+			pub_add(f, caa_container_of(c, struct add_cmd, c));
+		} else if (c->kind == CMD_REMOVE_PUB) {
+			pub_remove(f, c->prompt);
+			free(c);
 		} else {
 			answer(f, c, now);
 			free(c);
@@ -804,6 +839,7 @@ static void drain_sub(kva_fleet *f, struct pub *P)
 			        zmq_msg_size(&m[2]));
 		}
 		close3(m, n);
+		atomic_store_explicit(&P->next_seq, P->expected, memory_order_release); /* R4 */
 		drain_commands(f, false); /* a lookup waits for one batch at most */
 	}
 }
@@ -818,10 +854,14 @@ static void drain_dealer(kva_fleet *f, struct pub *P)
 		if (n != 3 || zmq_msg_size(&m[0]) != 0 || zmq_msg_size(&m[1]) != 8 ||
 		    zmq_msg_size(&m[2]) > f->cfg.max_message_bytes)
 			st_add(f, ST(bad_frames), 1);
+		else if (zmq_msg_size(&m[2]) == 8 &&
+		         memcmp(zmq_msg_data(&m[2]), "\xff\xff\xff\xff\xff\xff\xff\xff", 8) == 0)
+			on_replay(f, P, -1, NULL, 0); /* Mooncake's end marker is in the payload */
 		else
 			on_replay(f, P, kvf_seq_decode(zmq_msg_data(&m[1])), zmq_msg_data(&m[2]),
 			          zmq_msg_size(&m[2]));
 		close3(m, n);
+		atomic_store_explicit(&P->next_seq, P->expected, memory_order_release); /* R4 */
 	}
 }
 
@@ -851,6 +891,8 @@ static void tick(kva_fleet *f, uint64_t now)
 {
 	for (uint32_t i = 0; i < f->npubs; i++) {
 		struct pub *P = &f->pubs[i];
+		if (!P->active)
+			continue;
 		if (P->replaying && now >= P->replay_deadline) {
 			if (++P->replay_tries < REPLAY_TRIES) {
 				st_add(f, ST(replay_retries), 1);
@@ -868,6 +910,7 @@ static void tick(kva_fleet *f, uint64_t now)
 				}
 				P->pend_overflow = false; /* no second replay for this round */
 				pend_flush(f, P);
+				atomic_store_explicit(&P->next_seq, P->expected, memory_order_release);
 			}
 		}
 		if (P->down && !P->dropped && now - P->down_since >= f->cfg.drop_after_ns) {
@@ -879,25 +922,42 @@ static void tick(kva_fleet *f, uint64_t now)
 	watches_expire(f, now);
 }
 
+/* Poll items: the eventfd, then (SUB, DEALER, monitor) per publisher slot;
+ * an inactive slot or a missing socket is a never-ready fd. */
+static zmq_pollitem_t *poll_items(kva_fleet *f, zmq_pollitem_t *it, uint32_t *ni)
+{
+	uint32_t n = 1 + 3 * f->npubs;
+	if (n > *ni || !it) {
+		zmq_pollitem_t *g = realloc(it, n * sizeof(*it));
+		if (!g)
+			return it; /* the old items stay: new publishers wait for memory */
+		it = g;
+	}
+	*ni = n;
+	it[0] = (zmq_pollitem_t){.fd = f->efd, .events = ZMQ_POLLIN};
+	for (uint32_t i = 0; i < f->npubs; i++) {
+		struct pub *P = &f->pubs[i];
+		zmq_pollitem_t none = {.fd = -1};
+		it[1 + 3 * i] = P->active ? (zmq_pollitem_t){.socket = P->sub, .events = ZMQ_POLLIN}
+		                          : none;
+		it[2 + 3 * i] = P->active && P->dealer
+		                    ? (zmq_pollitem_t){.socket = P->dealer, .events = ZMQ_POLLIN}
+		                    : none;
+		it[3 + 3 * i] = P->active && P->mon
+		                    ? (zmq_pollitem_t){.socket = P->mon, .events = ZMQ_POLLIN}
+		                    : none;
+	}
+	f->pubs_changed = false;
+	return it;
+}
+
 static void *io_thread(void *arg)
 {
 	kva_fleet *f = arg;
-	uint32_t ni = 1 + 3 * f->npubs;
-	zmq_pollitem_t *it = calloc(ni, sizeof(*it));
+	uint32_t ni = 0;
+	zmq_pollitem_t *it = poll_items(f, NULL, &ni);
 	if (!it)
 		return NULL; /* lookups time out; create checked memory before */
-	it[0].fd = f->efd;
-	it[0].events = ZMQ_POLLIN;
-	for (uint32_t i = 0; i < f->npubs; i++) {
-		it[1 + 3 * i] = (zmq_pollitem_t){.socket = f->pubs[i].sub, .events = ZMQ_POLLIN};
-		it[2 + 3 * i] = (zmq_pollitem_t){.socket = f->pubs[i].dealer, .events = ZMQ_POLLIN};
-		it[3 + 3 * i] = (zmq_pollitem_t){.socket = f->pubs[i].mon, .events = ZMQ_POLLIN};
-		/* a publisher without a replay socket or monitor: a never-ready fd */
-		if (!f->pubs[i].dealer)
-			it[2 + 3 * i] = (zmq_pollitem_t){.fd = -1};
-		if (!f->pubs[i].mon)
-			it[3 + 3 * i] = (zmq_pollitem_t){.fd = -1};
-	}
 	uint64_t last_tick = now_ns();
 	while (!atomic_load_explicit(&f->stop, memory_order_acquire)) {
 		int rc = zmq_poll(it, (int)ni, TICK_MS);
@@ -906,6 +966,8 @@ static void *io_thread(void *arg)
 		drain_commands(f, rc > 0 && (it[0].revents & ZMQ_POLLIN));
 		for (uint32_t i = 0; i < f->npubs; i++) {
 			struct pub *P = &f->pubs[i];
+			if (!P->active)
+				continue;
 			drain_sub(f, P);
 			if (P->dealer)
 				drain_dealer(f, P);
@@ -913,6 +975,8 @@ static void *io_thread(void *arg)
 				drain_monitor(f, P);
 			drain_commands(f, false); /* lookups between publishers: latency stays low */
 		}
+		if (f->pubs_changed)
+			it = poll_items(f, it, &ni);
 		uint64_t now = now_ns();
 		if (now - last_tick >= (uint64_t)TICK_MS * 1000000u / 2) {
 			tick(f, now);
@@ -941,7 +1005,9 @@ static int pub_open(kva_fleet *f, struct pub *P, uint32_t i)
 	if (zmq_setsockopt(P->sub, ZMQ_SUBSCRIBE, t, strlen(t)) < 0)
 		return zerr();
 	char name[96];
-	snprintf(name, sizeof name, "inproc://kvadmit-fleet-mon-%p-%u", (void *)f, i);
+	/* a reused id gets a fresh monitor name: the old one may still unbind */
+	snprintf(name, sizeof name, "inproc://kvadmit-fleet-mon-%p-%u-%u", (void *)f, i,
+	         f->mon_gen++);
 	if (zmq_socket_monitor(P->sub, name, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) == 0) {
 		P->mon = zmq_socket(f->ctx, ZMQ_PAIR);
 		if (P->mon && zmq_connect(P->mon, name) < 0) {
@@ -981,6 +1047,147 @@ static void pub_close(struct pub *P)
 	free(P->endpoint);
 	free(P->replay);
 	free(P->topic);
+	memset(P, 0, sizeof(*P)); /* the slot can be reused */
+}
+
+/* Fills a slot from the publisher's description (strings owned by it). */
+static int pub_init(kva_fleet *f, struct pub *P, uint32_t id, char *endpoint, char *replay,
+                    char *topic, uint8_t self)
+{
+	memset(P, 0, sizeof(*P));
+	P->idx = (uint16_t)id;
+	P->self = self;
+	P->endpoint = endpoint;
+	P->replay = replay;
+	P->topic = topic;
+	P->pend = calloc(f->cfg.max_pending, sizeof(*P->pend));
+	if (!P->endpoint || !P->pend)
+		return -ENOMEM;
+	int rc = pub_open(f, P, id);
+	if (rc == 0)
+		P->active = true;
+	return rc;
+}
+
+static void add_cmd_free(struct add_cmd *a)
+{
+	free(a->endpoint);
+	free(a->replay);
+	free(a->topic);
+	free(a);
+}
+
+/* I/O thread: a publisher added after create. */
+static void pub_add(kva_fleet *f, struct add_cmd *a)
+{
+	uint32_t id = a->c.prompt;
+	struct pub *P = &f->pubs[id];
+	int rc = pub_init(f, P, id, a->endpoint, a->replay, a->topic, a->self);
+	a->endpoint = a->replay = a->topic = NULL; /* the slot owns them now */
+	add_cmd_free(a);
+	if (id >= f->npubs)
+		f->npubs = id + 1;
+	f->pubs_changed = true;
+	if (rc) {
+		flog(f, KVA_LOG_WARN, "kvadmit-fleet: publisher %s not added (%d)",
+		     P->endpoint ? P->endpoint : "?", rc);
+		st_add(f, ST(publisher_errors), 1);
+		pub_close(P);
+		atomic_store_explicit(&f->slot[id], SLOT_FREE, memory_order_release);
+	}
+}
+
+/* I/O thread: a publisher removed. Its entries go as a vanished publisher's
+ * do (watches reported), then its sockets; the id is free again after. */
+static void pub_remove(kva_fleet *f, uint32_t id)
+{
+	struct pub *P = &f->pubs[id];
+	if (P->active) {
+		drop_publisher(f, P, "removed");
+		pub_close(P);
+		st_add(f, ST(publishers_removed), 1);
+	}
+	f->pubs_changed = true;
+	atomic_store_explicit(&f->slot[id], SLOT_FREE, memory_order_release);
+}
+
+static int push_cmd(kva_fleet *f, struct cmd *c)
+{
+	if (kva_inbox_push(&f->q, &c->node)) { /* R1 */
+		uint64_t one = 1;
+		ssize_t w = write(f->efd, &one, sizeof one);
+		(void)w;
+	}
+	return 0;
+}
+
+int kva_fleet_add_publisher(kva_fleet *f, const kva_fleet_publisher *p)
+{
+	if (!f || !p || !p->endpoint)
+		return -EINVAL;
+	struct add_cmd *a = calloc(1, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	a->endpoint = dupstr(p->endpoint);
+	a->replay = dupstr(p->replay_endpoint);
+	a->topic = dupstr(p->topic);
+	a->self = p->self;
+	if (!a->endpoint || (p->replay_endpoint && !a->replay) || (p->topic && !a->topic)) {
+		add_cmd_free(a);
+		return -ENOMEM;
+	}
+	for (uint32_t id = 0; id < KVA_FLEET_MAX_PUBLISHERS; id++) {
+		uint8_t want = SLOT_FREE;
+		if (atomic_load_explicit(&f->slot[id], memory_order_relaxed) == SLOT_FREE &&
+		    atomic_compare_exchange_strong_explicit(&f->slot[id], &want, SLOT_TAKEN,
+		                                            memory_order_acquire,
+		                                            memory_order_relaxed)) {
+			kva_inbox_node_init(&a->c.node);
+			a->c.kind = CMD_ADD_PUB;
+			a->c.prompt = id;
+			push_cmd(f, &a->c);
+			return (int)id;
+		}
+	}
+	add_cmd_free(a);
+	return -ENOSPC;
+}
+
+int kva_fleet_remove_publisher(kva_fleet *f, uint32_t id)
+{
+	if (!f || id >= KVA_FLEET_MAX_PUBLISHERS)
+		return -EINVAL;
+	uint8_t want = SLOT_TAKEN;
+	if (!atomic_compare_exchange_strong_explicit(&f->slot[id], &want, SLOT_REMOVING,
+	                                             memory_order_acq_rel, memory_order_relaxed))
+		return -ENOENT;
+	struct cmd *c = calloc(1, sizeof(*c));
+	if (!c) {
+		atomic_store_explicit(&f->slot[id], SLOT_TAKEN, memory_order_release);
+		return -ENOMEM;
+	}
+	kva_inbox_node_init(&c->node);
+	c->kind = CMD_REMOVE_PUB;
+	c->prompt = id;
+	return push_cmd(f, c);
+}
+
+int kva_fleet_publisher_seq(const kva_fleet *f, uint32_t id, int64_t *next_seq)
+{
+	if (!f || !next_seq || id >= KVA_FLEET_MAX_PUBLISHERS)
+		return -EINVAL;
+	kva_fleet *m = (kva_fleet *)f;
+	if (atomic_load_explicit(&m->slot[id], memory_order_acquire) != SLOT_TAKEN)
+		return -ENOENT;
+	*next_seq = atomic_load_explicit(&m->pubs[id].next_seq, memory_order_acquire); /* A4 */
+	return 0;
+}
+
+uint64_t kva_fleet_lookups_done(const kva_fleet *f)
+{
+	return f ? atomic_load_explicit(&((kva_fleet *)f)->lookups_done,
+	                                memory_order_acquire) /* A3 */
+	         : 0;
 }
 
 static int config_valid(const kva_fleet_config *c)
@@ -1010,12 +1217,18 @@ void kva_fleet_destroy(kva_fleet *f)
 	struct kva_inbox_batch b;
 	if (kva_inbox_drain_blocking(&f->q, &b)) {
 		struct kva_inbox_node *n;
-		while ((n = kva_inbox_batch_pop_blocking(&b)))
-			free(caa_container_of(n, struct cmd, node)); /* a chain starts with its cmd */
+		while ((n = kva_inbox_batch_pop_blocking(&b))) {
+			struct cmd *c = caa_container_of(n, struct cmd, node);
+			if (c->kind == CMD_ADD_PUB)
+				add_cmd_free(caa_container_of(c, struct add_cmd, c));
+			else
+				free(c); /* a chain starts with its cmd */
+		}
 	}
 	kva_inbox_fini(&f->q);
-	for (uint32_t i = 0; i < f->npubs; i++)
-		pub_close(&f->pubs[i]);
+	if (f->pubs)
+		for (uint32_t i = 0; i < f->npubs; i++)
+			pub_close(&f->pubs[i]);
 	free(f->pubs);
 	if (f->own_ctx && f->ctx)
 		zmq_ctx_term(f->ctx);
@@ -1073,7 +1286,7 @@ kva_fleet *kva_fleet_create(const kva_fleet_config *cfg, int *err)
 	f->cmap = calloc(cn, sizeof(*f->cmap));
 	f->cmask = cn - 1;
 	f->watches = calloc(MAX_WATCHES, sizeof(*f->watches));
-	f->pubs = calloc(cfg->npublishers, sizeof(*f->pubs));
+	f->pubs = calloc(KVA_FLEET_MAX_PUBLISHERS, sizeof(*f->pubs)); /* ids stay put */
 	rc = -ENOMEM;
 	if (!f->cmap || !f->watches || !f->pubs)
 		goto fail;
@@ -1097,19 +1310,16 @@ kva_fleet *kva_fleet_create(const kva_fleet_config *cfg, int *err)
 	}
 	f->npubs = cfg->npublishers;
 	for (uint32_t i = 0; i < f->npubs; i++) {
-		struct pub *P = &f->pubs[i];
 		const kva_fleet_publisher *src = &cfg->publishers[i];
-		P->idx = (uint16_t)i;
-		P->self = src->self;
-		P->endpoint = dupstr(src->endpoint);
-		P->replay = dupstr(src->replay_endpoint);
-		P->topic = dupstr(src->topic);
-		P->pend = calloc(cfg->max_pending, sizeof(*P->pend));
-		rc = -ENOMEM;
-		if (!P->endpoint || (src->replay_endpoint && !P->replay) ||
-		    (src->topic && !P->topic) || !P->pend)
+		char *ep = dupstr(src->endpoint), *rp = dupstr(src->replay_endpoint),
+		     *tp = dupstr(src->topic);
+		if ((src->replay_endpoint && !rp) || (src->topic && !tp)) {
+			free(ep), free(rp), free(tp);
+			rc = -ENOMEM;
 			goto fail;
-		if ((rc = pub_open(f, P, i)))
+		}
+		atomic_init(&f->slot[i], SLOT_TAKEN);
+		if ((rc = pub_init(f, &f->pubs[i], i, ep, rp, tp, src->self)))
 			goto fail;
 	}
 	st_set(f, ST(index_bytes), kvf_index_bytes(&f->ix));

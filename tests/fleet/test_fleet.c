@@ -369,6 +369,64 @@ static void vanished_publisher_is_dropped_and_reaches_waiting(void **st)
 	fx_free(x);
 }
 
+/* A publisher added after create is subscribed to (its id is the one
+ * kva_fleet_publisher_seq reports progress for); removing it drops its
+ * entries and reaches the waiting request that selected its checkpoint, as
+ * a vanished publisher does. Added again, it is a late joiner: replayed from
+ * 0. An endpoint zmq refuses is counted and its id freed. */
+static void publisher_added_and_removed_after_create(void **st)
+{
+	(void)st;
+	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
+	fx_sync(x, 0);
+	register_chain(x);
+	x->tp[1] = tp_new(x->zctx);
+	assert_non_null(x->tp[1]);
+	x->ntp = 2;
+	kva_fleet_publisher np = {.endpoint = tp_pub_endpoint(x->tp[1]),
+	                          .replay_endpoint = tp_replay_endpoint(x->tp[1])};
+	assert_int_equal(kva_fleet_add_publisher(x->f, NULL), -EINVAL);
+	int id = kva_fleet_add_publisher(x->f, &np);
+	assert_int_equal(id, 1); /* the first free id after create's 0 */
+	fx_sync(x, 1);
+	int64_t seq = -1;
+	assert_int_equal(kva_fleet_publisher_seq(x->f, (uint32_t)id, &seq), 0);
+	assert_true(seq >= 1);
+	assert_int_equal(kva_fleet_publisher_seq(x->f, 7, &seq), -ENOENT);
+	uint64_t b0 = stats(x).batches;
+	tp_store(x->tp[0], CHAIN, 2, BS, NULL, -1, 0);  /* this engine: local */
+	tp_store(x->tp[1], CHAIN, 6, BS, "GPU", 0, 0); /* the added node: external */
+	fx_settle(x, b0 + 2);
+	fx_hog(x);
+	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
+	WAIT_UNTIL(x, info(x, h).has_selection);
+	assert_int_equal(info(x, h).selected_position, 6 * BS);
+	assert_int_equal(info(x, h).selected_location, KVA_LOC_EXTERNAL);
+	assert_true(kva_fleet_lookups_done(x->f) >= 1);
+
+	assert_int_equal(kva_fleet_remove_publisher(x->f, (uint32_t)id), 0);
+	assert_int_equal(kva_fleet_remove_publisher(x->f, (uint32_t)id), -ENOENT);
+	WAIT_UNTIL(x, stats(x).publishers_removed == 1 && info(x, h).lookups == 2 &&
+	                  info(x, h).has_selection && info(x, h).selected_position == 2 * BS);
+	assert_int_equal(info(x, h).selected_location, KVA_LOC_LOCAL);
+	assert_int_equal(stats(x).blocks, 2);
+	assert_true(stats(x).evictions_reported >= 1);
+
+	/* back again: it joins late and is replayed from 0 */
+	WAIT_UNTIL(x, kva_fleet_publisher_seq(x->f, (uint32_t)id, &seq) == -ENOENT);
+	id = kva_fleet_add_publisher(x->f, &np);
+	assert_true(id >= 1);
+	WAIT_UNTIL(x, (tp_empty(x->tp[1]), stats(x).blocks == 2 + 6));
+	assert_int_equal(stats(x).lost_batches, 0);
+
+	kva_fleet_publisher bad = {.endpoint = "nonsense://nowhere"};
+	int bid = kva_fleet_add_publisher(x->f, &bad);
+	assert_true(bid >= 0);
+	WAIT_UNTIL(x, stats(x).publisher_errors == 1);
+	WAIT_UNTIL(x, kva_fleet_publisher_seq(x->f, (uint32_t)bid, &seq) == -ENOENT);
+	fx_free(x);
+}
+
 /* Garbage payloads, wrong frame counts and oversized payloads are counted
  * and dropped; the stream goes on without a gap. */
 static void malformed_and_oversized_are_counted_and_dropped(void **st)
@@ -543,6 +601,7 @@ int main(void)
 		cmocka_unit_test(publisher_restart_drops_its_entries),
 		cmocka_unit_test(cleared_publisher_reaches_waiting_request),
 		cmocka_unit_test(vanished_publisher_is_dropped_and_reaches_waiting),
+		cmocka_unit_test(publisher_added_and_removed_after_create),
 		cmocka_unit_test(malformed_and_oversized_are_counted_and_dropped),
 		cmocka_unit_test(python_publisher_beside_a_c_one),
 		cmocka_unit_test(bad_config_is_refused),

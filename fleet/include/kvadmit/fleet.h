@@ -16,6 +16,10 @@
  *                             | one allocation + one enqueue, never blocks
  *   kva_fleet_chain_register  | any thread, concurrently with everything
  *   kva_fleet_stats_get       | any thread (relaxed atomics)
+ *   kva_fleet_add_publisher,  | any thread: one allocation + one enqueue;
+ *   kva_fleet_remove_publisher| the I/O thread opens / closes the sockets
+ *   kva_fleet_publisher_seq,  | any thread (acquire loads)
+ *   kva_fleet_lookups_done    |
  * The I/O thread calls kva_lookup_answer and kva_checkpoint_evicted (both
  * any-thread, lock-free in the engine). Destroy the fleet before the engine.
  *
@@ -109,6 +113,35 @@ void kva_fleet_lookup(void *fleet, uint64_t prefix_key, uint32_t prompt_tokens,
 int kva_fleet_chain_register(kva_fleet *f, uint64_t prefix_key, const uint64_t *hashes,
                              uint32_t n);
 
+/* A publisher added after create (any thread). Its strings are copied and
+ * the I/O thread connects to it at its next turn; the caller does not wait
+ * for that. Returns its id (>= 0: the index kva_fleet_publisher_seq and
+ * kva_fleet_remove_publisher take; the publishers given to create are ids
+ * 0..npublishers-1), -EINVAL, -ENOMEM, or -ENOSPC (KVA_FLEET_MAX_PUBLISHERS
+ * in use). An endpoint zmq refuses is found by the I/O thread: logged,
+ * counted in publisher_errors, and its id freed. */
+int kva_fleet_add_publisher(kva_fleet *f, const kva_fleet_publisher *p);
+
+/* Removes publisher `id` (any thread; returns without waiting). The I/O
+ * thread drops its entries as it drops a vanished publisher's: every
+ * checkpoint it answered from that publisher is reported with
+ * kva_checkpoint_evicted, so a waiting request that selected one looks up
+ * again. The id can be handed out again once that is done. 0, -EINVAL,
+ * -ENOENT (no such publisher, or already being removed), -ENOMEM. */
+int kva_fleet_remove_publisher(kva_fleet *f, uint32_t id);
+
+/* Progress, for a host that must know the fleet caught up (the simulator's
+ * deterministic mode waits on these). *next_seq: the sequence number the
+ * fleet expects next from publisher `id`; every batch before it has been
+ * applied and the evictions it caused reported (0 before the first batch).
+ * 0, -EINVAL, -ENOENT (no such publisher). Acquire: what the I/O thread did
+ * before is visible to the caller after. */
+int kva_fleet_publisher_seq(const kva_fleet *f, uint32_t id, int64_t *next_seq);
+/* Lookups finished so far (answered, refused by the engine, or answered a
+ * miss without memory): once it reached the number of kva_fleet_lookup calls
+ * made, every answer is in the engine's inbox (acquire). */
+uint64_t kva_fleet_lookups_done(const kva_fleet *f);
+
 /* A bytes block hash (vLLM's sha256) as the fleet keys it. */
 uint64_t kva_fleet_hash_bytes(const void *p, size_t n);
 
@@ -122,6 +155,7 @@ typedef struct kva_fleet_stats {
 	uint64_t gaps, replays_requested, replay_retries, replay_batches, duplicates,
 		lost_batches; /* batches a replay could not return */
 	uint64_t restarts, publishers_down, publishers_dropped, entries_dropped;
+	uint64_t publishers_removed, publisher_errors; /* kva_fleet_remove/add_publisher */
 	uint64_t lookups, answered, misses, unregistered, answer_errors, lookup_nomem;
 	uint64_t evictions_reported; /* kva_checkpoint_evicted calls */
 	uint64_t chains, chains_evicted;
