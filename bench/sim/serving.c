@@ -734,6 +734,7 @@ static void node_step(struct sim_node *n)
 		s->res->hold_steps++;
 	else if (!prefill_budget)
 		s->res->budget_steps++;
+	sim_fleetdir_before_step(s, n);
 	int rc = kva_step(n->e, s->now_ns, &n->plan);
 	if (rc < 0) {
 		sim_fatal(s, "kva_step", rc);
@@ -785,6 +786,7 @@ static void loop(struct sim *s)
 				struct sim_node *n = &s->nodes[i];
 				n->plan.token_budget = 0;
 				n->plan.hold_admissions = false;
+				sim_fleetdir_before_step(s, n);
 				int rc = kva_step(n->e, s->now_ns, &n->plan);
 				if (rc < 0) {
 					sim_fatal(s, "kva_step", rc);
@@ -851,10 +853,15 @@ int sim_run_policy(const struct sim_scenario *sc, int policy, struct sim_result 
 			goto out;
 	}
 	agents_init(&s);
+	if (sc->directory == SIM_DIR_FLEET && (rc = sim_fleetdir_create(&s)) != 0) {
+		sim_fatal(&s, "fleet directory", rc);
+		goto out;
+	}
 	loop(&s);
 	if (!s.fatal)
 		check_end(&s);
 out:
+	sim_fleetdir_destroy(&s); /* before the engines it answers */
 	if (s.nodes)
 		for (uint32_t i = 0; i < s.n_nodes; i++) {
 			if (s.nodes[i].e)

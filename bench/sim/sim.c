@@ -33,6 +33,9 @@ static void usage(FILE *f)
 	    "  --nodes N             engines, each its own pool, GPU and importer, sharing the\n"
 	    "                        checkpoint store and directory; agent i on engine i mod N\n"
 	    "                        (default 1)\n"
+	    "  --directory D         who answers lookups: model (default: the simulator's own\n"
+	    "                        directory) or fleet (the real fleet directory, fed by KV\n"
+	    "                        events over inproc://; docs/fleet.md)\n"
 	    "  --warm                sessions already under way at t = 0, each history stored\n"
 	    "                        (default: cold, agents begin at their first turn)\n"
 	    "  --start-tokens LO:HI  first prompt (cold) or history at t = 0 (warm), uniform\n"
@@ -78,6 +81,7 @@ static const char *const valued[] = {
     "--agents",	    "--duration",   "--pool-pages",	  "--page-tokens",
     "--seed",	    "--policy",	    "--max-restore-wait", "--lookup-timeout",
     "--copy-slots", "--world-size", "--copy-fail-rate", "--profile", "--nodes",
+    "--directory",
     "--start-tokens", "--keep-local", "--local-cache", "--write-gbs", "--import-gbs", "--weight-bits",
 };
 
@@ -219,6 +223,18 @@ int main(int argc, char **argv)
 			rc = parse_u32(val, &weight_bits) || weight_bits < 4 || weight_bits > 16;
 		else if (!strcmp(name, "--nodes"))
 			rc = parse_u32(val, &sc.nodes);
+		else if (!strcmp(name, "--directory")) {
+			if (!strcmp(val, "model"))
+				sc.directory = SIM_DIR_MODEL;
+			else if (strcmp(val, "fleet"))
+				return bad(name, val, "must be model or fleet");
+			else if (!sim_fleetdir_available())
+				return bad(name, val,
+					   "this build has no fleet directory (it needs libzmq and "
+					   "msgpack-c: KVADMIT_WITH_FLEET)");
+			else
+				sc.directory = SIM_DIR_FLEET;
+		}
 		else if (!strcmp(name, "--write-gbs"))
 			rc = parse_double(val, &write_gbs) || !(write_gbs > 0 && write_gbs <= 1e6);
 		else if (!strcmp(name, "--import-gbs"))

@@ -76,6 +76,9 @@ struct sim_workload {
 };
 
 enum { SIM_POLICY_LEGACY = 1, SIM_POLICY_WAIT = 2 };
+/* who answers lookups: the modelled directory (store.c) or the real fleet
+ * directory over inproc:// (fleetdir.c) */
+enum { SIM_DIR_MODEL = 0, SIM_DIR_FLEET = 1 };
 
 struct sim_scenario {
 	struct sim_workload w;
@@ -85,6 +88,7 @@ struct sim_scenario {
 	double max_restore_wait_s, lookup_timeout_s, copy_fail_rate;
 	uint32_t copy_slots, world_size;
 	uint32_t nodes;	 /* engines, each its own pool and importer */
+	int directory;	 /* SIM_DIR_* (--directory) */
 	bool keep_local; /* legacy: a refused restore keeps its local prefix hit */
 	bool local_boundary; /* --local-cache boundary|prefix (sim_model.local_boundary) */
 	int policies;	 /* SIM_POLICY_* bits */
@@ -264,6 +268,20 @@ void sim_cache_drop(struct sim *s, struct sim_agent *a, bool report);
  * credits (cached pages are free pages that still hold KV). */
 void sim_cache_fit(struct sim_node *n);
 
+/* ---- fleetdir.c: --directory fleet (the real fleet directory) ------------ */
+bool sim_fleetdir_available(void); /* built with ZeroMQ and msgpack-c */
+/* After the engines and agents exist: publishers, one fleet per engine. */
+int sim_fleetdir_create(struct sim *s);
+void sim_fleetdir_destroy(struct sim *s); /* before the engines */
+/* Agent a's local cache entry or stored checkpoint changed (published at
+ * the next step or answer); no-op without the fleet directory. */
+void sim_fleetdir_touch(struct sim *s, struct sim_agent *a);
+/* Before engine n steps: the fleet has applied every event published. */
+void sim_fleetdir_before_step(struct sim *s, struct sim_node *n);
+void sim_fleetdir_answer(struct sim *s, const struct sim_event *ev);
+/* A lookup's latency draw in [0, 1): per agent and lookup, not per token. */
+double sim_fleetdir_draw(struct sim *s, uint64_t key);
+
 /* ---- gpu.c: step time ------------------------------------------------------ */
 struct sim_batch {
 	uint32_t n_decode;
@@ -349,6 +367,7 @@ struct sim {
 	int fatal; /* an unexpected engine error: abort the run */
 	char fatal_msg[200];
 	struct sim_result *res;
+	struct sim_fleetdir *fleetdir; /* --directory fleet; NULL: the modelled one */
 };
 
 static inline struct sim_node *sim_node_of(struct sim *s, const struct sim_agent *a)

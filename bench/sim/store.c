@@ -49,6 +49,8 @@ void sim_dir_lookup_cb(void *ctx, uint64_t key, uint32_t prompt, kva_lookup_toke
 	/* round trips vary: uniform in [0.5, 1.5) x the mean latency */
 	double jitter =
 	    0.5 + sim_uniform(s->sc->w.seed ^ 0x100C0B5ull, t.id, (uint64_t)t.gen << 32 | t.seq, 0);
+	if (s->fleetdir) /* its threads make slots and generations vary: drawn per agent */
+		jitter = 0.5 + sim_fleetdir_draw(s, key);
 	struct sim_event ev = {.t_ns = s->now_ns + ns_of(s->sc->m.lookup_latency_s * jitter),
 			       .kind = SIM_EV_ANSWER};
 	ev.u.lookup.token = t;
@@ -84,6 +86,10 @@ static void add_entry(kva_manifest *m, uint32_t pos, uint8_t loc, uint64_t id, u
 
 void sim_dir_answer(struct sim *s, const struct sim_event *ev)
 {
+	if (s->fleetdir) {
+		sim_fleetdir_answer(s, ev);
+		return;
+	}
 	kva_manifest m;
 	memset(&m, 0, sizeof(m));
 	uint64_t key = ev->u.lookup.key;
@@ -178,6 +184,7 @@ void sim_store_written(struct sim *s, const struct sim_event *ev)
 	a->ext_id[0] = (uint64_t)(a->index + 1) << 32 | ++a->ext_seq;
 	if (a->n_ext < 2)
 		a->n_ext++;
+	sim_fleetdir_touch(s, a);
 }
 
 /* ---- local cache ------------------------------------------------------------ */
@@ -193,6 +200,10 @@ static void lru_unlink(struct sim *s, struct sim_agent *a)
 
 static void report_evicted(struct sim *s, struct sim_agent *a)
 {
+	if (s->fleetdir) { /* published; the fleet reports what a lookup selected */
+		sim_fleetdir_touch(s, a);
+		return;
+	}
 	int rc = kva_checkpoint_evicted(sim_node_of(s, a)->e, sim_local_id(a), a->local_epoch);
 	if (rc != 0)
 		sim_fatal(s, "kva_checkpoint_evicted", rc);
@@ -213,6 +224,7 @@ void sim_cache_drop(struct sim *s, struct sim_agent *a, bool report)
 
 void sim_cache_put(struct sim *s, struct sim_agent *a, uint32_t pages)
 {
+	sim_fleetdir_touch(s, a);
 	sim_cache_drop(s, a, true);
 	if (!pages)
 		return;

@@ -1,0 +1,81 @@
+# SPDX-License-Identifier: Apache-2.0
+# ctest sim_fleet_directory: kvadmit-sim --directory fleet (the real fleet
+# directory over inproc://, bench/sim/fleetdir.c). Each scenario runs twice
+# in fleet mode and must print byte-identical JSON with every invariant ok;
+# then its results are compared with the modelled directory's for the same
+# seed. The cache share, turns and later turns restored must match within
+# 1% (of the count; 0.01 for a share) - they matched exactly when this test
+# was written. Timings may differ slightly: a lookup's latency is drawn per
+# agent in fleet mode, per token in the modelled one (fleetdir.c says why).
+# Usage: cmake -DSIM=/path/to/kvadmit-sim -P fleetdir.cmake
+if(NOT SIM)
+  message(FATAL_ERROR "pass -DSIM=<kvadmit-sim>")
+endif()
+
+function(run out_var)
+  execute_process(COMMAND ${SIM} ${ARGN} --json --no-wall --no-progress
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${ARGN}: exited ${rc}\n${err}\n${out}")
+  endif()
+  set(${out_var} "${out}" PARENT_SCOPE)
+endfunction()
+
+# |a - b| <= tol% of max(|b|, 1)
+function(close name a b tol)
+  if(a STREQUAL b)
+    return()
+  endif()
+  # CMake has no floating point: compare in millionths
+  foreach(v a b)
+    string(REGEX MATCH "^([0-9]+)(\\.([0-9]*))?$" _m "${${v}}")
+    if(NOT _m)
+      message(FATAL_ERROR "${name}: not a number: ${${v}}")
+    endif()
+    set(_frac "${CMAKE_MATCH_3}000000")
+    string(SUBSTRING "${_frac}" 0 6 _frac)
+    math(EXPR ${v}_u "${CMAKE_MATCH_1} * 1000000 + 1${_frac} - 1000000")
+  endforeach()
+  math(EXPR d "${a_u} - ${b_u}")
+  if(d LESS 0)
+    math(EXPR d "-${d}")
+  endif()
+  set(ref ${b_u})
+  if(ref LESS 1000000)
+    set(ref 1000000)
+  endif()
+  math(EXPR lim "${ref} * ${tol} / 100")
+  if(d GREATER lim)
+    message(FATAL_ERROR "${name}: fleet ${a}, modelled ${b}: more than ${tol}% apart")
+  endif()
+endfunction()
+
+function(compare name)
+  run(f1 ${ARGN} --directory fleet)
+  run(f2 ${ARGN} --directory fleet)
+  if(NOT f1 STREQUAL f2)
+    message(FATAL_ERROR "${name}: fleet directory, same seed, different JSON\n--- 1\n${f1}\n--- 2\n${f2}")
+  endif()
+  string(REGEX MATCHALL "\"checks\":{\"ok\":true" oks "${f1}")
+  list(LENGTH oks n)
+  if(NOT n EQUAL 2)
+    message(FATAL_ERROR "${name}: checks not ok for both policies\n${f1}")
+  endif()
+  run(m ${ARGN})
+  foreach(pol legacy wait)
+    foreach(key cache_token_share later_turns_restored later_turns turns_completed)
+      string(JSON fv GET "${f1}" policies ${pol} ${key})
+      string(JSON mv GET "${m}" policies ${pol} ${key})
+      close("${name} ${pol} ${key}" "${fv}" "${mv}" 1)
+    endforeach()
+    string(JSON fs GET "${f1}" policies ${pol} cache_token_share)
+    string(JSON fr GET "${f1}" policies ${pol} later_turns_restored)
+    message(STATUS "${name} ${pol}: identical runs; cache share ${fs}, later turns restored ${fr} (modelled: same within 1%)")
+  endforeach()
+endfunction()
+
+# The default profile (recurrent state: boundary local cache), cold start.
+compare(nodes4_boundary --nodes 4 --agents 40 --duration 600 --seed 3)
+# An attention prefix cache, warm histories near the pool: evictions,
+# preemptions, re-lookups.
+compare(nodes4_prefix_warm --nodes 4 --agents 40 --duration 600 --seed 5 --warm --local-cache prefix)
