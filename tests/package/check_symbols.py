@@ -3,13 +3,16 @@
 """The shared libraries export exactly the functions the public headers declare.
 
 Usage: check_symbols.py NM HEADER_DIR LIBKVADMIT_SO LIBKVADMIT_CUDA_SO
+                        [FLEET_HEADER_DIR LIBKVADMIT_FLEET_SO]
 
 The headers' function declarations (kvadmit.h, importer.h: every one carries
 KVA_API) are split by owner: kva_cuda_importer_* belong to libkvadmit-cuda,
 everything else to libkvadmit. Each library's defined dynamic symbols
 (nm -D --defined-only) must equal its share: a missing KVA_API, an internal
 symbol (kva__*, lockfree/ helpers, an archive's) or a stale declaration all
-fail, and so does a declaration without KVA_API.
+fail, and so does a declaration without KVA_API. With the optional fleet
+pair, libkvadmit-fleet must export exactly what fleet/include/kvadmit/*.h
+declares (kvadmit/fleet.h), each with KVA_API too.
 """
 import pathlib
 import re
@@ -49,15 +52,19 @@ def exported(nm, lib):
 
 
 def main():
-    if len(sys.argv) != 5:
+    if len(sys.argv) not in (5, 7):
         print(__doc__)
         return 2
-    nm, header_dir, core_lib, cuda_lib = sys.argv[1:]
+    nm, header_dir, core_lib, cuda_lib = sys.argv[1:5]
     funcs, unmarked = header_functions(header_dir)
     want = {
         core_lib: {f for f in funcs if not f.startswith("kva_cuda_importer_")},
         cuda_lib: {f for f in funcs if f.startswith("kva_cuda_importer_")},
     }
+    if len(sys.argv) == 7:
+        fleet_funcs, fleet_unmarked = header_functions(sys.argv[5])
+        want[sys.argv[6]] = fleet_funcs
+        unmarked |= fleet_unmarked
     ok = True
     if unmarked:
         ok = False

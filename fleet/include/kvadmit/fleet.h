@@ -3,7 +3,8 @@
  * kvadmit fleet: a directory fed by the KV-event streams serving engines
  * publish (ZeroMQ PUB + msgpack EventBatch, vLLM's kv_events.py format; the
  * ROUTER replay endpoint for gaps). Optional component: its own library
- * (libkvadmit_fleet, CMake target kvadmit::fleet, option KVADMIT_WITH_FLEET).
+ * (libkvadmit-fleet.so and .a, CMake targets kvadmit::fleet and
+ * kvadmit::fleet_static, option KVADMIT_WITH_FLEET).
  * docs/fleet.md is the full description.
  *
  * Threads: one I/O thread, started by kva_fleet_create, owns the sockets and
@@ -83,25 +84,25 @@ typedef struct kva_fleet_config {
 /* Defaults: block_size 0, max_blocks 4M, max_chains 65536, max_chain_blocks
  * 65536, max_message_bytes 16 MiB, max_pending 4096, replay_timeout 2 s,
  * drop_after 30 s, watch 10 min, full_groups 1, state_groups 0, "GPU". */
-void kva_fleet_config_default(kva_fleet_config *cfg);
+KVA_API void kva_fleet_config_default(kva_fleet_config *cfg);
 
 /* Connects to every publisher and starts the I/O thread. NULL and *err =
  * -EINVAL (a field out of range, an endpoint zmq refuses), -ENOMEM, or
  * -errno of zmq / pthread. */
-kva_fleet *kva_fleet_create(const kva_fleet_config *cfg, int *err);
+KVA_API kva_fleet *kva_fleet_create(const kva_fleet_config *cfg, int *err);
 /* Stops the I/O thread, closes the sockets, frees everything; lookups not
  * answered yet stay unanswered (the engine times them out). */
-void kva_fleet_destroy(kva_fleet *f);
+KVA_API void kva_fleet_destroy(kva_fleet *f);
 
 /* The engine the answers go to (its lookup callback is kva_fleet_lookup
  * with this fleet as lookup_ctx). 0, -EINVAL. */
-int kva_fleet_attach(kva_fleet *f, kva_engine *e);
+KVA_API int kva_fleet_attach(kva_fleet *f, kva_engine *e);
 
 /* kva_lookup_fn: set cfg.lookup = kva_fleet_lookup, cfg.lookup_ctx = fleet.
  * Hands the lookup to the I/O thread. Without memory it answers a miss at
  * once. */
-void kva_fleet_lookup(void *fleet, uint64_t prefix_key, uint32_t prompt_tokens,
-                      kva_lookup_token token);
+KVA_API void kva_fleet_lookup(void *fleet, uint64_t prefix_key, uint32_t prompt_tokens,
+                              kva_lookup_token token);
 
 /* The block-hash chain of prompts submitted with this prefix_key (hashes as
  * the engine publishes them; bytes hashes through kva_fleet_hash_bytes).
@@ -110,8 +111,8 @@ void kva_fleet_lookup(void *fleet, uint64_t prefix_key, uint32_t prompt_tokens,
  * hash of the prompt's last full block as the prefix_key makes the key the
  * chain's identity. 0, -EINVAL, -E2BIG (longer than max_chain_blocks),
  * -ENOMEM. */
-int kva_fleet_chain_register(kva_fleet *f, uint64_t prefix_key, const uint64_t *hashes,
-                             uint32_t n);
+KVA_API int kva_fleet_chain_register(kva_fleet *f, uint64_t prefix_key, const uint64_t *hashes,
+                                     uint32_t n);
 
 /* A publisher added after create (any thread). Its strings are copied and
  * the I/O thread connects to it at its next turn; the caller does not wait
@@ -120,7 +121,7 @@ int kva_fleet_chain_register(kva_fleet *f, uint64_t prefix_key, const uint64_t *
  * 0..npublishers-1), -EINVAL, -ENOMEM, or -ENOSPC (KVA_FLEET_MAX_PUBLISHERS
  * in use). An endpoint zmq refuses is found by the I/O thread: logged,
  * counted in publisher_errors, and its id freed. */
-int kva_fleet_add_publisher(kva_fleet *f, const kva_fleet_publisher *p);
+KVA_API int kva_fleet_add_publisher(kva_fleet *f, const kva_fleet_publisher *p);
 
 /* Removes publisher `id` (any thread; returns without waiting). The I/O
  * thread drops its entries as it drops a vanished publisher's: every
@@ -128,7 +129,7 @@ int kva_fleet_add_publisher(kva_fleet *f, const kva_fleet_publisher *p);
  * kva_checkpoint_evicted, so a waiting request that selected one looks up
  * again. The id can be handed out again once that is done. 0, -EINVAL,
  * -ENOENT (no such publisher, or already being removed), -ENOMEM. */
-int kva_fleet_remove_publisher(kva_fleet *f, uint32_t id);
+KVA_API int kva_fleet_remove_publisher(kva_fleet *f, uint32_t id);
 
 /* Progress, for a host that must know the fleet caught up (the simulator's
  * deterministic mode waits on these). *next_seq: the sequence number the
@@ -136,14 +137,14 @@ int kva_fleet_remove_publisher(kva_fleet *f, uint32_t id);
  * applied and the evictions it caused reported (0 before the first batch).
  * 0, -EINVAL, -ENOENT (no such publisher). Acquire: what the I/O thread did
  * before is visible to the caller after. */
-int kva_fleet_publisher_seq(const kva_fleet *f, uint32_t id, int64_t *next_seq);
+KVA_API int kva_fleet_publisher_seq(const kva_fleet *f, uint32_t id, int64_t *next_seq);
 /* Lookups finished so far (answered, refused by the engine, or answered a
  * miss without memory): once it reached the number of kva_fleet_lookup calls
  * made, every answer is in the engine's inbox (acquire). */
-uint64_t kva_fleet_lookups_done(const kva_fleet *f);
+KVA_API uint64_t kva_fleet_lookups_done(const kva_fleet *f);
 
 /* A bytes block hash (vLLM's sha256) as the fleet keys it. */
-uint64_t kva_fleet_hash_bytes(const void *p, size_t n);
+KVA_API uint64_t kva_fleet_hash_bytes(const void *p, size_t n);
 
 typedef struct kva_fleet_stats {
 	uint64_t messages, bytes, batches;
@@ -163,7 +164,7 @@ typedef struct kva_fleet_stats {
 	uint64_t answer_ns_buckets[14];       /* <= 1,2,5,10,20,50,100,200,500 us, 1,2,5,10 ms, more */
 } kva_fleet_stats;
 
-void kva_fleet_stats_get(const kva_fleet *f, kva_fleet_stats *out);
+KVA_API void kva_fleet_stats_get(const kva_fleet *f, kva_fleet_stats *out);
 
 #ifdef __cplusplus
 }
