@@ -414,11 +414,10 @@ static int rd_mooncake_store(struct kvf_batch *b, struct rd *r, uint64_t nfields
 	}
 	int rc = grow((void **)&b->events, &b->events_cap, b->nevents + nm,
 	              sizeof(struct kvf_event), b->max_events);
-	if (rc || (rc = grow((void **)&b->hashes, &b->hashes_cap, b->nhashes + 1, sizeof(uint64_t),
+	if (rc || (rc = grow((void **)&b->hashes, &b->hashes_cap, b->nhashes + nm, sizeof(uint64_t),
 	                     b->max_hashes)))
 		return rc;
-	b->hashes[b->nhashes] = hash;
-	for (uint32_t k = 0; k < nm; k++) {
+	for (uint32_t k = 0; k < nm; k++) { /* each event owns its copy of the hash */
 		struct kvf_event *e = &b->events[b->nevents++];
 		memset(e, 0, sizeof(*e));
 		e->type = KVF_EV_STORED;
@@ -426,10 +425,10 @@ static int rd_mooncake_store(struct kvf_batch *b, struct rd *r, uint64_t nfields
 		e->block_size = bs;
 		e->nhashes = 1;
 		e->first_hash = b->nhashes;
+		b->hashes[b->nhashes++] = hash;
 		memcpy(e->medium, media[k], mlen[k] + 1u);
 		e->medium_len = mlen[k];
 	}
-	b->nhashes++;
 	return 0;
 }
 

@@ -528,16 +528,29 @@ void sim_fleetdir_destroy(struct sim *s)
 	struct sim_fleetdir *fd = s->fleetdir;
 	if (!fd)
 		return;
+	uint64_t batches = 0, blocks = 0, bytes = 0, lookups = 0, mem = 0;
 	for (uint32_t k = 0; k < fd->n; k++) {
 		if (!fd->fleet[k])
 			continue;
 		kva_fleet_stats st;
 		kva_fleet_stats_get(fd->fleet[k], &st);
 		s->res->evictions_reported += st.evictions_reported;
+		batches += st.batches;
+		blocks += st.blocks_stored + st.blocks_removed;
+		bytes += st.bytes;
+		lookups += st.answered + st.answer_errors;
+		mem += st.index_bytes;
 		if (!s->fatal && (st.cap_evictions || st.lost_batches || st.malformed || st.gaps))
 			sim_fatal(s, "fleet directory: index capped or a batch lost", -EOVERFLOW);
 		kva_fleet_destroy(fd->fleet[k]);
 	}
+	/* stderr: the JSON on stdout stays byte-identical */
+	fprintf(stderr,
+		"kvadmit-sim: fleet directory (%s): %u fleets applied %llu batches, %llu block events,"
+		" %.1f MB; %llu lookups answered; %llu catch-ups; index tables %.0f MB\n",
+		s->policy == SIM_POLICY_WAIT ? "wait" : "legacy", fd->n,
+		(unsigned long long)batches, (unsigned long long)blocks, (double)bytes / 1e6,
+		(unsigned long long)lookups, (unsigned long long)fd->waits, (double)mem / 1e6);
 	for (uint32_t k = 0; k < fd->n; k++) {
 		struct fpub *ps[2] = {&fd->node[k], &fd->store[k]};
 		for (int j = 0; j < 2; j++) {

@@ -246,7 +246,8 @@ static void mooncake_store_layout(void **st)
 	assert_string_equal(b.events[1].medium, "disk");
 	assert_int_equal(b.events[0].block_size, 16);
 	assert_int_equal(b.events[0].nhashes, 1);
-	assert_int_equal(b.events[1].first_hash, b.events[0].first_hash);
+	assert_int_equal(b.hashes[b.events[1].first_hash], 0x41234125);
+	assert_int_equal(b.nhashes, 3); /* one per event */
 	assert_int_equal(b.hashes[b.events[0].first_hash], 0x41234125);
 	assert_string_equal(b.events[2].medium, "local_disk");
 	assert_int_equal(b.hashes[b.events[2].first_hash], 0xff);
