@@ -14,8 +14,10 @@
  *   R4/A4  a publisher's next_seq: stored (release) after the batch before
  *          it was applied and its evictions reported; kva_fleet_publisher_seq
  *          loads it (acquire).
- *   Publisher slots: the adding thread takes a free one (CAS, acquire); the
- *          I/O thread frees it (release) once the removal is done.
+ *   Publisher slots: the adding thread takes a free one (CAS to ADDING,
+ *          acquire); the I/O thread makes it TAKEN (release) once it filled
+ *          the slot, which kva_fleet_publisher_seq loads (acquire) before
+ *          reading it, and frees it (release) once a removal is done.
  * Statistics are relaxed atomics written by the I/O thread only.
  */
 #define _GNU_SOURCE
@@ -68,10 +70,11 @@ struct add_cmd {
 	uint8_t self;
 };
 
-/* Publisher slots (id = index): taken by the adding thread (CAS), freed by
- * the I/O thread once a removal is done, so an id is never reused while
- * anything still refers to it. */
-enum { SLOT_FREE = 0, SLOT_TAKEN = 1, SLOT_REMOVING = 2 };
+/* Publisher slots (id = index): taken by the adding thread (CAS to ADDING),
+ * made TAKEN by the I/O thread once the sockets are open (so nobody reads a
+ * slot it is still filling), freed by it once a removal is done, so an id
+ * is never reused while anything still refers to it. */
+enum { SLOT_FREE = 0, SLOT_TAKEN = 1, SLOT_REMOVING = 2, SLOT_ADDING = 3 };
 
 /* A registered chain; FIFO list for the cap; refs: the map + watches. */
 struct chain {
@@ -1088,13 +1091,19 @@ static void pub_add(kva_fleet *f, struct add_cmd *a)
 	if (id >= f->npubs)
 		f->npubs = id + 1;
 	f->pubs_changed = true;
+	uint8_t want = SLOT_ADDING;
 	if (rc) {
 		flog(f, KVA_LOG_WARN, "kvadmit-fleet: publisher %s not added (%d)",
 		     P->endpoint ? P->endpoint : "?", rc);
 		st_add(f, ST(publisher_errors), 1);
 		pub_close(P);
-		atomic_store_explicit(&f->slot[id], SLOT_FREE, memory_order_release);
+		/* a removal already queued frees it instead (it follows in order) */
+		atomic_compare_exchange_strong_explicit(&f->slot[id], &want, SLOT_FREE,
+		                                        memory_order_release, memory_order_relaxed);
+		return;
 	}
+	atomic_compare_exchange_strong_explicit(&f->slot[id], &want, SLOT_TAKEN,
+	                                        memory_order_release, memory_order_relaxed);
 }
 
 /* I/O thread: a publisher removed. Its entries go as a vanished publisher's
@@ -1139,7 +1148,7 @@ int kva_fleet_add_publisher(kva_fleet *f, const kva_fleet_publisher *p)
 	for (uint32_t id = 0; id < KVA_FLEET_MAX_PUBLISHERS; id++) {
 		uint8_t want = SLOT_FREE;
 		if (atomic_load_explicit(&f->slot[id], memory_order_relaxed) == SLOT_FREE &&
-		    atomic_compare_exchange_strong_explicit(&f->slot[id], &want, SLOT_TAKEN,
+		    atomic_compare_exchange_strong_explicit(&f->slot[id], &want, SLOT_ADDING,
 		                                            memory_order_acquire,
 		                                            memory_order_relaxed)) {
 			kva_inbox_node_init(&a->c.node);
@@ -1157,14 +1166,19 @@ int kva_fleet_remove_publisher(kva_fleet *f, uint32_t id)
 {
 	if (!f || id >= KVA_FLEET_MAX_PUBLISHERS)
 		return -EINVAL;
+	struct cmd *c = calloc(1, sizeof(*c)); /* first: nothing to undo after the CAS */
+	if (!c)
+		return -ENOMEM;
 	uint8_t want = SLOT_TAKEN;
 	if (!atomic_compare_exchange_strong_explicit(&f->slot[id], &want, SLOT_REMOVING,
-	                                             memory_order_acq_rel, memory_order_relaxed))
-		return -ENOENT;
-	struct cmd *c = calloc(1, sizeof(*c));
-	if (!c) {
-		atomic_store_explicit(&f->slot[id], SLOT_TAKEN, memory_order_release);
-		return -ENOMEM;
+	                                             memory_order_acq_rel, memory_order_relaxed)) {
+		want = SLOT_ADDING; /* not open yet: the removal follows the addition */
+		if (!atomic_compare_exchange_strong_explicit(&f->slot[id], &want, SLOT_REMOVING,
+		                                             memory_order_acq_rel,
+		                                             memory_order_relaxed)) {
+			free(c);
+			return -ENOENT;
+		}
 	}
 	kva_inbox_node_init(&c->node);
 	c->kind = CMD_REMOVE_PUB;

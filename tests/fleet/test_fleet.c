@@ -424,6 +424,13 @@ static void publisher_added_and_removed_after_create(void **st)
 	assert_true(bid >= 0);
 	WAIT_UNTIL(x, stats(x).publisher_errors == 1);
 	WAIT_UNTIL(x, kva_fleet_publisher_seq(x->f, (uint32_t)bid, &seq) == -ENOENT);
+
+	/* removed at once, maybe before the I/O thread opened it: in order */
+	int qid = kva_fleet_add_publisher(x->f, &np);
+	assert_true(qid >= 0);
+	assert_int_equal(kva_fleet_remove_publisher(x->f, (uint32_t)qid), 0);
+	WAIT_UNTIL(x, stats(x).publishers_removed == 2);
+	assert_int_equal(stats(x).blocks, 2 + 6);
 	fx_free(x);
 }
 

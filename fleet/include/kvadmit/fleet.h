@@ -127,7 +127,8 @@ KVA_API int kva_fleet_add_publisher(kva_fleet *f, const kva_fleet_publisher *p);
  * thread drops its entries as it drops a vanished publisher's: every
  * checkpoint it answered from that publisher is reported with
  * kva_checkpoint_evicted, so a waiting request that selected one looks up
- * again. The id can be handed out again once that is done. 0, -EINVAL,
+ * again. The id can be handed out again once that is done. A publisher
+ * added but not yet opened can be removed too (in order). 0, -EINVAL,
  * -ENOENT (no such publisher, or already being removed), -ENOMEM. */
 KVA_API int kva_fleet_remove_publisher(kva_fleet *f, uint32_t id);
 
@@ -135,8 +136,9 @@ KVA_API int kva_fleet_remove_publisher(kva_fleet *f, uint32_t id);
  * deterministic mode waits on these). *next_seq: the sequence number the
  * fleet expects next from publisher `id`; every batch before it has been
  * applied and the evictions it caused reported (0 before the first batch).
- * 0, -EINVAL, -ENOENT (no such publisher). Acquire: what the I/O thread did
- * before is visible to the caller after. */
+ * 0, -EINVAL, -ENOENT (no such publisher, or one added whose sockets the
+ * I/O thread has not opened yet). Acquire: what the I/O thread did before is
+ * visible to the caller after. */
 KVA_API int kva_fleet_publisher_seq(const kva_fleet *f, uint32_t id, int64_t *next_seq);
 /* Lookups finished so far (answered, refused by the engine, or answered a
  * miss without memory): once it reached the number of kva_fleet_lookup calls
