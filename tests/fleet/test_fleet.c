@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -434,6 +435,61 @@ static void publisher_added_and_removed_after_create(void **st)
 	fx_free(x);
 }
 
+struct churn {
+	kva_fleet *f;
+	int ids[16];
+	int n;
+};
+
+/* Another thread adds publishers (nobody listens at their endpoints: ZeroMQ
+ * keeps trying) and removes every second one. */
+static void *churn_thread(void *arg)
+{
+	struct churn *c = arg;
+	char ep[64];
+	for (int i = 0; i < 16; i++) {
+		snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", 1 + i);
+		kva_fleet_publisher p = {.endpoint = ep};
+		c->ids[i] = kva_fleet_add_publisher(c->f, &p);
+		if (c->ids[i] >= 0 && i % 2 && kva_fleet_remove_publisher(c->f, (uint32_t)c->ids[i]) == 0)
+			c->n++;
+	}
+	return NULL;
+}
+
+/* Publishers added and removed from other threads while the engine's
+ * lookups go on: distinct ids, every removal done, lookups answered. */
+static void publishers_churn_from_other_threads(void **st)
+{
+	(void)st;
+	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
+	fx_sync(x, 0);
+	register_chain(x);
+	uint64_t b0 = stats(x).batches;
+	tp_store(x->tp[0], CHAIN, 3, BS, NULL, -1, 0);
+	fx_settle(x, b0 + 1);
+	struct churn c[2] = {{.f = x->f}, {.f = x->f}};
+	pthread_t t[2];
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, churn_thread, &c[i]), 0);
+	fx_hog(x);
+	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	for (int i = 0; i < 32; i++) {
+		int a = c[i / 16].ids[i % 16];
+		assert_true(a >= 1);
+		for (int j = 0; j < i; j++)
+			assert_true(i % 16 % 2 || j % 16 % 2 || a != c[j / 16].ids[j % 16]);
+	}
+	WAIT_UNTIL(x, stats(x).publishers_removed == (uint64_t)(c[0].n + c[1].n));
+	assert_int_equal(c[0].n + c[1].n, 16);
+	WAIT_UNTIL(x, info(x, h).has_selection);
+	assert_int_equal(info(x, h).selected_position, 3 * BS);
+	assert_int_equal(stats(x).publisher_errors, 0);
+	fx_free(x);
+}
+
 /* Garbage payloads, wrong frame counts and oversized payloads are counted
  * and dropped; the stream goes on without a gap. */
 static void malformed_and_oversized_are_counted_and_dropped(void **st)
@@ -609,6 +665,7 @@ int main(void)
 		cmocka_unit_test(cleared_publisher_reaches_waiting_request),
 		cmocka_unit_test(vanished_publisher_is_dropped_and_reaches_waiting),
 		cmocka_unit_test(publisher_added_and_removed_after_create),
+		cmocka_unit_test(publishers_churn_from_other_threads),
 		cmocka_unit_test(malformed_and_oversized_are_counted_and_dropped),
 		cmocka_unit_test(python_publisher_beside_a_c_one),
 		cmocka_unit_test(bad_config_is_refused),
