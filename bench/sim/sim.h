@@ -7,8 +7,10 @@
  * admission decision. Files: sim.c (flags, main), scenario.c (defaults and
  * checks), workload.c (seeded agent turns), clock.c (event queue), store.c
  * (directory, checkpoint store, local cache, importer), gpu.c (step-time
- * model), serving.c (the serving loop), report.c (metrics, table, JSON). Everything is
- * single-threaded and deterministic: same flags and seed, same output (wall time aside).
+ * model), serving.c (the serving loop), report.c (metrics, table, JSON), fleetdir.c
+ * (--directory fleet: the real fleet directory). Everything is single-threaded (but for
+ * the fleet directory's own threads) and deterministic: same flags and seed, same output
+ * (wall time aside).
  */
 #ifndef KVA_SIM_H
 #define KVA_SIM_H
