@@ -71,6 +71,7 @@ double sim_fleetdir_draw(struct sim *s, uint64_t key)
 
 #include <msgpack.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <zmq.h>
 
@@ -462,6 +463,13 @@ int sim_fleetdir_create(struct sim *s)
 	    !fd->synced || !fd->ag || !fd->dirty || !fd->hashes || !pubs) {
 		free(pubs);
 		return -ENOMEM;
+	}
+	/* every ZeroMQ socket holds a descriptor (N fleets x N + 1 subscriptions,
+	 * each with a monitor): the soft limit goes up to the hard one */
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
 	}
 	fd->zctx = zmq_ctx_new();
 	if (!fd->zctx) {
