@@ -25,7 +25,7 @@ enum kva__hist { H_CAPACITY_WAIT, H_LOOKUP, H_COPY, H_ADMISSION, H_COUNT };
 #define KVA__HIST_WORDS (2 + KVA_HIST_BUCKETS) /* count, sum, per-bucket counts */
 
 #define KVA__SHARDS KVA_FANIN_LANES /* producer-counter shards, one line each */
-#define KVA__IDS_LEAVING 64         /* ended ids whose live-id entries go at the next settle */
+#define KVA__IDS_LEAVING 16         /* ended ids whose live-id entries go at the next settle */
 
 struct kva__shard {
 	alignas(64) _Atomic uint64_t submitted;
