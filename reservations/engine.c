@@ -466,6 +466,12 @@ static bool handle_batch(kva_engine *e, struct kva_inbox_batch *b)
 	return true;
 }
 
+/* Events the scheduler's own callbacks produced that wait to be handled. */
+static bool local_pending(kva_engine *e)
+{
+	return !kva_inbox_batch_empty(&e->local_batch) || !kva_inbox_empty(&e->local);
+}
+
 /* Events the scheduler thread itself produced (a directory answering from
  * its callback, an importer refusing a rank), until none is left: bounded by
  * the lookups and copies this step started. */
@@ -494,18 +500,25 @@ static void handle_events(kva_engine *e)
 		}
 		kva__alloc_ok(e);
 	}
-	if (!handle_local(e))
+	/* Each queue is looked at before it is handled: a step with nothing
+	 * to do (a blocked head at any waiting count) makes no call for it. */
+	if (local_pending(e) && !handle_local(e))
 		return;
-	struct kva_inbox_batch d;
-	struct kva_inbox_node *n;
-	kva_inbox_batch_init(&d);
-	kva_inbox_splice_nonblocking(&e->deferred, &d);
-	while ((n = kva_inbox_batch_pop_nonblocking(&d)))
-		dispatch_event(e, caa_container_of(n, struct kva__event, node)); /* cancels never stall */
+	if (!kva_inbox_empty(&e->deferred)) {
+		struct kva_inbox_batch d;
+		struct kva_inbox_node *n;
+		kva_inbox_batch_init(&d);
+		kva_inbox_splice_nonblocking(&e->deferred, &d);
+		while ((n = kva_inbox_batch_pop_nonblocking(&d)))
+			dispatch_event(e, caa_container_of(n, struct kva__event, node)); /* cancels never stall */
+	}
 	/* Everything linked by now; a producer still linking waits for the
-	 * next step together with whatever follows it. */
+	 * next step together with whatever follows it. The batch may also
+	 * hold what a stall left last step. */
 	kva_fanin_splice_nonblocking(&e->inbox, &e->batch);
-	if (handle_batch(e, &e->batch))
+	if (!kva_inbox_batch_empty(&e->batch) && !handle_batch(e, &e->batch))
+		return;
+	if (local_pending(e))
 		handle_local(e);
 }
 
