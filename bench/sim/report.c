@@ -347,6 +347,7 @@ void sim_print_json(FILE *f, const struct sim_scenario *sc, struct sim_result *r
 	fprintf(f, "\"start\":\"%s\",\"keep_local\":%s,\"local_cache\":\"%s\",",
 		w->warm ? "warm" : "cold", sc->keep_local ? "true" : "false",
 		sc->local_boundary ? "boundary" : "prefix");
+	fprintf(f, "\"directory\":\"%s\",", sc->directory == SIM_DIR_FLEET ? "fleet" : "model");
 	fprintf(f, "\"pool_pages\":%u,\"page_tokens\":%u,\"pool_tokens\":%llu,", sc->pool_pages,
 		sc->page_tokens, (unsigned long long)sc->pool_pages * sc->page_tokens);
 	fprintf(f, "\"ctx_to_pool_start\":%.6g,", sim_ctx_to_pool_start(sc));
