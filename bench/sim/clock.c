@@ -2,11 +2,23 @@
 /*
  * The simulated clock's event queue: a binary min-heap ordered by (time,
  * insertion sequence), so events at the same instant come out in the order
- * they were scheduled and every run is reproducible.
+ * they were scheduled and every run is reproducible. And the run's one
+ * failure record, stamped with the simulated instant (every file reports
+ * into it; the serving loop stops on it).
  */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "sim.h"
+
+void sim_fatal(struct sim *s, const char *what, int rc)
+{
+	if (s->fatal)
+		return;
+	s->fatal = rc ? rc : -1;
+	snprintf(s->fatal_msg, sizeof(s->fatal_msg), "%s: %s (%d) at t=%.6f s", what,
+		 kva_strerror(rc), rc, (double)s->now_ns / SIM_NS_PER_S);
+}
 
 static bool before(const struct sim_event *a, const struct sim_event *b)
 {

@@ -37,15 +37,6 @@
 
 #define PLAN_CAP 4096
 
-void sim_fatal(struct sim *s, const char *what, int rc)
-{
-	if (s->fatal)
-		return;
-	s->fatal = rc ? rc : -1;
-	snprintf(s->fatal_msg, sizeof(s->fatal_msg), "%s: %s (%d) at t=%.6f s", what,
-		 kva_strerror(rc), rc, (double)s->now_ns / SIM_NS_PER_S);
-}
-
 static uint64_t ns_of(double sec)
 {
 	double ns = ceil(sec * SIM_NS_PER_S);

@@ -4,8 +4,8 @@
  *
  * The simulator plays the GPU, the directory and the checkpoint store on a
  * simulated clock; the real engine (kvadmit.h, nothing private) makes every
- * admission decision. Files: sim.c (flags, main), scenario.c (defaults and
- * checks), workload.c (seeded agent turns), clock.c (event queue), store.c
+ * admission decision. Files: main.c (flags, main), scenario.c (defaults and
+ * checks), workload.c (seeded agent turns), clock.c (event queue, failure record), store.c
  * (directory, checkpoint store, local cache, importer), gpu.c (step-time
  * model), serving.c (the serving loop), report.c (metrics, table, JSON), fleetdir.c
  * (--directory fleet: the real fleet directory). Everything is single-threaded (but for
@@ -379,6 +379,7 @@ static inline struct sim_node *sim_node_of(struct sim *s, const struct sim_agent
 
 int sim_run_policy(const struct sim_scenario *sc, int policy, struct sim_result *res);
 void sim_result_free(struct sim_result *r);
+/* clock.c: the first failure of the run, at the simulated instant. */
 void sim_fatal(struct sim *s, const char *what, int rc);
 
 /* ---- report.c ------------------------------------------------------------ */
