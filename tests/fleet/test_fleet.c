@@ -337,6 +337,23 @@ static void cleared_publisher_reaches_waiting_request(void **st)
 	fx_free(x);
 }
 
+/* Publisher 0 (this engine) stores 2 blocks of the chain locally,
+ * publisher 1 (another node) 6 on its GPU; a request submitted behind a
+ * blocked head selects the longer, external one. */
+static kva_handle waits_on_external(struct fx *x)
+{
+	uint64_t b0 = stats(x).batches;
+	tp_store(x->tp[0], CHAIN, 2, BS, NULL, -1, 0); /* this engine: local */
+	tp_store(x->tp[1], CHAIN, 6, BS, "GPU", 0, 0); /* another node: external */
+	fx_settle(x, b0 + 2);
+	fx_hog(x);
+	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
+	WAIT_UNTIL(x, info(x, h).has_selection);
+	assert_int_equal(info(x, h).selected_position, 6 * BS);
+	assert_int_equal(info(x, h).selected_location, KVA_LOC_EXTERNAL);
+	return h;
+}
+
 /* A publisher that disappears (its connection drops): it is left out of
  * answers at once and its entries are dropped after drop_after_ns; the
  * waiting request that selected its (external) checkpoint hears of it and
@@ -350,15 +367,7 @@ static void vanished_publisher_is_dropped_and_reaches_waiting(void **st)
 	fx_sync(x, 0);
 	fx_sync(x, 1);
 	register_chain(x);
-	uint64_t b0 = stats(x).batches;
-	tp_store(x->tp[0], CHAIN, 2, BS, NULL, -1, 0);  /* this engine: local */
-	tp_store(x->tp[1], CHAIN, 6, BS, "GPU", 0, 0); /* another node: external */
-	fx_settle(x, b0 + 2);
-	fx_hog(x);
-	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
-	WAIT_UNTIL(x, info(x, h).has_selection);
-	assert_int_equal(info(x, h).selected_position, 6 * BS);
-	assert_int_equal(info(x, h).selected_location, KVA_LOC_EXTERNAL);
+	kva_handle h = waits_on_external(x);
 	tp_free(x->tp[1]); /* the other node goes away */
 	x->tp[1] = NULL;
 	x->ntp = 1;
@@ -394,15 +403,7 @@ static void publisher_added_and_removed_after_create(void **st)
 	assert_int_equal(kva_fleet_publisher_seq(x->f, (uint32_t)id, &seq), 0);
 	assert_true(seq >= 1);
 	assert_int_equal(kva_fleet_publisher_seq(x->f, 7, &seq), -ENOENT);
-	uint64_t b0 = stats(x).batches;
-	tp_store(x->tp[0], CHAIN, 2, BS, NULL, -1, 0);  /* this engine: local */
-	tp_store(x->tp[1], CHAIN, 6, BS, "GPU", 0, 0); /* the added node: external */
-	fx_settle(x, b0 + 2);
-	fx_hog(x);
-	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
-	WAIT_UNTIL(x, info(x, h).has_selection);
-	assert_int_equal(info(x, h).selected_position, 6 * BS);
-	assert_int_equal(info(x, h).selected_location, KVA_LOC_EXTERNAL);
+	kva_handle h = waits_on_external(x);
 	assert_true(kva_fleet_lookups_done(x->f) >= 1);
 
 	assert_int_equal(kva_fleet_remove_publisher(x->f, (uint32_t)id), 0);
