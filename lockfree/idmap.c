@@ -41,18 +41,19 @@ static uint64_t key_of(const struct kva_idmap_entry *x)
 	return (uint64_t)x->key_hi << 32 | x->key_lo;
 }
 
-static uint32_t home(const struct kva_idmap *m, uint64_t id)
+/* h: an id's kva_hash64, which is what entries store. */
+static uint32_t home(const struct kva_idmap *m, uint64_t h)
 {
-	return (uint32_t)kva_hash64(id) & (m->cap - 1);
+	return (uint32_t)h & (m->cap - 1);
 }
 
-static void place(struct kva_idmap *m, uint64_t id, uint32_t val)
+static void place(struct kva_idmap *m, uint64_t h, uint32_t val)
 {
-	uint32_t i = home(m, id);
+	uint32_t i = home(m, h);
 	while (m->ents[i].val != KVA_IDMAP_NONE)
 		i = (i + 1) & (m->cap - 1);
-	m->ents[i].key_lo = (uint32_t)id;
-	m->ents[i].key_hi = (uint32_t)(id >> 32);
+	m->ents[i].key_lo = (uint32_t)h;
+	m->ents[i].key_hi = (uint32_t)(h >> 32);
 	m->ents[i].val = val;
 	m->count++;
 }
@@ -89,32 +90,38 @@ int kva_idmap_reserve(struct kva_idmap *m, uint32_t n)
 	return need < m->cap ? 0 : -ENOMEM;
 }
 
-uint32_t *kva_idmap_find(const struct kva_idmap *m, uint64_t id)
+static uint32_t *find_h(const struct kva_idmap *m, uint64_t h)
 {
 	if (!m->count)
 		return NULL;
-	for (uint32_t i = home(m, id);; i = (i + 1) & (m->cap - 1)) {
+	for (uint32_t i = home(m, h);; i = (i + 1) & (m->cap - 1)) {
 		if (m->ents[i].val == KVA_IDMAP_NONE)
 			return NULL;
-		if (key_of(&m->ents[i]) == id)
+		if (key_of(&m->ents[i]) == h)
 			return &m->ents[i].val;
 	}
 }
 
+uint32_t *kva_idmap_find(const struct kva_idmap *m, uint64_t id)
+{
+	return find_h(m, kva_hash64(id));
+}
+
 int kva_idmap_insert(struct kva_idmap *m, uint64_t id, uint32_t val)
 {
-	if (kva_idmap_find(m, id))
+	uint64_t h = kva_hash64(id);
+	if (find_h(m, h))
 		return -EEXIST;
 	int rc = kva_idmap_reserve(m, 1);
 	if (rc)
 		return rc;
-	place(m, id, val);
+	place(m, h, val);
 	return 0;
 }
 
 bool kva_idmap_remove(struct kva_idmap *m, uint64_t id)
 {
-	uint32_t *v = kva_idmap_find(m, id);
+	uint32_t *v = find_h(m, kva_hash64(id));
 	if (!v)
 		return false;
 	uint32_t mask = m->cap - 1;

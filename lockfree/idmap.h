@@ -4,7 +4,10 @@
  * that one thread owns (no atomics, no RCU). Linear probing over a power-of-
  * two table kept at most 3/4 full, deletion by backward shift (no
  * tombstones, so churn never degrades probes), ids hashed with kva_hash64
- * (a bijection: distinct ids never share a hash).
+ * (a bijection: distinct ids never share a hash). An entry stores the id's
+ * hash, not the id: the hash identifies it, and the backward shift of a
+ * removal and the copy of a growth read each entry's home without hashing
+ * again.
  *
  * Growth doubles the table (amortised O(1); the copy is one pass); kva_idmap_reserve() lets a caller grow before a
  * change it must not fail halfway.
@@ -25,9 +28,9 @@
 typedef void *(*kva_idmap_alloc_fn)(size_t bytes);
 typedef void (*kva_idmap_free_fn)(void *p, size_t bytes);
 
-/* Key and value side by side, so one cache line holds both (one miss a
- * probe); the key in two halves keeps an entry 12 bytes with 4-byte
- * alignment. */
+/* Key (the id's kva_hash64) and value side by side, so one cache line holds
+ * both (one miss a probe); the key in two halves keeps an entry 12 bytes
+ * with 4-byte alignment. */
 struct kva_idmap_entry {
 	uint32_t key_lo, key_hi;
 	uint32_t val; /* KVA_IDMAP_NONE: empty */
