@@ -3,29 +3,10 @@
 # and must print byte-identical JSON (wall time excluded with --no-wall),
 # exit 0 (every invariant held) and report "ok":true for both policies.
 # Usage: cmake -DSIM=/path/to/kvadmit-sim -P determinism.cmake
-if(NOT SIM)
-  message(FATAL_ERROR "pass -DSIM=<kvadmit-sim>")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/sim_run.cmake)
 
 function(run_twice name)
-  set(outs "")
-  foreach(i 1 2)
-    execute_process(COMMAND ${SIM} ${ARGN} --json --no-wall --no-progress
-      RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-    if(NOT rc EQUAL 0)
-      message(FATAL_ERROR "${name}: run ${i} exited ${rc}\n${err}\n${out}")
-    endif()
-    list(APPEND outs "${out}")
-    set(out_${i} "${out}")
-  endforeach()
-  if(NOT out_1 STREQUAL out_2)
-    message(FATAL_ERROR "${name}: same seed, different JSON\n--- 1\n${out_1}\n--- 2\n${out_2}")
-  endif()
-  string(REGEX MATCHALL "\"checks\":{\"ok\":true" oks "${out_1}")
-  list(LENGTH oks n)
-  if(NOT n EQUAL 2)
-    message(FATAL_ERROR "${name}: checks not ok for both policies\n${out_1}")
-  endif()
+  sim_run_twice(${name} out ${ARGN})
   message(STATUS "${name}: identical, invariants ok")
 endfunction()
 

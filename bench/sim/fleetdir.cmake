@@ -8,18 +8,7 @@
 # was written. Timings may differ slightly: a lookup's latency is drawn per
 # agent in fleet mode, per token in the modelled one (fleetdir.c says why).
 # Usage: cmake -DSIM=/path/to/kvadmit-sim -P fleetdir.cmake
-if(NOT SIM)
-  message(FATAL_ERROR "pass -DSIM=<kvadmit-sim>")
-endif()
-
-function(run out_var)
-  execute_process(COMMAND ${SIM} ${ARGN} --json --no-wall --no-progress
-    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "${ARGN}: exited ${rc}\n${err}\n${out}")
-  endif()
-  set(${out_var} "${out}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/sim_run.cmake)
 
 # |a - b| <= tol% of max(|b|, 1)
 function(close name a b tol)
@@ -51,17 +40,8 @@ function(close name a b tol)
 endfunction()
 
 function(compare name)
-  run(f1 ${ARGN} --directory fleet)
-  run(f2 ${ARGN} --directory fleet)
-  if(NOT f1 STREQUAL f2)
-    message(FATAL_ERROR "${name}: fleet directory, same seed, different JSON\n--- 1\n${f1}\n--- 2\n${f2}")
-  endif()
-  string(REGEX MATCHALL "\"checks\":{\"ok\":true" oks "${f1}")
-  list(LENGTH oks n)
-  if(NOT n EQUAL 2)
-    message(FATAL_ERROR "${name}: checks not ok for both policies\n${f1}")
-  endif()
-  run(m ${ARGN})
+  sim_run_twice("${name} (fleet directory)" f1 ${ARGN} --directory fleet)
+  sim_run(m ${ARGN})
   foreach(pol legacy wait)
     foreach(key cache_token_share later_turns_restored later_turns turns_completed)
       string(JSON fv GET "${f1}" policies ${pol} ${key})

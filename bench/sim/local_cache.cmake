@@ -8,17 +8,11 @@
 #   - the per-turn misses add up: first turns + new + other = prompt x (1 -
 #     turn_cache_share), and the wait policy (no faults) has no "other" miss.
 # Usage: cmake -DSIM=/path/to/kvadmit-sim -P local_cache.cmake
-if(NOT SIM)
-  message(FATAL_ERROR "pass -DSIM=<kvadmit-sim>")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/sim_run.cmake)
 
 function(run_mode mode out_var)
-  execute_process(COMMAND ${SIM} --agents 6 --duration 300 --seed 4 --warm
-      --pool-pages 30000 --local-cache ${mode} --json --no-wall --no-progress
-    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "${mode}: exited ${rc}\n${err}\n${out}")
-  endif()
+  sim_run(out --agents 6 --duration 300 --seed 4 --warm --pool-pages 30000
+    --local-cache ${mode})
   string(JSON got GET "${out}" scenario local_cache)
   if(NOT got STREQUAL mode)
     message(FATAL_ERROR "${mode}: scenario says local_cache ${got}")
