@@ -493,6 +493,17 @@ static void answer(kva_fleet *f, struct cmd *c, uint64_t now)
 	atomic_fetch_add_explicit(&f->lookups_done, 1, memory_order_release); /* R3 */
 }
 
+/* Any thread: hands c to the I/O thread, waking it when the queue was
+ * empty (an eventfd write never blocks here). */
+static void push_cmd(kva_fleet *f, struct cmd *c)
+{
+	if (kva_inbox_push(&f->q, &c->node)) { /* R1: the command's fields */
+		uint64_t one = 1;
+		ssize_t w = write(f->efd, &one, sizeof one);
+		(void)w;
+	}
+}
+
 void kva_fleet_lookup(void *fleet, uint64_t prefix_key, uint32_t prompt_tokens,
                       kva_lookup_token token)
 {
@@ -513,11 +524,7 @@ void kva_fleet_lookup(void *fleet, uint64_t prefix_key, uint32_t prompt_tokens,
 	c->prompt = prompt_tokens;
 	c->tok = token;
 	c->t0 = now_ns();
-	if (kva_inbox_push(&f->q, &c->node)) { /* R1: the node's fields */
-		uint64_t one = 1;
-		ssize_t w = write(f->efd, &one, sizeof one); /* an eventfd write never blocks here */
-		(void)w;
-	}
+	push_cmd(f, c);
 }
 
 int kva_fleet_chain_register(kva_fleet *f, uint64_t prefix_key, const uint64_t *hashes,
@@ -535,11 +542,7 @@ int kva_fleet_chain_register(kva_fleet *f, uint64_t prefix_key, const uint64_t *
 	c->c.key = prefix_key;
 	c->n = n;
 	memcpy(c->hashes, hashes, (size_t)n * sizeof(uint64_t));
-	if (kva_inbox_push(&f->q, &c->c.node)) { /* R1 */
-		uint64_t one = 1;
-		ssize_t w = write(f->efd, &one, sizeof one);
-		(void)w;
-	}
+	push_cmd(f, &c->c);
 	return 0;
 }
 
@@ -820,6 +823,13 @@ static void close3(zmq_msg_t m[3], int n)
 
 static void drain_commands(kva_fleet *f, bool woken);
 
+/* R4: every batch before P->expected is applied and its evictions reported
+ * (kva_fleet_publisher_seq, A4). */
+static void publish_progress(struct pub *P)
+{
+	atomic_store_explicit(&P->next_seq, P->expected, memory_order_release);
+}
+
 static void drain_sub(kva_fleet *f, struct pub *P)
 {
 	for (int k = 0; k < RECV_BUDGET; k++) {
@@ -842,7 +852,7 @@ static void drain_sub(kva_fleet *f, struct pub *P)
 			        zmq_msg_size(&m[2]));
 		}
 		close3(m, n);
-		atomic_store_explicit(&P->next_seq, P->expected, memory_order_release); /* R4 */
+		publish_progress(P);
 		drain_commands(f, false); /* a lookup waits for one batch at most */
 	}
 }
@@ -864,7 +874,7 @@ static void drain_dealer(kva_fleet *f, struct pub *P)
 			on_replay(f, P, kvf_seq_decode(zmq_msg_data(&m[1])), zmq_msg_data(&m[2]),
 			          zmq_msg_size(&m[2]));
 		close3(m, n);
-		atomic_store_explicit(&P->next_seq, P->expected, memory_order_release); /* R4 */
+		publish_progress(P);
 	}
 }
 
@@ -913,7 +923,7 @@ static void tick(kva_fleet *f, uint64_t now)
 				}
 				P->pend_overflow = false; /* no second replay for this round */
 				pend_flush(f, P);
-				atomic_store_explicit(&P->next_seq, P->expected, memory_order_release);
+				publish_progress(P);
 			}
 		}
 		if (P->down && !P->dropped && now - P->down_since >= f->cfg.drop_after_ns) {
@@ -1120,16 +1130,6 @@ static void pub_remove(kva_fleet *f, uint32_t id)
 	atomic_store_explicit(&f->slot[id], SLOT_FREE, memory_order_release);
 }
 
-static int push_cmd(kva_fleet *f, struct cmd *c)
-{
-	if (kva_inbox_push(&f->q, &c->node)) { /* R1 */
-		uint64_t one = 1;
-		ssize_t w = write(f->efd, &one, sizeof one);
-		(void)w;
-	}
-	return 0;
-}
-
 int kva_fleet_add_publisher(kva_fleet *f, const kva_fleet_publisher *p)
 {
 	if (!f || !p || !p->endpoint)
@@ -1183,7 +1183,8 @@ int kva_fleet_remove_publisher(kva_fleet *f, uint32_t id)
 	kva_inbox_node_init(&c->node);
 	c->kind = CMD_REMOVE_PUB;
 	c->prompt = id;
-	return push_cmd(f, c);
+	push_cmd(f, c);
+	return 0;
 }
 
 int kva_fleet_publisher_seq(const kva_fleet *f, uint32_t id, int64_t *next_seq)
