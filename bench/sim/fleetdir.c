@@ -147,18 +147,10 @@ static void backoff(uint32_t *spins)
 	nanosleep(&t, NULL);
 }
 
-static inline uint64_t mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 /* Block i of an agent's session: its prefix hash (the chain's identity). */
 static uint64_t block_hash(uint32_t agent, uint32_t session, uint32_t i)
 {
-	return mix(mix((uint64_t)(agent + 1) << 32 | session) ^ i);
+	return sim_mix(sim_mix((uint64_t)(agent + 1) << 32 | session) ^ i);
 }
 
 static void str(msgpack_packer *pk, const char *s)

@@ -117,6 +117,8 @@ double sim_draw_think_s(const struct sim_workload *w, uint32_t agent, uint32_t t
 uint32_t sim_draw_compact(const struct sim_workload *w, uint32_t agent, uint32_t turn);
 /* Uniform in [0, 1) from (seed, a, b, c): copy failures use it too. */
 double sim_uniform(uint64_t seed, uint64_t a, uint64_t b, uint64_t c);
+/* The mixer behind every draw (splitmix64's: a bijection, full avalanche). */
+uint64_t sim_mix(uint64_t x);
 
 /* ---- clock.c: the discrete-event queue ------------------------------------ */
 enum sim_ev_kind {

@@ -26,7 +26,7 @@ enum {
 	K_FIRST = 10,
 };
 
-static uint64_t mix(uint64_t x)
+uint64_t sim_mix(uint64_t x)
 {
 	/* splitmix64 finaliser: a bijection with full avalanche */
 	x += 0x9E3779B97F4A7C15ull;
@@ -37,7 +37,7 @@ static uint64_t mix(uint64_t x)
 
 double sim_uniform(uint64_t seed, uint64_t a, uint64_t b, uint64_t c)
 {
-	uint64_t h = mix(mix(mix(mix(seed) ^ a) ^ b) ^ c);
+	uint64_t h = sim_mix(sim_mix(sim_mix(sim_mix(seed) ^ a) ^ b) ^ c);
 	return (double)(h >> 11) * 0x1.0p-53;
 }
 
