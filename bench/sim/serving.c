@@ -181,8 +181,6 @@ static void finish_turn(struct sim *s, struct sim_agent *a)
 		res->miss_other += miss - nw;
 		res->later_prompt_tokens += a->prompt;
 		res->later_cached_tokens += a->prompt - miss;
-	}
-	if (a->session_turn > 0) {
 		res->later_turns++;
 		if (!a->recomputed_prefix)
 			res->later_turns_restored++;
