@@ -293,8 +293,11 @@ static void manifest_free(struct kva__req *r)
 void kva__rec_retire(kva_engine *e, struct kva__req *r)
 {
 	manifest_free(r);
-	struct kva__grant *g = kva__grant(r);
-	if (g) { /* the next incarnation starts without attempts: its first is 1 */
+	/* The next incarnation starts without attempts: its first is 1. A
+	 * grant no copy of this incarnation used still holds none, and is
+	 * not touched: it is a cold line at a large waiting count. */
+	struct kva__grant *g = r->flags & KVA__F_COPIED ? kva__grant(r) : NULL;
+	if (g) {
 		atomic_store_explicit(&g->copy_word, 0, memory_order_relaxed);
 		g->attempts = 0;
 	}

@@ -142,6 +142,8 @@ enum kva__req_flag {
 	KVA__F_HOSTLOCAL = 1u << 8, /* the manifest holds a KVA__CK_HOST entry */
 	KVA__F_EV_PENDING = 1u << 9, /* ended before its own queued ev_main was
 	                              * handled: retired only after that (engine.c) */
+	KVA__F_COPIED = 1u << 10,    /* a copy started in this incarnation: its grant
+	                              * holds attempts until retirement resets them */
 };
 
 /* 160 bytes: 64 Ki of them fill a 10 MiB chunk (an exact jemalloc size
