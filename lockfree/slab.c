@@ -14,6 +14,7 @@
  *   R5/A5  a cache linked into the slab's list -> a thread walking the list
  *   R6/A6  a ticket pushed on the ticket free list -> the thread that pops it
  *   R7/A7  a ticket segment published -> a thread reading a ticket by index
+ *   R8/A8  a flush's grace period passed -> kva_slab_flush_done (slab.h)
  */
 #include "slab.h"
 
@@ -67,6 +68,7 @@ static struct kva_slab *slab_by_serial(uint64_t serial);
 struct ticket {
 	struct rcu_head head;
 	uint64_t serial;      /* the slab the batch returns to */
+	uint64_t flush;       /* the flush's number (kva_slab_next_flush) */
 	uint32_t first;       /* the chain's first slot, linked by hdr.next */
 	uint32_t self;        /* index in the pool */
 	_Atomic uint32_t next; /* free list: index + 1, 0 = none */
@@ -467,8 +469,18 @@ static void reclaim_ticket(struct rcu_head *head)
 	struct ticket *t = caa_container_of(head, struct ticket, head);
 	pthread_mutex_lock(&registry_lock);
 	struct kva_slab *s = slab_by_serial(t->serial);
-	if (s)
+	if (s) {
 		reclaim_chain(s, t->first);
+		/* Callbacks may run out of order (per-CPU call_rcu threads): keep
+		 * the highest. R8: a grace period passed since that flush, to the
+		 * retiring thread's kva_slab_flush_done (A8). */
+		uint64_t done = atomic_load_explicit(&s->flush_gp, memory_order_relaxed);
+		while (done < t->flush &&
+		       !atomic_compare_exchange_weak_explicit(&s->flush_gp, &done, t->flush,
+		                                              memory_order_release,
+		                                              memory_order_relaxed))
+			;
+	}
 	/* For TSan: this callback's use of the slab, to kva_slab_fini (the
 	 * mutex orders them too) and to whoever waits in urcu_memb_barrier. */
 	KVA__TSAN_RELEASE(&kva__rcu_tsan_gp);
@@ -498,8 +510,9 @@ void kva_slab_flush(struct kva_slab *s, struct kva_slab_retired *b)
 	if (!t)
 		return; /* no memory for a ticket: the chain waits for a later flush */
 	t->serial = s->serial;
+	t->flush = ++b->flushed;
 	t->first = b->first - 1;
-	*b = (struct kva_slab_retired){0, 0, 0};
+	*b = (struct kva_slab_retired){0, 0, 0, b->flushed};
 	kva_rcu_call(&t->head, reclaim_ticket);
 }
 

@@ -90,6 +90,7 @@ struct kva_slab_rcu {
 struct kva_slab_retired {
 	uint32_t first, last; /* index + 1, 0 = empty */
 	uint32_t n;
+	uint64_t flushed; /* flushes handed to call_rcu so far (they are numbered 1, 2, ...) */
 };
 
 struct kva_slab_cache; /* a thread's free slots, in slab.c */
@@ -111,6 +112,7 @@ struct kva_slab {
 		alignas(64) _Atomic uint32_t top; /* index + 1, 0 = empty */
 	} stack[KVA_SLAB_STACKS];
 	alignas(64) _Atomic uint32_t slots;         /* slots in published chunks (statistic) */
+	_Atomic uint64_t flush_gp;                  /* highest flush whose grace period passed */
 	_Atomic(char *) chunk[KVA_SLAB_MAX_CHUNKS]; /* R1 of slab.c publishes each */
 };
 
@@ -191,6 +193,22 @@ void kva_slab_retire(struct kva_slab *s, struct kva_slab_retired *batch, uint32_
 /* The one retiring thread: hands a partial batch to call_rcu (on a ticket;
  * when no ticket memory is left the batch stays for a later flush). */
 void kva_slab_flush(struct kva_slab *s, struct kva_slab_retired *batch);
+
+/* Grace periods for the retiring thread's own memory (lockfree/slab.c R8):
+ * something it unlinks from every reader's reach now, together with
+ * retiring slots or not, may be reused once kva_slab_flush_done(s,
+ * kva_slab_next_flush(batch)) is true: a grace period has passed since a
+ * flush made after the unlink. Never blocks, adds no call_rcu. */
+static inline uint64_t kva_slab_next_flush(const struct kva_slab_retired *batch)
+{
+	return batch->flushed + 1;
+}
+
+static inline bool kva_slab_flush_done(const struct kva_slab *s, uint64_t flush)
+{
+	/* A8: pairs with R8 in slab.c's reclaim callback. */
+	return atomic_load_explicit(&((struct kva_slab *)s)->flush_gp, memory_order_acquire) >= flush;
+}
 
 /* Fork (kva_atfork_* in kvadmit.h): prepare takes the registry lock that
  * call_rcu callbacks and thread attach/exit take; parent and child release

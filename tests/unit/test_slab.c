@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kva_test.h"
 #include "rcu_thread.h"
@@ -296,6 +297,48 @@ static void test_a_reused_slot_gets_a_new_generation(void **state)
 	slab_free(s);
 }
 
+/* kva_slab_flush_done: the retiring thread's own grace periods, numbered by
+ * flush. Nothing counts as done while a reader that began before the flush
+ * is still inside its section; an empty flush takes no number. */
+static void test_flush_grace_periods_are_numbered(void **state)
+{
+	(void)state;
+	struct kva_slab *s = slab_new();
+	struct kva_slab_retired b = {0, 0, 0};
+	uint32_t idx;
+
+	assert_int_equal(kva_slab_next_flush(&b), 1);
+	assert_false(kva_slab_flush_done(s, 1));
+	kva_slab_flush(s, &b); /* nothing retired: no flush, no number */
+	assert_int_equal(kva_slab_next_flush(&b), 1);
+
+	kva_rcu_read_lock();
+	uint64_t tag = kva_slab_next_flush(&b);
+	kva_slab_publish(s, kva_slab_alloc(s, &idx));
+	kva_slab_retire(s, &b, idx);
+	kva_slab_flush(s, &b);
+	assert_int_equal(kva_slab_next_flush(&b), 2);
+	/* This thread's section holds the grace period back: give the
+	 * call_rcu thread time to try. */
+	struct timespec nap = {0, 30 * 1000 * 1000};
+	nanosleep(&nap, NULL);
+	assert_false(kva_slab_flush_done(s, tag));
+	kva_rcu_read_unlock();
+
+	urcu_memb_barrier();
+	assert_true(kva_slab_flush_done(s, tag));
+	assert_false(kva_slab_flush_done(s, tag + 1));
+
+	/* A later flush covers what was unlinked before it. */
+	kva_slab_publish(s, kva_slab_alloc(s, &idx));
+	kva_slab_retire(s, &b, idx);
+	kva_slab_flush(s, &b);
+	urcu_memb_barrier();
+	assert_true(kva_slab_flush_done(s, 2));
+	assert_int_equal(kva_slab_next_flush(&b), 3);
+	slab_free(s);
+}
+
 static void test_chunk_geometry(void **state)
 {
 	(void)state;
@@ -525,6 +568,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_retire_stops_the_handle_matching_at_once, setup),
 	    cmocka_unit_test_setup(test_retired_slots_come_back_only_after_a_grace_period, setup),
 	    cmocka_unit_test_setup(test_a_reused_slot_gets_a_new_generation, setup),
+	    cmocka_unit_test_setup(test_flush_grace_periods_are_numbered, setup),
 	    cmocka_unit_test_setup(test_chunk_geometry, setup),
 	    cmocka_unit_test_setup(test_growth_then_full_reuse_does_not_grow, setup),
 	    cmocka_unit_test_setup(test_allocation_failure_leaves_a_usable_slab, setup),
