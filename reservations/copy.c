@@ -15,7 +15,6 @@
 void kva__copy_start(kva_engine *e, struct kva__req *r)
 {
 	struct kva__grant *g = kva__grant(r);
-	r->flags |= KVA__F_COPIED;
 	g->attempts++;
 	g->n_reported = 0;
 	g->any_failed = false;

@@ -538,8 +538,7 @@ static void emit_ended(kva_engine *e)
 			p->ended[p->n_ended++] = (kva_ended){kva__rec_handle(r), r->user,
 			                                     (uint8_t)atomic_load_explicit(&r->state,
 			                                                                   memory_order_relaxed)};
-		/* only a copy of this incarnation can still be draining */
-		bool copying = (r->flags & KVA__F_COPIED) && kva__grant(r)->copying;
+		bool copying = (r->flags & KVA__F_GRANTED) && kva__grant(r)->copying;
 		if (!copying && !(r->flags & KVA__F_EV_PENDING))
 			kva__rec_retire(e, r);
 	}

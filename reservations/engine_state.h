@@ -64,6 +64,10 @@ struct kva_engine {
 	uint32_t n_ids_leaving;
 	struct kva_idmap ckpt;              /* selected checkpoint id -> first waiting slot */
 	struct kva_slab_retired retired;    /* slots waiting for their grace period */
+	/* Retired requests' grants (record.c): waiting for their grace period
+	 * (oldest first), then ready for reuse (most recently retired on top). */
+	struct kva__grant *grants_limbo, *grants_limbo_tail, *grants_spare;
+	uint32_t n_grants_spare;
 	struct kva_timerwheel wheel;
 	struct kva__req *head_req; /* request the head timers belong to */
 	uint32_t reset_epoch;      /* bumped by each prefix-cache reset */

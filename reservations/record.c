@@ -116,22 +116,91 @@ static void grant_free(struct kva__grant *g)
 	kva__free(g, grant_size(g->world, g->inline_cap));
 }
 
+/* ---- grant reuse -----------------------------------------------------------------
+ *
+ * A retired request's grant leaves its record (kva__rec_retire) for the
+ * limbo list, tagged with the slab flush that follows: a reader that found
+ * the record before its retirement may still read the grant until a grace
+ * period has passed since then (kva_slab_flush_done; no call_rcu of its
+ * own). The next admission takes from the spare stack, refilled from the
+ * limbo as grace periods pass, most recently retired first. Beyond
+ * GRANTS_SPARE_MAX spares a grant is freed: after a burst the engine keeps
+ * no more than that for the next one. */
+#define GRANTS_SPARE_MAX 4096u
+
+static void grant_retire(kva_engine *e, struct kva__grant *g)
+{
+	g->spare.next = NULL;
+	g->spare.flush = kva_slab_next_flush(&e->retired);
+	if (e->grants_limbo_tail)
+		e->grants_limbo_tail->spare.next = g;
+	else
+		e->grants_limbo = g;
+	e->grants_limbo_tail = g;
+}
+
+/* A grant no reader can reach, or NULL. Scheduler only. */
+static struct kva__grant *grant_reuse(kva_engine *e)
+{
+	struct kva__grant *g;
+	while ((g = e->grants_limbo) && kva_slab_flush_done(&e->slab, g->spare.flush)) {
+		if (!(e->grants_limbo = g->spare.next))
+			e->grants_limbo_tail = NULL;
+		if (e->n_grants_spare >= GRANTS_SPARE_MAX) {
+			grant_free(g);
+			continue;
+		}
+		g->spare.next = e->grants_spare;
+		e->grants_spare = g;
+		e->n_grants_spare++;
+	}
+	if ((g = e->grants_spare)) {
+		e->grants_spare = g->spare.next;
+		e->n_grants_spare--;
+		/* what the last owner left; pages, cap and world stay */
+		g->reset_epoch = 0;
+		atomic_store_explicit(&g->npages, 0, memory_order_relaxed);
+		atomic_store_explicit(&g->reserved, 0, memory_order_relaxed);
+		g->import_pages = 0;
+		g->queue_seq = 0;
+		g->copy_started = 0;
+		g->attempts = 0;
+		g->retries = 0;
+		g->n_reported = 0;
+		g->any_failed = g->copying = g->copy_queued = false;
+		atomic_store_explicit(&g->copy_word, 0, memory_order_relaxed);
+	}
+	return g;
+}
+
+static void grants_free_list(struct kva__grant *g)
+{
+	while (g) {
+		struct kva__grant *next = g->spare.next;
+		grant_free(g);
+		g = next;
+	}
+}
+
 int kva__grant_ensure(kva_engine *e, struct kva__req *r, uint32_t min_cap)
 {
 	struct kva__grant *g = kva__grant(r);
-	if (!g) {
+	/* Only a request the scheduler admits has none: kva_grow's is RUNNING. */
+	if (!g && !(g = grant_reuse(e))) {
 		uint32_t w = e->cfg.world_size;
 		/* room for the first admission's pages saves an allocation per admit */
 		uint32_t icap = min_cap < 16 ? 16 : min_cap <= 1024 ? min_cap : 0;
 		g = kva__calloc(grant_size(w, icap));
 		if (!g)
 			return -ENOMEM;
-		g->req = r;
 		g->world = (uint8_t)w;
 		g->inline_cap = icap;
 		g->cap = icap;
 		g->pages = icap ? grant_inline_pages(g) : NULL;
-		for (uint32_t i = 0; i < w; i++) {
+	}
+	if (!kva__grant(r)) {
+		g->req = r;
+		for (uint32_t i = 0; i < g->world; i++) {
 			kva_inbox_node_init(&g->rank_ev[i].node);
 			g->rank_ev[i].type = KVA__EV_COPY;
 			g->rank_ev[i].rank = (uint8_t)i;
@@ -139,6 +208,7 @@ int kva__grant_ensure(kva_engine *e, struct kva__req *r, uint32_t min_cap)
 		}
 		/* R1: publish a fully built grant to kva_copy_done / kva_query (A1). */
 		atomic_store_explicit(&r->grant, g, memory_order_release);
+		r->flags |= KVA__F_GRANTED; /* the scheduler's: kva_grow's has one */
 	}
 	if (g->cap < min_cap) {
 		uint32_t cap = g->cap ? g->cap : 4;
@@ -293,13 +363,10 @@ static void manifest_free(struct kva__req *r)
 void kva__rec_retire(kva_engine *e, struct kva__req *r)
 {
 	manifest_free(r);
-	/* The next incarnation starts without attempts: its first is 1. A
-	 * grant no copy of this incarnation used still holds none, and is
-	 * not touched: it is a cold line at a large waiting count. */
-	struct kva__grant *g = r->flags & KVA__F_COPIED ? kva__grant(r) : NULL;
-	if (g) {
-		atomic_store_explicit(&g->copy_word, 0, memory_order_relaxed);
-		g->attempts = 0;
+	struct kva__grant *g = r->flags & KVA__F_GRANTED ? kva__grant(r) : NULL;
+	if (g) { /* readers that see NULL from now on find no grant (grant reuse) */
+		atomic_store_explicit(&r->grant, NULL, memory_order_relaxed);
+		grant_retire(e, g);
 	}
 	kva_slab_retire(&e->slab, &e->retired, kva__rec_slot(r));
 }
@@ -329,4 +396,8 @@ void kva__rec_free_all(kva_engine *e)
 		if (g)
 			grant_free(g);
 	}
+	grants_free_list(e->grants_limbo);
+	grants_free_list(e->grants_spare);
+	e->grants_limbo = e->grants_limbo_tail = e->grants_spare = NULL;
+	e->n_grants_spare = 0;
 }

@@ -101,9 +101,13 @@ struct kva__evict {
 	uint64_t epoch;
 };
 
-/* What an admitted (or importing) request owns. Allocated at the slot's
- * first reservation and kept with the slot across incarnations (reset at
- * retirement), freed with the engine. */
+/* What an admitted (or importing) request owns, from its first reservation
+ * to its retirement. A retired request's grant is unlinked from its record
+ * and waits for a grace period (readers that found the record may still
+ * read it), then for the next admission, which takes the most recently
+ * retired one: its lines are still in the cache, where the grant a slot
+ * kept from its previous life would be a DRAM miss at a large waiting
+ * count (record.c, "grant reuse"). */
 struct kva__grant {
 	struct kva__req *req;
 	uint32_t reset_epoch;      /* engine reset epoch when the copy started */
@@ -114,8 +118,16 @@ struct kva__grant {
 	uint32_t cap;
 	_Atomic uint32_t reserved; /* credits owned, not yet materialised */
 	uint32_t import_pages;     /* pages[0 .. import_pages) are copy destinations */
-	uint64_t queue_seq;        /* order it left the waiting queue to import (rule 17) */
-	uint64_t copy_started;     /* step clock when the current attempt was dispatched */
+	union {
+		struct {
+			uint64_t queue_seq;    /* order it left the waiting queue to import (rule 17) */
+			uint64_t copy_started; /* step clock when the current attempt was dispatched */
+		};
+		struct { /* retired: waiting to be reused (scheduler only) */
+			struct kva__grant *next;
+			uint64_t flush; /* reusable once this slab flush's grace period passed */
+		} spare;
+	};
 	uint32_t attempts;         /* copy attempts started for this request */
 	uint32_t retries;          /* failed attempts on the current checkpoint */
 	uint32_t n_reported;       /* scheduler's count for the current attempt */
@@ -142,8 +154,9 @@ enum kva__req_flag {
 	KVA__F_HOSTLOCAL = 1u << 8, /* the manifest holds a KVA__CK_HOST entry */
 	KVA__F_EV_PENDING = 1u << 9, /* ended before its own queued ev_main was
 	                              * handled: retired only after that (engine.c) */
-	KVA__F_COPIED = 1u << 10,    /* a copy started in this incarnation: its grant
-	                              * holds attempts until retirement resets them */
+	KVA__F_GRANTED = 1u << 10,   /* has a grant (from its first reservation on):
+	                              * the record's grant pointer is a line the
+	                              * step need not read otherwise */
 };
 
 /* 160 bytes: 64 Ki of them fill a 10 MiB chunk (an exact jemalloc size

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Copies: rules 11, 12, 13 (during a copy), 17 and 19. */
+#include <urcu/urcu-memb.h>
+
 #include "scenario.h"
 
 #define KEY 7
@@ -27,6 +29,56 @@ static void rule11_failed_copy_is_retried_keeping_its_reservation(void **st)
 	kva_stats stt = sc_stats(s);
 	assert_int_equal(stt.copy_retries, 1);
 	assert_int_equal(stt.copy_attempts_failed, 1);
+	sc_free(s);
+}
+
+/* A retired request's grant goes to the next admission after a grace
+ * period (record.c, grant reuse): the new request starts with its own pages
+ * and no attempts, and the old request's copy token stays refused. */
+static void rule11_a_reused_grant_starts_clean(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	sc_dir_set(s, KEY, sc_ckpt(320, 900, 0));
+	kva_handle a = sc_submit(s, 1, KEY, 480);
+	sc_step(s, 0);
+	kva_copy_token stale = s->copies[0].token;
+	sc_copies_done(s, 1); /* attempt 1 fails, attempt 2 succeeds */
+	sc_step(s, 0);
+	sc_copies_done(s, 0);
+	sc_step(s, 0);
+	assert_non_null(sc_admitted(s, a));
+	kva_request_info info;
+	assert_int_equal(kva_query(s->e, a, &info), 0);
+	assert_int_equal(info.copy_attempts, 2);
+	assert_int_equal(info.pages_held + info.pages_reserved, 30);
+	assert_int_equal(kva_finish(s->e, a), 0);
+	sc_step(s, 0);
+	assert_non_null(sc_ended(s, a)); /* reported and retired */
+	urcu_memb_barrier();  /* its grace period: the grant may be reused */
+
+	sc_dir_set(s, KEY + 1, sc_ckpt(160, 901, 0));
+	kva_handle b = sc_submit(s, 2, KEY + 1, 224);
+	sc_step(s, 0);
+	assert_int_equal(s->plan.n_copies, 1);
+	assert_int_equal(s->copies[0].token.attempt, 1);
+	assert_int_equal(s->copies[0].npages, 10);
+	assert_int_equal(kva_query(s->e, b, &info), 0);
+	assert_int_equal(info.state, KVA_STATE_IMPORTING);
+	assert_int_equal(info.copy_attempts, 1);
+	assert_int_equal(info.pages_held + info.pages_reserved, 14);
+	assert_int_equal(kva_copy_done(s->e, stale, 0, 0), -ENOENT);
+	sc_copies_done(s, 0);
+	sc_step(s, 0);
+	const kva_admission *adm = sc_admitted(s, b);
+	assert_non_null(adm);
+	assert_int_equal(adm->restored_tokens, 160);
+	assert_int_equal(kva_query(s->e, b, &info), 0);
+	assert_int_equal(info.pages_held + info.pages_reserved, 14);
+	assert_int_equal(info.copy_attempts, 1);
+	assert_int_equal(kva_finish(s->e, b), 0);
+	sc_step(s, 0);
+	sc_assert_conserved(s);
 	sc_free(s);
 }
 
@@ -295,6 +347,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(rule11_failed_copy_is_retried_keeping_its_reservation),
+		cmocka_unit_test(rule11_a_reused_grant_starts_clean),
 		cmocka_unit_test(rule11_exhausted_retries_fall_back_to_shorter_checkpoint),
 		cmocka_unit_test(rule11_recompute_only_when_no_shorter_checkpoint_is_left),
 		cmocka_unit_test(rule12_cancel_during_copy_frees_credits_now_pages_after_drain),
