@@ -8,8 +8,11 @@
  * attempt twice (a duplicate), and report the previous attempt late (a
  * stale report) after the next one was handed out. A failed attempt is
  * retried up to RETRIES times; a cancel may arrive at any time. After a
- * cancelled copy drained, the record is retired (copy_word reset to 0, the
- * handle stops matching).
+ * cancelled copy drained, the record is retired: the handle stops matching
+ * and the grant leaves the record with copy_word as the last attempt left
+ * it (a rank that matched the handle just before may still report into it;
+ * the grant is reset only when it is reused, a grace period later, after
+ * every such rank is done: record.c, grant reuse).
  *
  * Properties:
  *   - destination pages go back only after every rank of the submitted
@@ -159,7 +162,7 @@ active proctype scheduler()
 			if
 			:: state == CANCELLED -> /* copy.c:63 rule 12: drained */
 				pages_return();
-				atomic { live = 0; copy_word = 0 } /* record.c:254 retire */
+				live = 0 /* record.c kva__rec_retire */
 			:: state == IMPORTING && any_failed && retries < RETRIES ->
 				retries++; /* copy.c:85 retry: copy_start */
 				attempts++;
@@ -188,7 +191,7 @@ active proctype scheduler()
 				copying = 0;
 				pages_return();
 				state = CANCELLED;
-				atomic { live = 0; copy_word = 0 } /* retired once reported */
+				live = 0 /* retired once reported */
 			:: else ->
 #ifdef MUTANT_RETURN_BEFORE_DRAIN
 				pages_return();
