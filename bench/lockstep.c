@@ -34,8 +34,8 @@ static void barrier_init(unsigned threads)
 
 /* Sense by generation: a thread reads the generation before it arrives (it
  * cannot advance until this thread has arrived), the last arrival resets the
- * count and advances it. Waiters spin; after 65,536 pauses (a few ms) they yield, so an
- * oversubscribed machine still makes progress. */
+ * count and advances it. Waiters spin; after 65,536 pauses (a few ms) they
+ * yield, so an oversubscribed machine still makes progress. */
 static void barrier_wait(void)
 {
 	unsigned gen = atomic_load_explicit(&barrier.generation, memory_order_acquire);

@@ -125,8 +125,12 @@ static void grant_free(struct kva__grant *g)
  * own). The next admission takes from the spare stack, refilled from the
  * limbo as grace periods pass, most recently retired first. Beyond
  * GRANTS_SPARE_MAX spares a grant is freed: after a burst the engine keeps
- * no more than that for the next one. */
+ * no more than that for the next one. Each reuse moves at most
+ * GRANTS_MATURE_STEP grants out of the limbo, so a burst of retirements
+ * costs no single admission more than that; every grant was once admitted,
+ * so the limbo still drains faster than it fills. */
 #define GRANTS_SPARE_MAX 4096u
+#define GRANTS_MATURE_STEP 4u
 
 static void grant_retire(kva_engine *e, struct kva__grant *g)
 {
@@ -143,7 +147,9 @@ static void grant_retire(kva_engine *e, struct kva__grant *g)
 static struct kva__grant *grant_reuse(kva_engine *e)
 {
 	struct kva__grant *g;
-	while ((g = e->grants_limbo) && kva_slab_flush_done(&e->slab, g->spare.flush)) {
+	for (unsigned k = 0; k < GRANTS_MATURE_STEP && (g = e->grants_limbo) &&
+	                     kva_slab_flush_done(&e->slab, g->spare.flush);
+	     k++) {
 		if (!(e->grants_limbo = g->spare.next))
 			e->grants_limbo_tail = NULL;
 		if (e->n_grants_spare >= GRANTS_SPARE_MAX) {
@@ -182,33 +188,44 @@ static void grants_free_list(struct kva__grant *g)
 	}
 }
 
+static struct kva__grant *grant_new(kva_engine *e, uint32_t min_cap)
+{
+	uint32_t w = e->cfg.world_size;
+	/* room for the first admission's pages saves an allocation per admit */
+	uint32_t icap = min_cap < 16 ? 16 : min_cap <= 1024 ? min_cap : 0;
+	struct kva__grant *g = kva__calloc(grant_size(w, icap));
+	if (!g)
+		return NULL;
+	g->world = (uint8_t)w;
+	g->inline_cap = icap;
+	g->cap = icap;
+	g->pages = icap ? grant_inline_pages(g) : NULL;
+	return g;
+}
+
+/* g becomes r's, for kva_copy_done and kva_query too. Scheduler only. */
+static void grant_attach(struct kva__req *r, struct kva__grant *g)
+{
+	g->req = r;
+	for (uint32_t i = 0; i < g->world; i++) {
+		kva_inbox_node_init(&g->rank_ev[i].node);
+		g->rank_ev[i].type = KVA__EV_COPY;
+		g->rank_ev[i].rank = (uint8_t)i;
+		g->rank_ev[i].slot = kva__rec_slot(r);
+	}
+	/* R1: publish a fully built grant to kva_copy_done / kva_query (A1). */
+	atomic_store_explicit(&r->grant, g, memory_order_release);
+	r->flags |= KVA__F_GRANTED;
+}
+
 int kva__grant_ensure(kva_engine *e, struct kva__req *r, uint32_t min_cap)
 {
 	struct kva__grant *g = kva__grant(r);
 	/* Only a request the scheduler admits has none: kva_grow's is RUNNING. */
-	if (!g && !(g = grant_reuse(e))) {
-		uint32_t w = e->cfg.world_size;
-		/* room for the first admission's pages saves an allocation per admit */
-		uint32_t icap = min_cap < 16 ? 16 : min_cap <= 1024 ? min_cap : 0;
-		g = kva__calloc(grant_size(w, icap));
-		if (!g)
+	if (!g) {
+		if (!(g = grant_reuse(e)) && !(g = grant_new(e, min_cap)))
 			return -ENOMEM;
-		g->world = (uint8_t)w;
-		g->inline_cap = icap;
-		g->cap = icap;
-		g->pages = icap ? grant_inline_pages(g) : NULL;
-	}
-	if (!kva__grant(r)) {
-		g->req = r;
-		for (uint32_t i = 0; i < g->world; i++) {
-			kva_inbox_node_init(&g->rank_ev[i].node);
-			g->rank_ev[i].type = KVA__EV_COPY;
-			g->rank_ev[i].rank = (uint8_t)i;
-			g->rank_ev[i].slot = kva__rec_slot(r);
-		}
-		/* R1: publish a fully built grant to kva_copy_done / kva_query (A1). */
-		atomic_store_explicit(&r->grant, g, memory_order_release);
-		r->flags |= KVA__F_GRANTED; /* the scheduler's: kva_grow's has one */
+		grant_attach(r, g);
 	}
 	if (g->cap < min_cap) {
 		uint32_t cap = g->cap ? g->cap : 4;
