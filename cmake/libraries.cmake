@@ -43,7 +43,11 @@ set(_kva_public_includes
 # Linker flags of the shared libraries: archives stay private, and (outside
 # sanitizer and fuzzing builds, whose runtimes resolve at program link) no
 # undefined symbols except the weak CUDA reference.
-set(_kva_shared_link_options LINKER:--exclude-libs,ALL)
+# -z nodelete: dlclose never unmaps the library (nor liburcu, which it keeps
+# loaded). liburcu's call_rcu thread, our thread-exit key destructor and
+# queued flush callbacks outlive any engine; unmapping their code under them
+# crashed Python hosts at exit, where cffi dlcloses the library.
+set(_kva_shared_link_options LINKER:--exclude-libs,ALL LINKER:-z,nodelete)
 if(NOT KVADMIT_SANITIZE AND NOT KVADMIT_BUILD_FUZZ)
   list(APPEND _kva_shared_link_options LINKER:--no-undefined)
 endif()

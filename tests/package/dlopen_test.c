@@ -4,7 +4,7 @@
  * interpreter does, and calls it through dlsym(): the library must load
  * (no static-TLS dependency such as libjemalloc.so.2), report the version the
  * headers were generated with, and run an engine (its allocator falls back
- * to malloc: this process has no jemalloc).
+ * to malloc: this process has no jemalloc), and stay loaded after dlclose.
  *
  *   dlopen_test core LIBKVADMIT_SO        the core alone: no CUDA importer
  *                                         in the process, so the feature
@@ -109,5 +109,27 @@ int main(int argc, char **argv)
 	int admitted = submit(e, &req, &hd) == 0 ? step(e, 1000, &plan) : -1;
 	destroy(e);
 	printf("engine through dlsym: %d admitted\n", admitted);
+	if (admitted != 1)
+		return 1;
+
+	/* dlclose must not unmap the library or liburcu: liburcu's call_rcu
+	 * thread and queued callbacks outlive the engine (an interpreter that
+	 * unloads at exit crashed in them). The old function pointers must
+	 * still run an engine. */
+	dlclose(h);
+	void *still = dlopen(argv[2], RTLD_NOW | RTLD_NOLOAD);
+	void *urcu = dlopen("liburcu-memb.so.8", RTLD_NOW | RTLD_NOLOAD);
+	printf("after dlclose: library %s, liburcu-memb %s\n", still ? "loaded" : "UNLOADED",
+	       urcu ? "loaded" : "UNLOADED");
+	if (!still || !urcu)
+		return 1;
+	e = create(&cfg, &err);
+	if (!e)
+		return 1;
+	req.id = 2;
+	admitted = submit(e, &req, &hd) == 0 ? step(e, 1000, &plan) : -1;
+	destroy(e);
+	dlclose(still);
+	dlclose(urcu);
 	return admitted == 1 ? 0 : 1;
 }
