@@ -27,6 +27,14 @@ void *kva__calloc(size_t size);
 void *kva__realloc(void *p, size_t old_size, size_t new_size);
 void kva__free(void *p, size_t size);
 
+/* Large tables (slab chunks, maps): blocks of KVA__HUGE bytes or more are
+ * 2 MB-aligned and offered to the kernel for huge pages; smaller ones are
+ * ordinary. Free with kva__free_big and the same size. */
+#define KVA__HUGE ((size_t)2 << 20)
+void *kva__alloc_big(size_t size);
+void *kva__calloc_big(size_t size);
+void kva__free_big(void *p, size_t size);
+
 /* Tests: the calling thread's explicit tcache index, -1 when it has none
  * (never created, destroyed at thread exit, or no jemalloc). */
 int kva__alloc_thread_tcache(void);

@@ -109,11 +109,11 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 		goto fail_free;
 	/* Records from zeroed chunks: a fresh slot has no grant and no manifest. */
 	if (kva_slab_init(&e->slab, sizeof(struct kva__req), offsetof(struct kva__req, rcu),
-	                  kva__calloc, kva__free) != 0)
+	                  kva__calloc_big, kva__free_big) != 0)
 		goto fail_pool;
 	/* Allocated now, so ingest and indexing find room even when memory is
 	 * short later (a map that cannot grow still fills up). */
-	if (kva_idmap_init(&e->live_ids, kva__alloc, kva__free, 64) != 0)
+	if (kva_idmap_init(&e->live_ids, kva__alloc_big, kva__free_big, 64) != 0)
 		goto fail_slab;
 	if (kva_idmap_init(&e->ckpt, kva__alloc, kva__free, 64) != 0)
 		goto fail_ids;
