@@ -285,9 +285,18 @@ def machine(context):
     caches = ", ".join(f"L{c['level']} {c['size'] // 1024} KiB"
                        for c in context.get("caches", []) if c.get("type") != "Instruction")
     load = ", ".join(f"{x:.2f}" for x in context.get("load_avg", []))
+    # The slab and the live-id map ask for huge pages (reservations/alloc.c):
+    # the kernel's mode decides whether they get them.
+    thp = "?"
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            m = re.search(r"\[(\w+)\]", f.read())
+            thp = m.group(1) if m else thp
+    except OSError:
+        pass
     return (f"{context.get('num_cpus', '?')} × {model} at {context.get('mhz_per_cpu', '?')} MHz"
-            f"{virt}; {osname}; caches {caches}; run {context.get('date', '?')}, "
-            f"load average at the start {load or '?'}")
+            f"{virt}; {osname}; caches {caches}; transparent huge pages {thp}; "
+            f"run {context.get('date', '?')}, load average at the start {load or '?'}")
 
 
 def table(context, res, source):
