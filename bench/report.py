@@ -257,21 +257,19 @@ def other_rows(res):
     return out
 
 
+def file_match(path, pattern, default):
+    """The first group of pattern in the file, or default."""
+    try:
+        with open(path) as f:
+            m = re.search(pattern, f.read())
+            return m.group(1).strip() if m else default
+    except OSError:
+        return default
+
+
 def machine(context):
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            m = re.search(r"model name\s*:\s*(.*)", f.read())
-            model = m.group(1).strip() if m else model
-    except OSError:
-        pass
-    osname = platform.system()
-    try:
-        with open("/etc/os-release") as f:
-            m = re.search(r'PRETTY_NAME="([^"]*)"', f.read())
-            osname = m.group(1) if m else osname
-    except OSError:
-        pass
+    model = file_match("/proc/cpuinfo", r"model name\s*:\s*(.*)", "unknown CPU")
+    osname = file_match("/etc/os-release", r'PRETTY_NAME="([^"]*)"', platform.system())
     virt = ""
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
@@ -287,13 +285,7 @@ def machine(context):
     load = ", ".join(f"{x:.2f}" for x in context.get("load_avg", []))
     # The slab and the live-id map ask for huge pages (reservations/alloc.c):
     # the kernel's mode decides whether they get them.
-    thp = "?"
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-            m = re.search(r"\[(\w+)\]", f.read())
-            thp = m.group(1) if m else thp
-    except OSError:
-        pass
+    thp = file_match("/sys/kernel/mm/transparent_hugepage/enabled", r"\[(\w+)\]", "?")
     return (f"{context.get('num_cpus', '?')} × {model} at {context.get('mhz_per_cpu', '?')} MHz"
             f"{virt}; {osname}; caches {caches}; transparent huge pages {thp}; "
             f"run {context.get('date', '?')}, load average at the start {load or '?'}")
