@@ -203,6 +203,57 @@ static void test_random_sequence_matches_a_set(void **state)
 	kva_pagepool_fini(&p);
 }
 
+/* Against a reference chain kept as an array (top first): every take must
+ * return exactly the ids the chain holds on top, in chain order, whatever
+ * mix of batch sizes, joins and partial takes built it (puts of ids picked
+ * from anywhere, in shuffled order). */
+static void test_takes_follow_the_chain_exactly(void **state)
+{
+	(void)state;
+	struct kva_pagepool p;
+	enum { N = 600 };
+	uint32_t chain[N], held[N], got[N];
+	size_t nchain = N, nheld = 0;
+	uint64_t rng = 777;
+	for (uint32_t i = 0; i < N; i++)
+		chain[i] = i; /* init: 0 on top */
+	assert_int_equal(kva_pagepool_init(&p, N), 0);
+	for (int op = 0; op < 200000; op++) {
+		uint64_t r = kva_test_rand(&rng);
+		size_t k = 1 + (size_t)((r >> 8) % 40);
+		if (((r >> 20) & 15) == 0) /* now and then more than a round */
+			k = 1 + (size_t)((r >> 24) % 300);
+		if (r & 1) {
+			bool ok = kva_pagepool_take_n(&p, got, k);
+			assert_int_equal(ok, nchain >= k);
+			if (!ok)
+				continue;
+			for (size_t i = 0; i < k; i++)
+				assert_int_equal(got[i], chain[i]);
+			memmove(chain, chain + k, (nchain - k) * sizeof(chain[0]));
+			nchain -= k;
+			memcpy(held + nheld, got, k * sizeof(got[0]));
+			nheld += k;
+		} else {
+			if (k > nheld)
+				k = nheld;
+			/* put back k held ids, picked from anywhere, in shuffled order */
+			uint32_t put[N];
+			for (size_t i = 0; i < k; i++) {
+				size_t at = (size_t)(kva_test_rand(&rng) % nheld);
+				put[i] = held[at];
+				held[at] = held[--nheld];
+			}
+			kva_pagepool_put_n(&p, put, k);
+			memmove(chain + k, chain, nchain * sizeof(chain[0]));
+			memcpy(chain, put, k * sizeof(put[0]));
+			nchain += k;
+		}
+		assert_int_equal(kva_pagepool_count(&p), nchain);
+	}
+	kva_pagepool_fini(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -214,6 +265,7 @@ int main(void)
 	    cmocka_unit_test(test_a_partial_take_leaves_the_rest_in_order),
 	    cmocka_unit_test(test_empty_pool),
 	    cmocka_unit_test(test_random_sequence_matches_a_set),
+	    cmocka_unit_test(test_takes_follow_the_chain_exactly),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
