@@ -433,6 +433,12 @@ void *kva_slab_alloc(struct kva_slab *s, uint32_t *idx)
 	return hdr(s, *idx);
 }
 
+void kva_slab_unalloc(struct kva_slab *s, uint32_t idx)
+{
+	struct kva_slab_cache *c = my_cache(s);
+	c->idx[c->n++] = idx; /* the alloc it undoes left room */
+}
+
 uint32_t kva_slab_publish(struct kva_slab *s, void *slot)
 {
 	(void)s;

@@ -36,6 +36,7 @@
  *   call                         | may run concurrently with
  *   -----------------------------+---------------------------------------
  *   kva_slab_alloc / _publish    | everything but init/fini (any threads)
+ *   kva_slab_unalloc             | everything but init/fini (the allocating thread)
  *   kva_slab_lookup / _get       | everything but init/fini (RCU reader)
  *   kva_slab_retire / _flush     | everything but itself (one retirer)
  *   kva_slab_init / _fini        | nothing (no barrier needed before fini)
@@ -131,6 +132,11 @@ void kva_slab_fini(struct kva_slab *s);
  * when no memory is left for a new chunk. Owned by the caller until it is
  * published or retired. */
 void *kva_slab_alloc(struct kva_slab *s, uint32_t *idx);
+/* Gives back a slot the calling thread took with kva_slab_alloc and never
+ * published, before it takes another from s: straight back into the
+ * thread's cache (the alloc made room there). No grace period: no
+ * generation of this incarnation was ever handed out. */
+void kva_slab_unalloc(struct kva_slab *s, uint32_t idx);
 /* The owner filled the slot: it becomes live under a new odd generation,
  * which is returned. Everything written before is visible to whoever
  * matches that generation (R2 of slab.c). */

@@ -43,6 +43,8 @@ static int fault_now(void)
 		return 0;
 	return n == at || (n > at && atomic_load_explicit(&fault_sticky, memory_order_relaxed));
 }
+
+int kva__fault_point(void) { return fault_now(); }
 #else
 uint64_t kva__fault_arm(uint64_t k, int sticky)
 {

@@ -46,5 +46,13 @@ uint64_t kva__alloc_arena_bytes(void);
  * and so does every one after it when sticky. k == 0 disables. Returns the
  * number of allocations counted since the last call (no-op builds: 0). */
 uint64_t kva__fault_arm(uint64_t k, int sticky);
+/* Counts as one allocation for fault injection, true if it is to fail: for
+ * memory taken from the library's own pools rather than the heap (always
+ * false outside fault-injection builds). */
+#ifdef KVA_FAULT_INJECTION
+int kva__fault_point(void);
+#else
+#define kva__fault_point() 0
+#endif
 
 #endif

@@ -117,6 +117,9 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 		goto fail_slab;
 	if (kva_idmap_init(&e->ckpt, kva__alloc, kva__free, 64) != 0)
 		goto fail_ids;
+	if (kva_slab_init(&e->cancels, sizeof(struct kva__cancel), offsetof(struct kva__cancel, rcu),
+	                  kva__alloc_big, kva__free_big) != 0)
+		goto fail_ckpt;
 	kva_capacity_init(&e->cap, (struct kva_credits){cfg->total_pages, cfg->copy_slots,
 	                                                cfg->max_running});
 	kva_fanin_init(&e->inbox);
@@ -136,6 +139,8 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	if (err)
 		*err = 0;
 	return e;
+fail_ckpt:
+	kva_idmap_fini(&e->ckpt);
 fail_ids:
 	kva_idmap_fini(&e->live_ids);
 fail_slab:
@@ -150,16 +155,14 @@ fail:
 	return NULL;
 }
 
-/* Frees what a queued event owns (answers, evictions, cancels); events
- * embedded in records and grants die with them. */
+/* Frees what a queued event owns (answers, evictions); events embedded in
+ * records and grants, and cancels (their slab), die with those. */
 static void discard_event(struct kva__event *ev)
 {
 	if (ev->type == KVA__EV_ANSWER)
 		kva__answer_free(caa_container_of(ev, struct kva__answer, ev));
 	else if (ev->type == KVA__EV_EVICT)
 		kva__free(ev, sizeof(struct kva__evict));
-	else if (ev->type == KVA__EV_CANCEL)
-		kva__free(ev, sizeof(struct kva__cancel));
 	else if (ev->type == KVA__EV_LOCAL)
 		kva__local_free(caa_container_of(ev, struct kva__local, ev));
 }
@@ -201,6 +204,7 @@ void kva_engine_destroy(kva_engine *e)
 	 * in a forked child. */
 	kva__rec_free_all(e);
 	kva_slab_fini(&e->slab);
+	kva_slab_fini(&e->cancels); /* after the queues above: they held some */
 	kva_idmap_fini(&e->live_ids);
 	kva_idmap_fini(&e->ckpt);
 	kva_pagepool_fini(&e->pool);
@@ -336,7 +340,7 @@ static int dispatch_event(kva_engine *e, struct kva__event *ev)
 		if (r && !handle_cancel(e, r))
 			kva_inbox_push(&e->deferred, &ev->node); /* retried once per step */
 		else
-			kva__free(c, sizeof(*c));
+			kva__cancel_free(e, c);
 		break;
 	}
 	case KVA__EV_FINISHED:
@@ -596,6 +600,7 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	kva__copy_dispatch_pending(e); /* refused ranks: handled next step */
 	kva__rec_ids_settle(e);        /* the ended ids' map misses, last */
 	kva_slab_flush(&e->slab, &e->retired);
+	kva_slab_flush(&e->cancels, &e->cancels_retired);
 	plan->backlog = e->stalled || !kva_inbox_batch_empty(&e->batch) ||
 	                !kva_inbox_empty(&e->local) || !kva_inbox_batch_empty(&e->local_batch) ||
 	                !kva_inbox_empty(&e->deferred) ||

@@ -46,6 +46,7 @@ struct kva_engine {
 	_Atomic uint64_t hist[H_COUNT][KVA__HIST_WORDS]; /* scheduler writes, any thread reads */
 	struct kva__shard shard[KVA__SHARDS]; /* what producers count */
 	struct kva_slab slab;                 /* the records (own cache lines inside) */
+	struct kva_slab cancels;              /* cancel events (struct kva__cancel) */
 
 	/* scheduler thread only */
 	alignas(64) struct kva_waitq waitq; /* RCU readers: kva_waiting_foreach */
@@ -64,6 +65,7 @@ struct kva_engine {
 	uint32_t n_ids_leaving;
 	struct kva_idmap ckpt;              /* selected checkpoint id -> first waiting slot */
 	struct kva_slab_retired retired;    /* slots waiting for their grace period */
+	struct kva_slab_retired cancels_retired; /* handled cancel events, likewise */
 	/* Retired requests' grants (record.c): waiting for their grace period
 	 * (oldest first), then ready for reuse (most recently retired on top). */
 	struct kva__grant *grants_limbo, *grants_limbo_tail, *grants_spare;

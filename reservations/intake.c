@@ -110,14 +110,14 @@ int kva_cancel(kva_engine *e, kva_handle h)
 	else if (atomic_load_explicit(&r->cancel_requested, memory_order_relaxed))
 		rc = -EALREADY;
 	/* The event before the claim, so a claim is never undone. */
-	else if (!(c = kva__alloc(sizeof(*c))))
+	else if (!(c = kva__cancel_new(e)))
 		rc = -ENOMEM;
 	else if (atomic_exchange_explicit(&r->cancel_requested, 1, memory_order_relaxed))
 		rc = -EALREADY; /* another thread's cancel won meanwhile */
 	kva_rcu_read_unlock();
 	if (rc) {
 		if (c)
-			kva__free(c, sizeof(*c));
+			kva_slab_unalloc(&e->cancels, c->self);
 		return rc;
 	}
 	kva_inbox_node_init(&c->ev.node);

@@ -40,6 +40,23 @@ struct kva__req *kva__rec_new(kva_engine *e, uint32_t *slot)
 	return kva_slab_alloc(&e->slab, slot);
 }
 
+struct kva__cancel *kva__cancel_new(kva_engine *e)
+{
+	/* Taking a slot is this call's allocation (fault-injection builds). */
+	if (kva__fault_point())
+		return NULL;
+	uint32_t idx;
+	struct kva__cancel *c = kva_slab_alloc(&e->cancels, &idx);
+	if (c)
+		c->self = idx;
+	return c;
+}
+
+void kva__cancel_free(kva_engine *e, struct kva__cancel *c)
+{
+	kva_slab_retire(&e->cancels, &e->cancels_retired, c->self);
+}
+
 uint32_t kva__rec_publish(kva_engine *e, struct kva__req *r)
 {
 	return kva_slab_publish(&e->slab, r);

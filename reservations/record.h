@@ -89,11 +89,24 @@ struct kva__local {
 };
 
 /* A cancel request: names the incarnation, so a cancel that arrives after
- * the record was retired (and its slot reused) finds nothing. */
+ * the record was retired (and its slot reused) finds nothing. Lives in the
+ * engine's own slab of cancel events (e->cancels), one cache line each, so
+ * a cancel allocates nothing from the heap and two producers never write
+ * one line. */
 struct kva__cancel {
-	struct kva__event ev;
-	kva_handle h;
+	struct kva_slab_hdr hdr;
+	union {
+		struct {
+			struct kva__event ev;
+			kva_handle h;
+			uint32_t self; /* its index in e->cancels */
+		};
+		struct kva_slab_rcu rcu; /* free: the slab's batch area */
+		char line_[64 - sizeof(struct kva_slab_hdr)];
+	};
 };
+
+_Static_assert(sizeof(struct kva__cancel) == 64, "one cancel event per cache line");
 
 struct kva__evict {
 	struct kva__event ev;
@@ -318,6 +331,10 @@ void kva__event_push(kva_engine *e, struct kva__event *ev);
 struct kva__answer *kva__answer_new(uint32_t cap);
 void kva__answer_free(struct kva__answer *a);
 /* Any thread: a kva__local event with its spare manifest; NULL: -ENOMEM. */
+/* Any thread: a cancel event from e->cancels, or NULL (no memory for a new
+ * chunk). The scheduler frees it with kva__cancel_free. */
+struct kva__cancel *kva__cancel_new(kva_engine *e);
+void kva__cancel_free(kva_engine *e, struct kva__cancel *c);
 struct kva__local *kva__local_new(void);
 void kva__local_free(struct kva__local *l);
 

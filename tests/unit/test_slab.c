@@ -139,6 +139,33 @@ static void test_alloc_hands_out_distinct_free_slots(void **state)
 	slab_free(s);
 }
 
+/* An unpublished slot given back is the next one this thread takes, and
+ * nothing is lost or handed out twice: after many alloc/unalloc pairs
+ * between real allocations, the slots taken are still distinct and the
+ * slab did not grow for the pairs. */
+static void test_unalloc_returns_the_slot_to_the_thread(void **state)
+{
+	(void)state;
+	struct kva_slab *s = slab_new();
+	enum { N = 600 };
+	static unsigned char seen[4 * N];
+	memset(seen, 0, sizeof(seen));
+	for (int i = 0; i < N; i++) {
+		uint32_t a, b;
+		assert_non_null(kva_slab_alloc(s, &a));
+		kva_slab_unalloc(s, a);
+		struct slot *p = kva_slab_alloc(s, &b);
+		assert_non_null(p);
+		assert_int_equal(b, a);
+		assert_int_equal(atomic_load(&p->h.gen) & 1, 0);
+		assert_true(b < 4 * N);
+		assert_int_equal(seen[b]++, 0); /* kept: distinct from every earlier one */
+	}
+	/* 600 kept slots fit the first three chunks (256 + 512 + 1024) */
+	assert_true(kva_slab_slots(s) <= 1792);
+	slab_free(s);
+}
+
 static void test_publish_makes_the_handle_match_and_nothing_else(void **state)
 {
 	(void)state;
@@ -564,6 +591,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup(test_init_rejects_bad_arguments, setup),
 	    cmocka_unit_test_setup(test_alloc_hands_out_distinct_free_slots, setup),
+	    cmocka_unit_test_setup(test_unalloc_returns_the_slot_to_the_thread, setup),
 	    cmocka_unit_test_setup(test_publish_makes_the_handle_match_and_nothing_else, setup),
 	    cmocka_unit_test_setup(test_retire_stops_the_handle_matching_at_once, setup),
 	    cmocka_unit_test_setup(test_retired_slots_come_back_only_after_a_grace_period, setup),
