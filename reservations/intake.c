@@ -54,7 +54,8 @@ int kva_submit(kva_engine *e, const kva_request *q, kva_handle *out)
 	struct kva__req *r = kva__rec_new(e, &slot);
 	if (!r)
 		return -ENOMEM;
-	/* The slot keeps its grant across incarnations: no memset. */
+	/* No memset: every field the scheduler reads is set below, and the
+	 * grant pointer is NULL since the slot's last retirement. */
 	kva_inbox_node_init(&r->ev_main.node);
 	r->ev_main.type = KVA__EV_SUBMIT;
 	r->ev_main.slot = slot;
@@ -117,7 +118,7 @@ int kva_cancel(kva_engine *e, kva_handle h)
 	kva_rcu_read_unlock();
 	if (rc) {
 		if (c)
-			kva_slab_unalloc(&e->cancels, c->self);
+			kva__cancel_unused(e, c);
 		return rc;
 	}
 	kva_inbox_node_init(&c->ev.node);

@@ -57,6 +57,11 @@ void kva__cancel_free(kva_engine *e, struct kva__cancel *c)
 	kva_slab_retire(&e->cancels, &e->cancels_retired, c->self);
 }
 
+void kva__cancel_unused(kva_engine *e, struct kva__cancel *c)
+{
+	kva_slab_unalloc(&e->cancels, c->self);
+}
+
 uint32_t kva__rec_publish(kva_engine *e, struct kva__req *r)
 {
 	return kva_slab_publish(&e->slab, r);

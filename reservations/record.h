@@ -215,8 +215,9 @@ struct kva__req {
 		kva_checkpoint one;            /* nents == 1 */
 		struct kva__answer *manifest;  /* nents > 1 */
 	};
-	/* After the rcu area: survives the slot's reuse (lockfree/slab.h). */
-	struct kva__grant *_Atomic grant; /* R1/A1 below: published once per slot */
+	/* After the rcu area, so the slab's free lists never overwrite it: NULL
+	 * from retirement through the slot's next incarnation until it reserves. */
+	struct kva__grant *_Atomic grant; /* R1/A1 below: published at the first reservation */
 };
 
 /* lookup_word's low bit: the lookup of that seq is still awaited. */
@@ -330,11 +331,13 @@ void kva__event_push(kva_engine *e, struct kva__event *ev);
  * when out of memory. */
 struct kva__answer *kva__answer_new(uint32_t cap);
 void kva__answer_free(struct kva__answer *a);
-/* Any thread: a kva__local event with its spare manifest; NULL: -ENOMEM. */
 /* Any thread: a cancel event from e->cancels, or NULL (no memory for a new
- * chunk). The scheduler frees it with kva__cancel_free. */
+ * chunk). The scheduler frees it with kva__cancel_free; the thread that took
+ * it and did not push it gives it back with kva__cancel_unused. */
 struct kva__cancel *kva__cancel_new(kva_engine *e);
 void kva__cancel_free(kva_engine *e, struct kva__cancel *c);
+void kva__cancel_unused(kva_engine *e, struct kva__cancel *c);
+/* Any thread: a kva__local event with its spare manifest; NULL: -ENOMEM. */
 struct kva__local *kva__local_new(void);
 void kva__local_free(struct kva__local *l);
 
