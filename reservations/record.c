@@ -18,6 +18,9 @@
 
 /* The memory budget of a waiting request (bench: BM_memory_per_request). */
 _Static_assert(sizeof(struct kva__req) <= 160, "a record grew past 160 bytes");
+/* Any-thread calls read one line of a record (record.h). */
+_Static_assert(offsetof(struct kva__req, pub_sel) + sizeof(uint32_t) <= 32,
+               "the fields any-thread calls read left the record's first 32 bytes");
 /* The grant stays with the slot: the slab must not write it while free. */
 _Static_assert(offsetof(struct kva__req, grant) >=
                    offsetof(struct kva__req, rcu) + sizeof(struct kva_slab_rcu),

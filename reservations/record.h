@@ -175,19 +175,23 @@ enum kva__req_flag {
 /* 160 bytes: 64 Ki of them fill a 10 MiB chunk (an exact jemalloc size
  * class), and with the live-id map's share a waiting request costs under 192. */
 struct kva__req {
-	struct kva_slab_hdr hdr;   /* generation (handles) and the slab's free link */
-	struct kva__event ev_main; /* submit, then finished / preempted; .slot = ours */
+	/* What an any-thread call reads (handle check, state, claims, query)
+	 * fits in the first 32 bytes: one cache line whether the slot starts on
+	 * a line or half-way into one (slots are 160 bytes), so a call on a
+	 * record nobody touched lately costs one miss, not two. */
+	struct kva_slab_hdr hdr; /* generation (handles) and the slab's free link */
 	uint64_t id;
-	void *user;
-	uint64_t prefix_key;
-	uint32_t prompt_tokens;
 	_Atomic uint32_t state;       /* enum kva_state / KVA__STATE_* */
 	_Atomic uint32_t lookup_word; /* seq << 1 | KVA__LW_AWAITING */
-	_Atomic uint32_t pub_sel;     /* selected position << 1 | local; 0 none (kva_query) */
 	_Atomic uint8_t cancel_requested;
 	_Atomic uint8_t lookups;    /* statistic for kva_query (saturating) */
 	_Atomic uint8_t pub_reason; /* reason, published for kva_query */
 	uint8_t reason;             /* enum kva_reason once on the ordinary path */
+	_Atomic uint32_t pub_sel;   /* selected position << 1 | local; 0 none (kva_query) */
+	struct kva__event ev_main;  /* submit, then finished / preempted; .slot = ours */
+	void *user;
+	uint64_t prefix_key;
+	uint32_t prompt_tokens;
 	uint16_t flags;             /* enum kva__req_flag, scheduler only */
 	int8_t sel;                 /* selected manifest entry, -1 none */
 	uint8_t nents;              /* entries of the retained manifest (one, or
