@@ -167,6 +167,7 @@ void kva__admit_head_timer(kva_engine *e, int which)
 		log_wait(e, r, "waited", KVA_LOGEV_WAIT_EXPIRED);
 		kva__observe(e, H_CAPACITY_WAIT, e->now - r->blocked_since);
 		r->flags &= (uint16_t)~KVA__F_BLOCKED; /* its wait as a restore is over */
+		r->ahead = 0;                          /* not a hint: a time */
 		kva__st_sched(e, ST_WAIT_EXPIRED, 1);
 		head_forget(e, r);
 		kva__fallback(e, r, KVA_REASON_WAIT_EXPIRED);
@@ -226,9 +227,36 @@ static void head_block(kva_engine *e, struct kva__req *r, bool restore)
 
 /* ---- the waiting queue ------------------------------------------------------------ */
 
+/* r goes to the back: it becomes the `ahead` hint of the request pushed
+ * KVA__AHEAD pushes ago, if that one still waits unblocked (then its
+ * record, touched that recently, is still in the cache). */
+static void leave_hint(kva_engine *e, struct kva__req *r)
+{
+	uint32_t slot = kva__rec_slot(r);
+	r->ahead = 0;
+	__typeof__(e->pushed[0]) *p = &e->pushed[e->n_pushed++ % KVA__AHEAD];
+	struct kva__req *behind = kva_slab_lookup(&e->slab, p->slot, p->gen);
+	if (behind && !(behind->flags & KVA__F_BLOCKED) &&
+	    atomic_load_explicit(&behind->state, memory_order_relaxed) == KVA_STATE_WAITING)
+		behind->ahead = slot + 1;
+	p->slot = slot;
+	p->gen = atomic_load_explicit(&r->hdr.gen, memory_order_relaxed);
+}
+
+/* Starts the cache misses of the request KVA__AHEAD places behind r. */
+static void prefetch_ahead(kva_engine *e, const struct kva__req *r)
+{
+	if ((r->flags & KVA__F_BLOCKED) || !r->ahead)
+		return;
+	const struct kva__req *x = kva_slab_get(&e->slab, r->ahead - 1);
+	if (x)
+		kva__rec_prefetch(x);
+}
+
 void kva__admit_enqueue(kva_engine *e, struct kva__req *r)
 {
 	kva__rec_wait_begins(r, e->now);
+	leave_hint(e, r);
 	kva_waitq_push_back(&e->waitq, &r->wq);
 	kva__lookup_begin(e, r, false);
 }
@@ -240,6 +268,7 @@ void kva__admit_requeue_front(kva_engine *e, struct kva__req *r, bool preempted)
 	r->reason = KVA_REASON_NONE;
 	atomic_store_explicit(&r->pub_reason, 0, memory_order_relaxed);
 	kva_timer_init(&r->deadline); /* the union held a list link until now */
+	r->ahead = 0;                 /* and this one a time or a stale hint */
 	kva__rec_set_state(e, r, KVA_STATE_WAITING);
 	kva__rec_wait_begins(r, e->now);
 	kva_waitq_push_front(&e->waitq, &r->wq);
@@ -473,11 +502,9 @@ void kva__admit_run(kva_engine *e)
 					break;
 				scout = x;
 				lead++;
-				char *r = (char *)kva__req_of_wq(x);
-				__builtin_prefetch(r);
-				__builtin_prefetch(r + 64);
-				__builtin_prefetch(r + 128);
+				kva__rec_prefetch(kva__req_of_wq(x));
 			}
+			prefetch_ahead(e, kva__req_of_wq(n));
 		}
 		if (admit_head(e, kva__req_of_wq(n)) <= 0)
 			break;

@@ -410,16 +410,6 @@ struct scouts {
 	unsigned far_lead, near_lead; /* events between the next pop and each */
 };
 
-/* Every line of a record: 160 bytes at a 32-byte offset span up to three,
- * and handling an event reads all of them (header and id, queue and index
- * links, checkpoint and grant). */
-static inline void prefetch_record(const struct kva__req *r)
-{
-	__builtin_prefetch(r);
-	__builtin_prefetch(&r->wq);
-	__builtin_prefetch(&r->grant);
-}
-
 static void scout(kva_engine *e, struct kva_inbox_batch *b, struct scouts *sc)
 {
 	struct kva__req *r;
@@ -430,7 +420,7 @@ static void scout(kva_engine *e, struct kva_inbox_batch *b, struct scouts *sc)
 		sc->far = x;
 		sc->far_lead++;
 		if ((r = event_req_hint(e, x)))
-			prefetch_record(r);
+			kva__rec_prefetch(r);
 	}
 	while (sc->near_lead < PREFETCH_AHEAD / 2) {
 		struct kva_inbox_node *x = kva_inbox_batch_peek(b, sc->near);

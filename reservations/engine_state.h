@@ -71,6 +71,11 @@ struct kva_engine {
 	struct kva__grant *grants_limbo, *grants_limbo_tail, *grants_spare;
 	uint32_t n_grants_spare;
 	struct kva_timerwheel wheel;
+	/* The last KVA__AHEAD requests pushed to the back of the queue (a
+	 * ring), so each push can leave its slot as the `ahead` hint of the
+	 * one pushed KVA__AHEAD before it (admit.c). */
+	struct { uint32_t slot, gen; } pushed[KVA__AHEAD];
+	uint32_t n_pushed;
 	struct kva__req *head_req; /* request the head timers belong to */
 	uint32_t reset_epoch;      /* bumped by each prefix-cache reset */
 	uint64_t import_seq;       /* imports started from the head, in queue order */

@@ -174,6 +174,10 @@ enum kva__req_flag {
 
 /* 160 bytes: 64 Ki of them fill a 10 MiB chunk (an exact jemalloc size
  * class), and with the live-id map's share a waiting request costs under 192. */
+/* How far behind a waiting request the one its `ahead` hint names was
+ * pushed: admission prefetches that far ahead without walking the queue. */
+#define KVA__AHEAD 8
+
 struct kva__req {
 	/* What an any-thread call reads (handle check, state, claims, query)
 	 * fits in the first 32 bytes: one cache line whether the slot starts on
@@ -214,7 +218,13 @@ struct kva__req {
 		struct cds_list_head link; /* ready, ended or copy_pending list */
 		struct kva_slab_rcu rcu;   /* retired: the slab's grace-period batch */
 	};
-	uint64_t blocked_since;     /* first step it was blocked at the head (F_BLOCKED) */
+	union {
+		uint64_t blocked_since; /* F_BLOCKED: first step it was blocked at the head */
+		/* WAITING without F_BLOCKED: slot + 1 of the request pushed
+		 * KVA__AHEAD places behind it (0: none). A prefetch hint only:
+		 * it may name a slot that has moved on since. */
+		uint32_t ahead;
+	};
 	union {
 		kva_checkpoint one;            /* nents == 1 */
 		struct kva__answer *manifest;  /* nents > 1 */
@@ -282,6 +292,16 @@ static inline uint8_t kva__public_state(uint32_t s)
 	case KVA__STATE_CANCELLING: return KVA_STATE_CANCELLED;
 	default: return (uint8_t)s;
 	}
+}
+
+/* Every line of a record: 160 bytes at a 32-byte offset span up to three,
+ * and handling or admitting one reads all of them (header and id, queue and
+ * index links, checkpoint and grant). */
+static inline void kva__rec_prefetch(const struct kva__req *r)
+{
+	__builtin_prefetch(r);
+	__builtin_prefetch(&r->wq);
+	__builtin_prefetch(&r->grant);
 }
 
 static inline struct kva__req *kva__req_of_wq(struct kva_waitq_node *n)
