@@ -77,6 +77,11 @@ static void put_some(struct worker *w, size_t k)
 	w->nheld -= k;
 }
 
+/* The mixed and credit workers run their iterations and, should every one
+ * have been refused (a thread that ran only while the others held the pool
+ * or its credits, e.g. on an overloaded machine), on until one take
+ * succeeds: each worker must have taken part (check_and_free) and the others
+ * finish and give everything back, so that ends. */
 static void *mixed_worker(void *arg)
 {
 	struct worker *w = arg;
@@ -85,7 +90,7 @@ static void *mixed_worker(void *arg)
 	uint32_t *batch = w->batch;
 
 	pthread_barrier_wait(&sh->start);
-	for (uint64_t i = 0; i < w->iters; i++) {
+	for (uint64_t i = 0; i < w->iters || !w->taken; i++) {
 		uint64_t r = kva_test_rand(&rng);
 		size_t k = 1 + (size_t)((r >> 8) % sh->max_batch);
 		/* Bias towards taking so that the pool runs dry and take_n fails. */
@@ -130,7 +135,7 @@ static void *credit_worker(void *arg)
 	uint32_t *batch = w->batch;
 
 	pthread_barrier_wait(&sh->start);
-	for (uint64_t i = 0; i < w->iters; i++) {
+	for (uint64_t i = 0; i < w->iters || !w->taken; i++) {
 		uint64_t r = kva_test_rand(&rng);
 		uint32_t k = 1 + (uint32_t)((r >> 8) % sh->max_batch);
 		struct kva_credits c = {k, 0, 0};
