@@ -112,8 +112,10 @@ struct kva_slab {
 	struct {
 		alignas(64) _Atomic uint32_t top; /* index + 1, 0 = empty */
 	} stack[KVA_SLAB_STACKS];
+	/* Written by the call_rcu thread after every flush's grace period: on
+	 * its own line, away from the chunk table every slot access reads. */
+	alignas(64) _Atomic uint64_t flush_gp;      /* highest flush whose grace period passed */
 	alignas(64) _Atomic uint32_t slots;         /* slots in published chunks (statistic) */
-	_Atomic uint64_t flush_gp;                  /* highest flush whose grace period passed */
 	_Atomic(char *) chunk[KVA_SLAB_MAX_CHUNKS]; /* R1 of slab.c publishes each */
 };
 
