@@ -599,8 +599,7 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	kva__admit_run(e);
 	kva__copy_dispatch_pending(e); /* refused ranks: handled next step */
 	kva__rec_ids_settle(e);        /* the ended ids' map misses, last */
-	kva_slab_flush(&e->slab, &e->retired);
-	kva_slab_flush(&e->cancels, &e->cancels_retired);
+	kva__rec_flush_retired(e);
 	plan->backlog = e->stalled || !kva_inbox_batch_empty(&e->batch) ||
 	                !kva_inbox_empty(&e->local) || !kva_inbox_batch_empty(&e->local_batch) ||
 	                !kva_inbox_empty(&e->deferred) ||

@@ -66,6 +66,7 @@ struct kva_engine {
 	struct kva_idmap ckpt;              /* selected checkpoint id -> first waiting slot */
 	struct kva_slab_retired retired;    /* slots waiting for their grace period */
 	struct kva_slab_retired cancels_retired; /* handled cancel events, likewise */
+	uint32_t retired_seen, cancels_seen; /* their counts at the last step's end (record.c) */
 	/* Retired requests' grants (record.c): waiting for their grace period
 	 * (oldest first), then ready for reuse (most recently retired on top). */
 	struct kva__grant *grants_limbo, *grants_limbo_tail, *grants_spare;

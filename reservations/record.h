@@ -393,6 +393,10 @@ struct kva__req *kva__rec_live(kva_engine *e, uint64_t id);
 /* Scheduler thread: removes the entries of ids that ended (kva__rec_end
  * defers them); called at the end of each step and before any map read. */
 void kva__rec_ids_settle(kva_engine *e);
+/* Scheduler thread, at the end of a step: hands the retired records and
+ * cancel events to their grace period (call_rcu) once enough have gathered,
+ * or as soon as a step retires none, so a quiet engine never sits on them. */
+void kva__rec_flush_retired(kva_engine *e);
 /* Scheduler thread: records the one terminal outcome of r and queues its
  * report. */
 void kva__rec_end(kva_engine *e, struct kva__req *r, uint32_t terminal);
