@@ -234,7 +234,7 @@ static void leave_hint(kva_engine *e, struct kva__req *r)
 {
 	uint32_t slot = kva__rec_slot(r);
 	r->ahead = 0;
-	__typeof__(e->pushed[0]) *p = &e->pushed[e->n_pushed++ % KVA__AHEAD];
+	struct kva__pushed *p = &e->pushed[e->n_pushed++ % KVA__AHEAD];
 	struct kva__req *behind = kva_slab_lookup(&e->slab, p->slot, p->gen);
 	if (behind && !(behind->flags & KVA__F_BLOCKED) &&
 	    atomic_load_explicit(&behind->state, memory_order_relaxed) == KVA_STATE_WAITING)

@@ -75,7 +75,9 @@ struct kva_engine {
 	/* The last KVA__AHEAD requests pushed to the back of the queue (a
 	 * ring), so each push can leave its slot as the `ahead` hint of the
 	 * one pushed KVA__AHEAD before it (admit.c). */
-	struct { uint32_t slot, gen; } pushed[KVA__AHEAD];
+	struct kva__pushed {
+		uint32_t slot, gen;
+	} pushed[KVA__AHEAD];
 	uint32_t n_pushed;
 	struct kva__req *head_req; /* request the head timers belong to */
 	uint32_t reset_epoch;      /* bumped by each prefix-cache reset */

@@ -353,10 +353,6 @@ void kva__rec_give_back(kva_engine *e, struct kva__req *r, uint16_t slots, bool 
 	kva__pages_return(e, g->pages, n, (struct kva_credits){rsv, slots, 1});
 }
 
-/* An ended record's live-id entry is a random line of a table as large as
- * the waiting count (a DRAM miss at 1M waiting). kva__rec_end prefetches it
- * and leaves the removal to here, after the step's other work: every reader
- * of the map settles first, so no caller ever sees a departed id. */
 /* Retirements a step-end flush waits for. A flush is a ticket and a
  * call_rcu: for a step that retired one request it was a sixth of the step
  * (BM_admit/1). Full batches (KVA_SLAB_RETIRE_BATCH) flush as they fill. */
@@ -375,6 +371,10 @@ void kva__rec_flush_retired(kva_engine *e)
 	flush_some(&e->cancels, &e->cancels_retired, &e->cancels_seen);
 }
 
+/* An ended record's live-id entry is a random line of a table as large as
+ * the waiting count (a DRAM miss at 1M waiting). kva__rec_end prefetches it
+ * and leaves the removal to here, after the step's other work: every reader
+ * of the map settles first, so no caller ever sees a departed id. */
 void kva__rec_ids_settle(kva_engine *e)
 {
 	for (uint32_t i = 0; i < e->n_ids_leaving; i++)

@@ -172,12 +172,12 @@ enum kva__req_flag {
 	                              * step need not read otherwise */
 };
 
-/* 160 bytes: 64 Ki of them fill a 10 MiB chunk (an exact jemalloc size
- * class), and with the live-id map's share a waiting request costs under 192. */
 /* How far behind a waiting request the one its `ahead` hint names was
  * pushed: admission prefetches that far ahead without walking the queue. */
 #define KVA__AHEAD 8
 
+/* 160 bytes: 64 Ki of them fill a 10 MiB chunk (an exact jemalloc size
+ * class), and with the live-id map's share a waiting request costs under 192. */
 struct kva__req {
 	/* What an any-thread call reads (handle check, state, claims, query)
 	 * fits in the first 32 bytes: one cache line whether the slot starts on
