@@ -261,9 +261,19 @@ int kva_reset_prefix_cache(kva_engine *e)
  * running, or the step's cancel owns it this instant). */
 static int take_running(kva_engine *e, kva_handle h, uint32_t to, struct kva__req **out)
 {
-	struct kva__req *r = find(e, h);
-	if (!r)
+	/* A running request's record and grant were last touched when it was
+	 * admitted, long ago: fetch all of the record's lines before the handle
+	 * check waits for the first, and the grant (fixed while it runs: it
+	 * leaves only at retirement) before the claim below waits for its CAS,
+	 * so the caller's misses overlap instead of following one another. */
+	struct kva__req *r = kva_slab_get(&e->slab, h.slot);
+	if (r)
+		kva__rec_prefetch(r);
+	if (!(r = find(e, h)))
 		return -ENOENT;
+	struct kva__grant *g = atomic_load_explicit(&r->grant, memory_order_relaxed);
+	if (g)
+		kva__grant_prefetch(g); /* a hint: the acquire load that uses it is A1 */
 	uint32_t s = KVA_STATE_RUNNING;
 	/* A4: pairs with R4 in kva_grow (and R2 of record.c): we own the page list. */
 	if (atomic_compare_exchange_strong_explicit(&r->state, &s, to, memory_order_acquire,

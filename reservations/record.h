@@ -304,6 +304,16 @@ static inline void kva__rec_prefetch(const struct kva__req *r)
 	__builtin_prefetch(&r->grant);
 }
 
+/* A grant's header, its rank events and the first of its inline page ids
+ * (what giving its pages back reads). */
+static inline void kva__grant_prefetch(const struct kva__grant *g)
+{
+	const char *p = (const char *)g;
+	__builtin_prefetch(p);
+	__builtin_prefetch(p + 64);
+	__builtin_prefetch(p + 128);
+}
+
 static inline struct kva__req *kva__req_of_wq(struct kva_waitq_node *n)
 {
 	return caa_container_of(n, struct kva__req, wq);
