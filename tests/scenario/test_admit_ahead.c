@@ -31,8 +31,8 @@ static void each_push_leaves_its_slot_KVA_AHEAD_places_back(void **st)
 	for (int i = 0; i < N; i++)
 		h[i] = sc_submit(s, 100 + (uint64_t)i, 0, 16);
 	sc_step(s, 0);
-	/* the first waits at the head, blocked by the hog (not a restore: no
-	 * wait start to keep), the rest behind it */
+	/* the first waits at the head, blocked by the hog: its bytes hold its
+	 * wait start now, not a hint; the rest wait behind it */
 	assert_true(s->plan.head_blocked);
 	for (int i = 1; i < N; i++)
 		assert_int_equal(rec(s, h[i])->ahead,
