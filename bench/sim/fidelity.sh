@@ -27,6 +27,8 @@ run "production profile (defaults)"
 run "warm 80k-104k" --warm
 run "warm 120k-140k" --warm --start-tokens 120000:140000
 run "cold 32k-64k" --start-tokens 32000:64000
+run "cold 96k-128k" --start-tokens 96000:128000
+run "cold 120k-140k" --start-tokens 120000:140000
 run "write 6.8 GB/s" --write-gbs 6.8
 run "write 0.68 GB/s" --write-gbs 0.68
 run "keep-local off" --keep-local off

@@ -1,17 +1,23 @@
 # SPDX-License-Identifier: Apache-2.0
-# Shared by the simulator's ctest scripts (determinism, local_cache,
-# fleetdir): run kvadmit-sim for its JSON, and the same flags twice.
+# Shared by the simulator's ctest scripts (determinism, local_cache, table,
+# fleetdir): run kvadmit-sim (for its table or JSON), and the same flags twice.
 if(NOT SIM)
   message(FATAL_ERROR "pass -DSIM=<kvadmit-sim>")
 endif()
 
-# out_var = the JSON of one run with ARGN (exit 0: every invariant held).
-function(sim_run out_var)
-  execute_process(COMMAND ${SIM} ${ARGN} --json --no-wall --no-progress
+# out_var = what one run with ARGN printed (exit 0: every invariant held).
+function(sim_exec out_var)
+  execute_process(COMMAND ${SIM} ${ARGN} --no-progress
     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "${ARGN}: exited ${rc}\n${err}\n${out}")
   endif()
+  set(${out_var} "${out}" PARENT_SCOPE)
+endfunction()
+
+# out_var = the JSON of one run with ARGN.
+function(sim_run out_var)
+  sim_exec(out ${ARGN} --json --no-wall)
   set(${out_var} "${out}" PARENT_SCOPE)
 endfunction()
 
