@@ -203,8 +203,7 @@ void sim_print_table(FILE *f, const struct sim_scenario *sc, struct sim_result *
 				"evicted, so both policies made the same decisions. Pressure comes with larger\n"
 				"contexts (--warm, --start-tokens) or more agents per engine (--nodes 16\n"
 				"--agents 1000); bench/sim/README.md, \"Sensitivity\".\n\n",
-				r[0]->ctx_to_pool_end > r[1]->ctx_to_pool_end ? r[0]->ctx_to_pool_end
-									   : r[1]->ctx_to_pool_end);
+				fmax(r[0]->ctx_to_pool_end, r[1]->ctx_to_pool_end));
 	}
 	fprintf(f, "kvadmit-sim: %u agents on %u engine%s, %.0f s simulated, seed %llu, %s start\n",
 		sc->w.agents, sc->nodes, sc->nodes == 1 ? "" : "s", sc->duration_s,
