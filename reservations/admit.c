@@ -38,6 +38,16 @@ static uint32_t budget_cut(const kva_engine *e, uint32_t tokens)
 	return tokens < e->budget_left ? tokens : (uint32_t)e->budget_left;
 }
 
+/* r got the capacity it waited for at the head (an admission, or an
+ * import's reservation: the copy that follows is not a capacity wait). */
+static void capacity_wait_ends(kva_engine *e, struct kva__req *r)
+{
+	if (r->flags & KVA__F_BLOCKED)
+		kva__observe(e, H_CAPACITY_WAIT, e->now - r->blocked_since);
+	r->flags &= (uint16_t)~KVA__F_BLOCKED;
+	r->ahead = 0; /* not a hint: a time */
+}
+
 /* r becomes RUNNING: listed in the plan with its pages; every prompt token
  * counted once as local, restored or recomputed (rule 16). */
 static void plan_admit(kva_engine *e, struct kva__req *r, uint8_t how, uint32_t local,
@@ -72,10 +82,8 @@ static void plan_admit(kva_engine *e, struct kva__req *r, uint8_t how, uint32_t 
 	kva__st_sched(e, ST_TOK_LOCAL, local);
 	kva__st_sched(e, ST_TOK_RESTORED, restored);
 	kva__st_sched(e, ST_TOK_RECOMPUTED, a->recompute_tokens);
-	if (r->flags & KVA__F_BLOCKED)
-		kva__observe(e, H_CAPACITY_WAIT, e->now - r->blocked_since);
+	capacity_wait_ends(e, r);
 	kva__observe(e, H_ADMISSION, e->now - kva__rec_wait_ends(r));
-	r->flags &= (uint16_t)~KVA__F_BLOCKED;
 	kva__rec_set_state(e, r, KVA_STATE_RUNNING);
 }
 
@@ -159,8 +167,16 @@ static void log_wait(kva_engine *e, struct kva__req *r, const char *what, int ev
 void kva__admit_head_timer(kva_engine *e, int which)
 {
 	struct kva__req *r = e->head_req;
-	if (!r || !(r->flags & KVA__F_RESTORE))
+	if (!r)
 		return;
+	if (!(r->flags & KVA__F_RESTORE)) {
+		/* its selection went (an eviction's re-lookup is out): the head
+		 * is no longer timed as a restore. If it blocks as one again,
+		 * head_block re-arms from blocked_since, so a bound already
+		 * passed fires at the next step instead of being lost. */
+		head_forget(e, r);
+		return;
+	}
 	switch (which) {
 	case HT_WAIT:
 		/* rule 8: give up once, say so once, stop holding others as a restore */
@@ -294,6 +310,15 @@ void kva__admit_forget_ready(kva_engine *e, struct kva__req *r)
 static int admit_head(kva_engine *e, struct kva__req *r)
 {
 	kva_plan *p = e->plan;
+	if ((r->flags & KVA__F_RESTORE) && kva__lookup_sel_forgotten(e, r)) {
+		/* rule 22: a reset forgot what it selected. It looks up at the
+		 * next step's start (kva__admit_head_recheck), where an answer
+		 * given re-entrantly is handled in that step, as kvadmit.h says;
+		 * a lookup issued here would wait a step for it. */
+		p->head_blocked = true;
+		e->head_recheck = true;
+		return 0;
+	}
 	if (!(r->flags & KVA__F_DECIDED)) {
 		p->head_blocked = true; /* FCFS: an undecided head holds the line */
 		return 0;
@@ -305,6 +330,8 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 		bool local = c->location == KVA_LOC_LOCAL;
 		if (local && budget_spent(e))
 			return -1; /* it would prefill now; an import would not */
+		/* cannot wrap: every path to a selection checks rule 9, so
+		 * total <= usable_pages (lookup.c, too_large) */
 		uint32_t total = prompt_pages + e->cfg.decode_headroom_pages;
 		uint32_t kp = kva__pages_for(e, c->position);
 		if (local && !plan_fits(e, r, kp, "admission pages"))
@@ -324,6 +351,7 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 			if (local) {
 				plan_admit(e, r, KVA_ADMIT_LOCAL, c->position, 0);
 			} else {
+				capacity_wait_ends(e, r);
 				kva__grant(r)->queue_seq = ++e->import_seq;
 				kva__rec_set_state(e, r, KVA_STATE_IMPORTING);
 				kva__copy_start(e, r);
@@ -409,7 +437,7 @@ static bool admit_ready(kva_engine *e, struct kva__req *r)
 		/* rule 22: a local checkpoint the host stated during the copy
 		 * serves its tokens; the import the rest, or nothing if the local
 		 * one covers it (its pages then come from the reservation) */
-		uint32_t q = kva__host_position(r);
+		uint32_t q = kva__host_position(e, r);
 		if (c->location == KVA_LOC_LOCAL && c->position > q)
 			q = c->position;
 		/* admitted local: its pages cover the local prefix (the host may
@@ -468,6 +496,16 @@ void kva__admit_reset_ready(kva_engine *e)
 		kva__rec_give_back(e, r, 0, true); /* rule 17: pages back, to the front */
 		kva__admit_requeue_front(e, r, false);
 	}
+}
+
+bool kva__admit_head_recheck(kva_engine *e)
+{
+	e->head_recheck = false;
+	struct kva_waitq_node *n = kva_waitq_first(&e->waitq);
+	if (!n)
+		return false;
+	struct kva__req *r = kva__req_of_wq(n);
+	return (r->flags & KVA__F_RESTORE) && kva__lookup_host_forgotten(e, r);
 }
 
 void kva__admit_run(kva_engine *e)

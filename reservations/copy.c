@@ -93,7 +93,7 @@ enum kva__copy_outcome kva__copy_on_report(kva_engine *e, struct kva__req *r,
 		kva__copy_start(e, r); /* same checkpoint, same pages, reservation kept */
 		return KVA__COPY_PENDING;
 	}
-	int sh = kva__select_shorter(r);
+	int sh = kva__select_shorter(e, r);
 	if (sh >= 0) {
 		/* rule 11: shrink the import; the credits stay as continuation */
 		const kva_checkpoint *c = &kva__ents(r)[sh];
@@ -167,7 +167,7 @@ void kva__copy_dispatch_pending(kva_engine *e)
 				         "kvadmit: importer of rank %u refused request %llu's copy: %s%s",
 				         rank, (unsigned long long)r->id, kva_strerror(rc),
 				         rc == -EIO ? " (importer dead)" : "");
-				kva__grant_report(e, g, g->attempts, rank, -1);
+				kva__grant_report(e, g, g->attempts, rank, -1, &(bool){false}); /* the step's own queue: no wake */
 			}
 		}
 	}

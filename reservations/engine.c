@@ -227,11 +227,18 @@ static bool end_departing(kva_engine *e, uint64_t id)
 	struct kva__req *old = kva__rec_live(e, id);
 	if (!old)
 		return false;
-	if (atomic_load_explicit(&old->state, memory_order_acquire) == KVA__STATE_ENDING) {
+	uint32_t st = atomic_load_explicit(&old->state, memory_order_acquire);
+	bool cancelled = atomic_load_explicit(&old->cancel_requested, memory_order_relaxed);
+	if (st == KVA__STATE_ENDING) {
 		old->flags |= KVA__F_EV_PENDING; /* its EV_FINISHED is still queued */
 		kva__rec_end(e, old, KVA_STATE_FINISHED);
-	} else if (atomic_load_explicit(&old->cancel_requested, memory_order_relaxed)) {
-		handle_cancel(e, old); /* may not end it (preempted, growing): then not free */
+	} else if (st == KVA__STATE_PREEMPTED && cancelled) {
+		/* preempted (pages given back), then cancelled: its EV_PREEMPTED
+		 * would end it cancelled; the host's cancel came first */
+		old->flags |= KVA__F_EV_PENDING;
+		kva__rec_end(e, old, KVA_STATE_CANCELLED);
+	} else if (cancelled) {
+		handle_cancel(e, old); /* may not end it (growing): then not free */
 	}
 	return kva__rec_live(e, id) == NULL;
 }
@@ -300,16 +307,16 @@ static bool handle_cancel(kva_engine *e, struct kva__req *r)
 
 static void handle_life_event(kva_engine *e, struct kva__req *r, uint8_t type)
 {
-	if (type == KVA__EV_FINISHED) {
-		if (!(r->flags & KVA__F_EV_PENDING)) {
-			kva__rec_end(e, r, KVA_STATE_FINISHED);
-			return;
-		}
+	if (r->flags & KVA__F_EV_PENDING) {
 		/* a resubmit of its id ended it first (end_departing): the slot,
 		 * which this event lives in, may go now */
 		r->flags &= (uint16_t)~KVA__F_EV_PENDING;
 		if (r->flags & KVA__F_REPORTED)
 			kva__rec_retire(e, r);
+		return;
+	}
+	if (type == KVA__EV_FINISHED) {
+		kva__rec_end(e, r, KVA_STATE_FINISHED);
 		return;
 	}
 	/* preempted: back to the front with a fresh lookup, unless cancelled */
@@ -593,14 +600,16 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	kva__st_sched(e, ST_STEPS, 1);
 
 	handle_events(e);
-	if (kva_timerwheel_advance(&e->wheel, e->now, timer_fired, e))
-		handle_local(e); /* answers to lookups the timers issued */
+	bool asked = kva_timerwheel_advance(&e->wheel, e->now, timer_fired, e);
+	asked |= kva__admit_head_recheck(e);
+	if (asked)
+		handle_local(e); /* answers to lookups the timers or the recheck issued */
 	emit_ended(e);
 	kva__admit_run(e);
 	kva__copy_dispatch_pending(e); /* refused ranks: handled next step */
 	kva__rec_ids_settle(e);        /* the ended ids' map misses, last */
 	kva__rec_flush_retired(e);
-	plan->backlog = e->stalled || !kva_inbox_batch_empty(&e->batch) ||
+	plan->backlog = e->stalled || e->head_recheck || !kva_inbox_batch_empty(&e->batch) ||
 	                !kva_inbox_empty(&e->local) || !kva_inbox_batch_empty(&e->local_batch) ||
 	                !kva_inbox_empty(&e->deferred) ||
 	                !cds_list_empty(&e->ended);

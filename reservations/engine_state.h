@@ -42,6 +42,7 @@ struct kva_engine {
 	struct kva_pagepool pool;
 	_Atomic uint8_t reset_requested;
 	struct kva__event reset_ev;
+	_Atomic uint32_t reset_calls; /* kva_reset_prefix_cache calls (kva__host_mark) */
 	alignas(64) _Atomic uint64_t st[ST_COUNT];
 	_Atomic uint64_t hist[H_COUNT][KVA__HIST_WORDS]; /* scheduler writes, any thread reads */
 	struct kva__shard shard[KVA__SHARDS]; /* what producers count */
@@ -81,6 +82,8 @@ struct kva_engine {
 	uint32_t n_pushed;
 	struct kva__req *head_req; /* request the head timers belong to */
 	uint32_t reset_epoch;      /* bumped by each prefix-cache reset */
+	bool head_recheck;         /* admission stopped at a head whose host
+	                            * checkpoint a reset forgot (admit.c) */
 	uint64_t import_seq;       /* imports started from the head, in queue order */
 	uint64_t budget_left;      /* prefill tokens this step may still start (admit.c) */
 	struct kva_timer head_timer[HT_COUNT];
@@ -128,6 +131,21 @@ static inline uint32_t kva__pages_for(const kva_engine *e, uint64_t tokens)
 static inline uint64_t kva__after(uint64_t t, uint64_t d)
 {
 	return d > UINT64_MAX - t ? UINT64_MAX : t + d;
+}
+
+/* The mark a host-stated checkpoint carries in reserved_ (rule 22):
+ * KVA__CK_HOST and the count of prefix-cache resets the host had called
+ * when it stated it (15 bits). A reset forgets every checkpoint stated
+ * before it without walking the records that hold one: an entry whose mark
+ * is not the current one is ignored wherever it is read (lookup.c). A
+ * request would have to outlive 32,768 resets for a stale mark to match.
+ * Relaxed: a reset called before the statement (in the host's order) is
+ * seen by coherence; one racing it from another thread may go either way,
+ * as its reset event does. */
+static inline uint16_t kva__host_mark(kva_engine *e)
+{
+	uint32_t n = atomic_load_explicit(&e->reset_calls, memory_order_relaxed);
+	return (uint16_t)(KVA__CK_HOST | (n & 0x7fffu) << 1);
 }
 
 static inline void kva__touched(kva_engine *e)

@@ -73,7 +73,7 @@ int kva_submit(kva_engine *e, const kva_request *q, kva_handle *out)
 	r->sel = -1;
 	if (q->local.position) { /* rule 22: the retained manifest starts with it */
 		r->one = q->local;
-		r->one.reserved_ = KVA__CK_HOST;
+		r->one.reserved_ = kva__host_mark(e);
 		r->nents = 1;
 		r->flags = KVA__F_HOSTLOCAL;
 	} else {
@@ -86,10 +86,11 @@ int kva_submit(kva_engine *e, const kva_request *q, kva_handle *out)
 	/* Fill the handle first: once pushed, the record belongs to the
 	 * scheduler, which may end and retire it. */
 	*out = (kva_handle){q->id, gen, slot};
-	struct kva__shard *sh = my_shard(e);
-	atomic_store_explicit(&sh->submitted,
-	                      atomic_load_explicit(&sh->submitted, memory_order_relaxed) + 1,
-	                      memory_order_relaxed);
+	/* An add, not a load and a store: lanes are shared once a process has
+	 * had more producer threads than lanes (kva_fanin_lane), and two
+	 * threads on one shard would lose counts. Relaxed: a statistic, read
+	 * by kva_stats_get with no order against anything else. */
+	atomic_fetch_add_explicit(&my_shard(e)->submitted, 1, memory_order_relaxed);
 	/* The inbox push publishes every field above to the scheduler. */
 	kva__event_push(e, &r->ev_main);
 	return 0;
@@ -203,7 +204,7 @@ int kva_local_checkpoint(kva_engine *e, kva_handle h, const kva_checkpoint *cp)
 	l->ev.type = KVA__EV_LOCAL;
 	l->h = h;
 	l->cp = *cp;
-	l->cp.reserved_ = KVA__CK_HOST;
+	l->cp.reserved_ = kva__host_mark(e);
 	kva__event_push(e, &l->ev);
 	return 0;
 }
@@ -216,11 +217,14 @@ int kva_copy_done(kva_engine *e, kva_copy_token t, uint32_t rank, int status)
 		return -EINVAL;
 	if (rank >= e->cfg.world_size)
 		return -ERANGE;
+	bool wake = false;
 	kva_rcu_read_lock();
 	struct kva__req *r = kva__rec_find(e, t.slot, t.gen, t.id);
 	struct kva__grant *g = r ? kva__grant(r) : NULL;
-	int rc = g ? kva__grant_report(e, g, t.attempt, rank, status) : -ENOENT;
+	int rc = g ? kva__grant_report(e, g, t.attempt, rank, status, &wake) : -ENOENT;
 	kva_rcu_read_unlock();
+	if (wake) /* out of the read-side section, as every callback */
+		kva__wake(e);
 	return rc;
 }
 
@@ -245,6 +249,9 @@ int kva_reset_prefix_cache(kva_engine *e)
 {
 	if (!e)
 		return -EINVAL;
+	/* Host checkpoints stated before this call are forgotten from now on
+	 * (kva__host_mark; relaxed: a count, ordered by coherence). */
+	atomic_fetch_add_explicit(&e->reset_calls, 1, memory_order_relaxed);
 	/* One queued reset covers every request made before it is handled;
 	 * pairs with the scheduler's release store in engine.c. */
 	if (!atomic_exchange_explicit(&e->reset_requested, 1, memory_order_acq_rel))
@@ -343,6 +350,7 @@ static int release_running(kva_engine *e, kva_handle h, uint32_t to, uint8_t ev_
 	if (!e)
 		return -EINVAL;
 	struct kva__req *r;
+	bool wake = false;
 	kva_rcu_read_lock();
 	int rc = take_running(e, h, to, &r);
 	if (!rc) {
@@ -351,9 +359,11 @@ static int release_running(kva_engine *e, kva_handle h, uint32_t to, uint8_t ev_
 		if (ev_type == KVA__EV_PREEMPTED)
 			kva__st_add(e, ST_PREEMPTED, 1);
 		r->ev_main.type = ev_type;
-		kva__event_push(e, &r->ev_main);
+		wake = kva__event_enqueue(e, &r->ev_main);
 	}
 	kva_rcu_read_unlock();
+	if (wake) /* out of the read-side section, as every callback */
+		kva__wake(e);
 	return rc;
 }
 

@@ -161,22 +161,30 @@ void kva__lookup_issue(kva_engine *e, struct kva__req *r, bool decisive)
  * included. */
 #define ANY_POSITION ((uint64_t)UINT32_MAX + 1)
 
+/* A host checkpoint stated before the last prefix-cache reset (rule 22):
+ * its pages are gone. */
+static bool host_stale(kva_engine *e, const kva_checkpoint *c)
+{
+	return (c->reserved_ & KVA__CK_HOST) && c->reserved_ != kva__host_mark(e);
+}
+
 /* The longest compatible checkpoint that does not extend past the prompt
  * and lies below below_pos; -1 if none. */
-static int select_entry(const kva_checkpoint *ents, uint32_t count, uint32_t prompt,
-                        uint64_t below_pos)
+static int select_entry(kva_engine *e, const kva_checkpoint *ents, uint32_t count,
+                        uint32_t prompt, uint64_t below_pos)
 {
 	for (int i = (int)count - 1; i >= 0; i--) {
 		const kva_checkpoint *c = &ents[i];
-		if (c->compatible && c->position <= prompt && c->position < below_pos)
+		if (c->compatible && c->position <= prompt && c->position < below_pos &&
+		    !host_stale(e, c))
 			return i;
 	}
 	return -1;
 }
 
-int kva__select_shorter(const struct kva__req *r)
+int kva__select_shorter(kva_engine *e, const struct kva__req *r)
 {
-	return select_entry(kva__ents(r), r->nents, r->prompt_tokens, kva__sel(r)->position);
+	return select_entry(e, kva__ents(r), r->nents, r->prompt_tokens, kva__sel(r)->position);
 }
 
 void kva__select(kva_engine *e, struct kva__req *r, int sel)
@@ -222,22 +230,39 @@ static bool too_large(const kva_engine *e, const struct kva__req *r)
 
 /* ---- the host's own local checkpoint (rule 22) ------------------------------------ */
 
-/* Index of r's KVA__CK_HOST entry, -1 if none. */
-static int host_idx(const struct kva__req *r)
+/* Index of r's KVA__CK_HOST entry, -1 if none or stated before the last
+ * reset (there is at most one: put_host replaces it). */
+static int host_idx(kva_engine *e, const struct kva__req *r)
 {
 	if (!(r->flags & KVA__F_HOSTLOCAL))
 		return -1;
 	const kva_checkpoint *c = kva__ents(r);
 	for (int i = r->nents - 1; i >= 0; i--)
 		if (c[i].reserved_ & KVA__CK_HOST)
-			return i;
+			return host_stale(e, &c[i]) ? -1 : i;
 	return -1;
 }
 
-uint32_t kva__host_position(const struct kva__req *r)
+uint32_t kva__host_position(kva_engine *e, const struct kva__req *r)
 {
-	int h = host_idx(r);
+	int h = host_idx(e, r);
 	return h < 0 ? 0 : kva__ents(r)[h].position;
+}
+
+bool kva__lookup_sel_forgotten(kva_engine *e, const struct kva__req *r)
+{
+	return host_stale(e, kva__sel(r));
+}
+
+bool kva__lookup_host_forgotten(kva_engine *e, struct kva__req *r)
+{
+	if (!host_stale(e, kva__sel(r)))
+		return false;
+	kva__st_sched(e, ST_REVALIDATIONS, 1);
+	kva__lookup_requeue(e, r, false);
+	lookup_abandon(e, r); /* a refresh still out */
+	kva__lookup_begin(e, r, false);
+	return true;
 }
 
 /* Puts the host's checkpoint h into ents[0, n) (room for n + 1): it replaces
@@ -269,7 +294,7 @@ static int find_id(const struct kva__req *r, uint64_t id)
 
 void kva__lookup_requeue(kva_engine *e, struct kva__req *r, bool keep)
 {
-	int h = keep ? host_idx(r) : -1;
+	int h = keep ? host_idx(e, r) : -1;
 	kva_checkpoint host;
 	if (h >= 0)
 		host = kva__ents(r)[h];
@@ -285,7 +310,7 @@ void kva__lookup_requeue(kva_engine *e, struct kva__req *r, bool keep)
  * has one and the checkpoint index has room. */
 static bool decide_host(kva_engine *e, struct kva__req *r)
 {
-	int h = host_idx(r);
+	int h = host_idx(e, r);
 	if (h < 0 || kva_idmap_reserve(&e->ckpt, 1) != 0)
 		return false;
 	if (too_large(e, r))
@@ -301,23 +326,27 @@ void kva__lookup_begin(kva_engine *e, struct kva__req *r, bool resume)
 	 * the directory cannot be asked about; a preempted request resumes
 	 * from the local checkpoint the host keeps for it */
 	bool ask = r->prefix_key != 0 && e->cfg.lookup;
-	if ((resume || !ask || kva__host_position(r) == r->prompt_tokens) && decide_host(e, r))
+	if ((resume || !ask || kva__host_position(e, r) == r->prompt_tokens) && decide_host(e, r))
 		return;
 	kva__lookup_issue(e, r, true);
 }
 
 /* A decided waiting request may take a longer checkpoint than its current
  * path: a restore a longer one, a recompute any (unless no restore could
- * ever fit or its bounded wait already expired). */
+ * ever fit or its bounded wait already expired). A recompute decided
+ * without a selection (a miss, a timeout) never met rule 9's check: a
+ * request too large for any reservation stays a recompute, or it would
+ * block the head for good. */
 static void upgrade(kva_engine *e, struct kva__req *r, int cur)
 {
-	int best = select_entry(kva__ents(r), r->nents, r->prompt_tokens, ANY_POSITION);
+	int best = select_entry(e, kva__ents(r), r->nents, r->prompt_tokens, ANY_POSITION);
 	if (best < 0)
 		return;
 	if (cur >= 0) {
 		if (kva__ents(r)[best].position <= kva__ents(r)[cur].position)
 			best = cur;
-	} else if (r->reason == KVA_REASON_TOO_LARGE || r->reason == KVA_REASON_WAIT_EXPIRED) {
+	} else if (r->reason == KVA_REASON_TOO_LARGE || r->reason == KVA_REASON_WAIT_EXPIRED ||
+	           too_large(e, r)) {
 		return;
 	} else {
 		r->reason = KVA_REASON_NONE;
@@ -332,14 +361,16 @@ void kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoin
                           struct kva__answer **spare)
 {
 	uint32_t st = atomic_load_explicit(&r->state, memory_order_relaxed);
-	int h = host_idx(r);
-	if (kva__state_is_terminal(st) || (h >= 0 && kva__ents(r)[h].position >= cp->position))
-		return; /* ended meanwhile, or no news */
+	int h = host_idx(e, r);
+	if (kva__state_is_terminal(st) || (h >= 0 && kva__ents(r)[h].position >= cp->position) ||
+	    host_stale(e, cp))
+		return; /* ended meanwhile, no news, or stated before a reset called since */
 	bool restore = r->flags & KVA__F_RESTORE;
 	uint64_t sel_id = restore ? kva__sel(r)->id : 0;
 	/* The index is keyed by the selected checkpoint's id: a selected host
-	 * entry about to be replaced leaves it now (nothing else changes ids). */
-	if (restore && r->sel == h)
+	 * entry about to be replaced (also one a reset forgot) leaves it now
+	 * (nothing else changes ids). */
+	if (restore && (kva__sel(r)->reserved_ & KVA__CK_HOST))
 		ckpt_unindex(e, r);
 
 	/* room for one more entry: the spare the producer allocated (at most
@@ -372,7 +403,7 @@ void kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoin
 	if (restore) {
 		cur = find_id(r, sel_id);
 		if (cur < 0)
-			cur = host_idx(r);
+			cur = host_idx(e, r);
 		r->sel = (int8_t)cur;
 	}
 	bool waiting = st == KVA_STATE_WAITING && (r->flags & KVA__F_INGESTED);
@@ -407,10 +438,10 @@ int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a)
 		return -ENOMEM;
 	atomic_store_explicit(&r->lookup_word, a->token.seq << 1, memory_order_relaxed);
 	kva__st_sched(e, ST_ANSWERED, 1);
-	int h = host_idx(r); /* rule 22: the directory does not know the host's cache */
+	int h = host_idx(e, r); /* rule 22: the directory does not know the host's cache */
 	if (h >= 0)
 		a->count = put_host(a->entries, a->count, &kva__ents(r)[h]); /* room: cap */
-	int sel = select_entry(a->entries, a->count, r->prompt_tokens, ANY_POSITION);
+	int sel = select_entry(e, a->entries, a->count, r->prompt_tokens, ANY_POSITION);
 
 	if (r->flags & KVA__F_REFRESH) {
 		/* rule 18: the refresh's answer replaces the retained manifest —
@@ -476,7 +507,7 @@ void kva__lookup_on_evict(kva_engine *e, struct kva__evict *ev)
 		kva__touched(e);
 		if (kva__sel(r)->epoch < ev->epoch) {
 			kva__st_sched(e, ST_REVALIDATIONS, 1);
-			int h = host_idx(r); /* another local checkpoint the host knows stays */
+			int h = host_idx(e, r); /* another local checkpoint the host knows stays */
 			kva__lookup_requeue(e, r, h >= 0 && kva__ents(r)[h].id != ev->checkpoint_id);
 			lookup_abandon(e, r); /* a refresh still out */
 			kva__lookup_begin(e, r, false);

@@ -28,8 +28,14 @@ void kva__lookup_requeue(kva_engine *e, struct kva__req *r, bool keep);
  * manifest that must grow takes *spare (set to NULL then). */
 void kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint *cp,
                           struct kva__answer **spare);
-/* Tokens of the host's local checkpoint in r's manifest, 0 if none. */
-uint32_t kva__host_position(const struct kva__req *r);
+/* Tokens of the host's local checkpoint in r's manifest, 0 if none (or
+ * stated before the last prefix-cache reset). */
+uint32_t kva__host_position(kva_engine *e, const struct kva__req *r);
+/* Whether r (a restore) selected a host checkpoint that a prefix-cache
+ * reset forgot since (rule 22). */
+bool kva__lookup_sel_forgotten(kva_engine *e, const struct kva__req *r);
+/* If so, r (WAITING) looks up again and true. */
+bool kva__lookup_host_forgotten(kva_engine *e, struct kva__req *r);
 /* 0, or -ENOMEM: the answer could not be indexed; nothing changed, retry. */
 int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a);
 void kva__lookup_on_deadline(kva_engine *e, struct kva__req *r);
@@ -43,6 +49,6 @@ void kva__fallback(kva_engine *e, struct kva__req *r, uint8_t reason);
 /* Points r at manifest entry `sel` (indexes it while r waits on a local one). */
 void kva__select(kva_engine *e, struct kva__req *r, int sel);
 /* The next shorter compatible entry than the selected one, -1 if none. */
-int kva__select_shorter(const struct kva__req *r);
+int kva__select_shorter(kva_engine *e, const struct kva__req *r);
 
 #endif

@@ -70,17 +70,27 @@ uint32_t kva__rec_publish(kva_engine *e, struct kva__req *r)
 	return kva_slab_publish(&e->slab, r);
 }
 
-void kva__event_push(kva_engine *e, struct kva__event *ev)
+bool kva__event_enqueue(kva_engine *e, struct kva__event *ev)
 {
 	/* Answers and copy reports the step's own callbacks produce belong to
 	 * it (bounded by the lookups and copies it started); anything else a
 	 * callback does (a submit, a cancel) waits for the next step. */
 	if (tls_stepping == e && (ev->type == KVA__EV_ANSWER || ev->type == KVA__EV_COPY)) {
 		kva_inbox_push(&e->local, &ev->node);
-		return;
+		return false;
 	}
-	if (kva_fanin_push(&e->inbox, &ev->node) && e->cfg.wake)
-		e->cfg.wake(e->cfg.wake_ctx);
+	return kva_fanin_push(&e->inbox, &ev->node) && e->cfg.wake;
+}
+
+void kva__wake(kva_engine *e)
+{
+	e->cfg.wake(e->cfg.wake_ctx);
+}
+
+void kva__event_push(kva_engine *e, struct kva__event *ev)
+{
+	if (kva__event_enqueue(e, ev))
+		kva__wake(e);
 }
 
 static size_t answer_bytes(uint32_t cap)
@@ -273,7 +283,7 @@ int kva__grant_ensure(kva_engine *e, struct kva__req *r, uint32_t min_cap)
 }
 
 int kva__grant_report(kva_engine *e, struct kva__grant *g, uint32_t attempt, uint32_t rank,
-                      int status)
+                      int status, bool *wake)
 {
 	int rc = 0;
 	/* A3: pairs with R1 of copy.c: the attempt and its pages. */
@@ -298,7 +308,7 @@ int kva__grant_report(kva_engine *e, struct kva__grant *g, uint32_t attempt, uin
 		return rc;
 	}
 	g->rank_ev[rank].status = status ? 1 : 0;
-	kva__event_push(e, &g->rank_ev[rank]);
+	*wake = kva__event_enqueue(e, &g->rank_ev[rank]);
 	return 0;
 }
 

@@ -360,6 +360,11 @@ void kva__rec_stepping(kva_engine *e);
  * when it was empty), or the step's own queue for an answer or copy report
  * the scheduler thread produces inside kva_step. */
 void kva__event_push(kva_engine *e, struct kva__event *ev);
+/* The same without the wake: true when the host's wake callback is due,
+ * for a caller inside an RCU read-side section to call kva__wake after it
+ * (no callback runs inside one: kvadmit.h). */
+bool kva__event_enqueue(kva_engine *e, struct kva__event *ev);
+void kva__wake(kva_engine *e);
 
 /* Any thread: an answer event with room for `cap` entries (count 0); NULL
  * when out of memory. */
@@ -381,9 +386,10 @@ int kva__grant_ensure(kva_engine *e, struct kva__req *r, uint32_t min_cap);
 
 /* Any thread (caller keeps g's record found, e.g. under RCU): one rank of
  * copy attempt `attempt` finished. 0, -ESTALE (not the attempt handed out),
- * -EALREADY (this rank already reported). */
+ * -EALREADY (this rank already reported). *wake: call kva__wake once out
+ * of the read-side section (set on 0 only). */
 int kva__grant_report(kva_engine *e, struct kva__grant *g, uint32_t attempt, uint32_t rank,
-                      int status);
+                      int status, bool *wake);
 
 void kva__rec_set_state(kva_engine *e, struct kva__req *r, uint32_t to);
 

@@ -373,7 +373,9 @@ KVA_API int kva_lookup_answer(kva_engine *e, kva_lookup_token t, const kva_manif
  *             import for the rest (or only local if cp covers the import);
  *   RUNNING   kept: a preemption resumes from it without a new lookup.
  * Not longer than the checkpoint already stated: changes nothing. A
- * prefix-cache reset forgets stated checkpoints.
+ * prefix-cache reset forgets the checkpoints stated before it was called,
+ * in any state (a waiting restore that selected one looks up again when it
+ * reaches the head).
  * 0, -EINVAL (NULL, position 0, not local, not compatible), -ERANGE
  * (position past the prompt), -ENOENT (unknown or ended handle), -ENOMEM. */
 KVA_API int kva_local_checkpoint(kva_engine *e, kva_handle h, const kva_checkpoint *cp);
@@ -522,8 +524,9 @@ KVA_API int kva_finish(kva_engine *e, kva_handle h);
 /* Forced prefix-cache reset (rule 17): READY-but-unadmitted imports give
  * their pages back and return to the front of the waiting queue with a fresh
  * lookup; imports still copying do so once their copy drains. Takes effect
- * at the next step. Local checkpoints the host stated are forgotten (rule
- * 22). 0, -EINVAL. */
+ * at the next step. Local checkpoints the host stated before this call are
+ * forgotten at once, whatever state their request is in (rule 22); those
+ * stated after it hold. 0, -EINVAL. */
 KVA_API int kva_reset_prefix_cache(kva_engine *e);
 
 /* ---- introspection ------------------------------------------------------ */

@@ -83,7 +83,7 @@ static void a_hint_never_overwrites_a_blocked_heads_wait_start(void **st)
 	sc_copies_done(s, 0);
 	sc_step(s, 0);
 	assert_non_null(sc_admitted(s, head));
-	kva_stats stt = sc_stats(s); /* observed when it runs: the whole wait */
+	kva_stats stt = sc_stats(s); /* observed at its reservation: the whole wait */
 	assert_int_equal(stt.capacity_wait.count, 1);
 	assert_int_equal(stt.capacity_wait.sum_ns, 2 * KVA__AHEAD * SC_SEC + SC_MS);
 	sc_free(s);

@@ -136,6 +136,49 @@ static void rule11_recompute_only_when_no_shorter_checkpoint_is_left(void **st)
 	sc_free(s);
 }
 
+/* capacity_wait measures how long a head waited for capacity: it ends at
+ * the reservation. The copy after it is copy_duration's, and a restore
+ * cancelled during its copy still waited. */
+static void capacity_wait_ends_at_the_reservation_not_the_copy(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.max_restore_wait_ns = 0;
+	struct sc *s = sc_new(&c);
+	sc_dir_set(s, KEY, sc_ckpt(320, 900, 0));
+	kva_handle hog = sc_occupy(s, 1, 40); /* 60 free: two restores of 30 fit */
+	kva_handle hog2 = sc_occupy(s, 2, 50); /* 10 free */
+	kva_handle a = sc_submit(s, 3, KEY, 480);
+	sc_step(s, 0);
+	assert_true(s->plan.head_blocked);
+	assert_int_equal(kva_finish(s->e, hog), 0);
+	sc_step(s, SC_SEC); /* waited 1 s: reserves, its copy starts */
+	assert_int_equal(s->plan.n_copies, 1);
+	kva_copy_job ja = s->copies[0];
+	kva_handle b = sc_submit(s, 4, KEY, 480);
+	sc_step(s, 0);
+	assert_true(s->plan.head_blocked);
+	assert_int_equal(kva_finish(s->e, hog2), 0);
+	sc_step(s, 2 * SC_SEC); /* waited 2 s */
+	assert_int_equal(s->plan.n_copies, 1);
+	kva_copy_job jb = s->copies[0];
+	kva_stats x = sc_stats(s);
+	assert_int_equal(x.capacity_wait.count, 2);
+	assert_int_equal(x.capacity_wait.sum_ns, 3 * SC_SEC);
+	sc_step(s, 10 * SC_SEC); /* the copies take 10 s more */
+	assert_int_equal(kva_cancel(s->e, b), 0);
+	assert_int_equal(kva_copy_done(s->e, ja.token, ja.rank, 0), 0);
+	assert_int_equal(kva_copy_done(s->e, jb.token, jb.rank, 0), 0);
+	sc_step(s, 0);
+	assert_non_null(sc_admitted(s, a));
+	x = sc_stats(s);
+	assert_int_equal(x.capacity_wait.count, 2);
+	assert_int_equal(x.capacity_wait.sum_ns, 3 * SC_SEC);
+	assert_int_equal(x.copy_duration.count, 2);
+	sc_free(s);
+}
+
 static void rule12_cancel_during_copy_frees_credits_now_pages_after_drain(void **st)
 {
 	(void)st;
@@ -350,6 +393,7 @@ int main(void)
 		cmocka_unit_test(rule11_a_reused_grant_starts_clean),
 		cmocka_unit_test(rule11_exhausted_retries_fall_back_to_shorter_checkpoint),
 		cmocka_unit_test(rule11_recompute_only_when_no_shorter_checkpoint_is_left),
+		cmocka_unit_test(capacity_wait_ends_at_the_reservation_not_the_copy),
 		cmocka_unit_test(rule12_cancel_during_copy_frees_credits_now_pages_after_drain),
 		cmocka_unit_test(rule13_cancelled_waiting_head_releases_the_barrier),
 		cmocka_unit_test(rule13_cancel_ready_and_running_return_everything),

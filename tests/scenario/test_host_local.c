@@ -184,6 +184,69 @@ static void rule22_local_upgrades_a_waiting_recompute(void **st)
 	sc_free(s);
 }
 
+/* Rule 9 holds for a recompute decided without a selection (a miss): a
+ * local checkpoint stated later must not make a request too large for any
+ * reservation a restore, which would block the head for good (with
+ * max_restore_wait_ns 0, unbounded) while every page is free. */
+static void rule22_local_never_upgrades_a_recompute_too_large_to_restore(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.max_restore_wait_ns = 0; /* unbounded: only rule 9 can decide */
+	struct sc *s = sc_new(&c);
+	kva_handle hog = sc_occupy(s, 100, 95); /* 5 pages free */
+	kva_manifest miss = {0};
+	s->dir[s->n_dir++] = (struct sc_dir_entry){7, miss};
+	kva_handle big = sc_submit(s, 1, 7, 3200); /* 200 pages > 100: miss, recompute */
+	kva_handle small = sc_submit(s, 2, 0, 16);
+	sc_step(s, 0);
+	assert_true(s->plan.head_blocked); /* its first chunk (16 pages) waits */
+	assert_int_equal(info_of(s, big).reason, KVA_REASON_MISS);
+	kva_checkpoint loc = sc_ckpt(160, 70, 1);
+	assert_int_equal(kva_local_checkpoint(s->e, big, &loc), 0);
+	sc_step(s, 0);
+	kva_request_info i = info_of(s, big);
+	assert_false(i.has_selection);
+	assert_int_equal(i.reason, KVA_REASON_MISS);
+	assert_int_equal(kva_finish(s->e, hog), 0);
+	assert_int_equal(sc_step(s, SC_SEC), 2);
+	expect_admitted(s, big, KVA_ADMIT_RECOMPUTE, 0, 0);
+	assert_non_null(sc_admitted(s, small));
+	assert_int_equal(sc_stats(s).fallbacks[KVA_REASON_MISS], 1);
+	sc_free(s);
+}
+
+/* The same with a prompt whose page count plus the decode headroom would
+ * wrap 32 bits: no reservation may take fewer credits than pages. */
+static void rule22_local_on_a_wrapping_prompt_keeps_credits_conserved(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.page_tokens = 1;
+	c.prefill_chunk_tokens = 16;
+	c.decode_headroom_pages = 1;
+	struct sc *s = sc_new(&c);
+	kva_manifest miss = {0};
+	s->dir[s->n_dir++] = (struct sc_dir_entry){7, miss};
+	kva_handle big = sc_submit(s, 1, 7, UINT32_MAX);
+	s->plan.hold_admissions = true;
+	sc_step(s, 0);
+	s->plan.hold_admissions = false;
+	kva_checkpoint loc = sc_ckpt(10, 70, 1);
+	assert_int_equal(kva_local_checkpoint(s->e, big, &loc), 0);
+	assert_int_equal(sc_step(s, 0), 1);
+	const kva_admission *a = expect_admitted(s, big, KVA_ADMIT_RECOMPUTE, 0, 0);
+	assert_int_equal(a->npages, 16); /* its first chunk */
+	sc_assert_conserved(s);
+	assert_int_equal(kva_finish(s->e, big), 0);
+	sc_step(s, 0);
+	sc_assert_conserved(s);
+	assert_int_equal(sc_free_pages(s), 100);
+	sc_free(s);
+}
+
 static void rule22_local_stated_during_copy_is_counted_at_admission(void **st)
 {
 	(void)st;
@@ -329,6 +392,119 @@ static void rule22_prefix_cache_reset_forgets_stated_checkpoints(void **st)
 	sc_free(s);
 }
 
+/* The reset forgets what the host stated before it wherever the request is:
+ * a waiting restore that selected it looks up again when it reaches the
+ * head, a running one preempted after the reset does not resume from it.
+ * What the host states after the reset holds. */
+static void rule22_prefix_cache_reset_forgets_them_for_waiting_and_running(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_manifest miss = {0};
+	s->dir[s->n_dir++] = (struct sc_dir_entry){7, miss};
+	kva_handle run = submit_local(s, 1, 7, 256, sc_ckpt(64, 70, 1));
+	sc_step(s, 0); /* a miss: the local checkpoint decides */
+	expect_admitted(s, run, KVA_ADMIT_LOCAL, 64, 0);
+	kva_handle hog = sc_occupy(s, 2, 80); /* 4 pages free */
+	kva_handle wait = submit_local(s, 3, 7, 256, sc_ckpt(64, 71, 1));
+	sc_step(s, 0);
+	assert_true(s->plan.head_blocked);
+	kva_request_info i = info_of(s, wait);
+	assert_true(i.has_selection);
+	assert_int_equal(i.selected_location, KVA_LOC_LOCAL);
+
+	uint32_t asked = s->n_lookups;
+	assert_int_equal(kva_reset_prefix_cache(s->e), 0);
+	sc_step(s, 0); /* the head finds its selection forgotten: asks again */
+	assert_int_equal(s->n_lookups, asked + 1);
+	assert_int_equal(sc_stats(s).revalidations, 1);
+	assert_false(info_of(s, wait).has_selection);
+	assert_int_equal(kva_finish(s->e, hog), 0);
+	assert_int_equal(kva_preempt(s->e, run), 0);
+	uint32_t n_run = 0, n_wait = 0;
+	for (int k = 0; k < 4; k++) {
+		sc_step(s, 0);
+		const kva_admission *a = sc_admitted(s, run);
+		if (a) {
+			assert_int_equal(a->how, KVA_ADMIT_RECOMPUTE);
+			assert_int_equal(a->local_tokens, 0);
+			n_run++;
+		}
+		if ((a = sc_admitted(s, wait))) {
+			assert_int_equal(a->how, KVA_ADMIT_RECOMPUTE);
+			assert_int_equal(a->local_tokens, 0);
+			n_wait++;
+		}
+	}
+	assert_int_equal(n_run, 1);
+	assert_int_equal(n_wait, 1);
+	assert_int_equal(s->n_lookups, asked + 2); /* both asked the directory again */
+
+	/* stated after the reset: a full local hit, admitted without a lookup */
+	kva_handle fresh = submit_local(s, 4, 7, 256, sc_ckpt(256, 72, 1));
+	sc_step(s, 0);
+	expect_admitted(s, fresh, KVA_ADMIT_LOCAL, 256, 0);
+	assert_int_equal(s->n_lookups, asked + 2);
+	sc_free(s);
+}
+
+/* A host checkpoint the reset forgot is never the shorter checkpoint an
+ * exhausted copy falls back to (rule 11): its pages are gone. */
+static void rule22_forgotten_checkpoint_is_never_the_shorter_fallback(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default(); /* max_copy_retries = 2 */
+	sc_dir_set(s, 7, sc_ckpt(320, 902, 0));
+	kva_handle hog = sc_occupy(s, 100, 90); /* 10 free */
+	kva_handle h = submit_local(s, 1, 7, 480, sc_ckpt(48, 70, 1));
+	sc_step(s, 0); /* restores 320 tokens (30 pages): waits */
+	assert_true(s->plan.head_blocked);
+	assert_int_equal(kva_reset_prefix_cache(s->e), 0);
+	assert_int_equal(kva_finish(s->e, hog), 0);
+	sc_step(s, 0);
+	for (int i = 0; i < 3; i++) { /* first attempt + 2 retries */
+		assert_int_equal(s->plan.n_copies, 1);
+		assert_int_equal(s->copies[0].checkpoint_id, 902);
+		sc_copies_done(s, 1);
+		sc_step(s, 0);
+	}
+	const kva_admission *a = sc_admitted(s, h);
+	assert_non_null(a);
+	assert_int_equal(a->how, KVA_ADMIT_RECOMPUTE);
+	assert_int_equal(a->reason, KVA_REASON_RETRIES_EXHAUSTED);
+	assert_int_equal(a->local_tokens, 0);
+	assert_int_equal(sc_stats(s).shorter_fallbacks, 0);
+	sc_assert_conserved(s);
+	sc_free(s);
+}
+
+/* A checkpoint stated before a reset call is forgotten even when the step
+ * handles the statement after the call: the host's cache is wiped from the
+ * call on. */
+static void rule22_statement_queued_before_a_reset_is_forgotten(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	sc_dir_set(s, 7, sc_ckpt(320, 902, 0));
+	kva_handle hog = sc_occupy(s, 100, 90); /* 10 free */
+	kva_handle h = sc_submit(s, 1, 7, 480);
+	sc_step(s, 0); /* restores 320 tokens: waits */
+	kva_checkpoint loc = sc_ckpt(400, 902, 1); /* the same id, longer, local */
+	assert_int_equal(kva_local_checkpoint(s->e, h, &loc), 0);
+	assert_int_equal(kva_reset_prefix_cache(s->e), 0);
+	sc_step(s, 0);
+	kva_request_info i = info_of(s, h);
+	assert_true(i.has_selection);
+	assert_int_equal(i.selected_position, 320);
+	assert_int_equal(i.selected_location, KVA_LOC_EXTERNAL);
+	assert_int_equal(kva_finish(s->e, hog), 0);
+	sc_step(s, 0);
+	sc_copies_done(s, 0);
+	sc_step(s, 0);
+	expect_admitted(s, h, KVA_ADMIT_RESTORE, 0, 320);
+	sc_free(s);
+}
+
 static void rule22_bad_input_is_refused(void **st)
 {
 	(void)st;
@@ -371,11 +547,16 @@ int main(void)
 		cmocka_unit_test(rule22_full_local_hit_decides_an_outstanding_lookup),
 		cmocka_unit_test(rule22_longer_local_upgrades_a_waiting_restore_without_a_lookup),
 		cmocka_unit_test(rule22_local_upgrades_a_waiting_recompute),
+		cmocka_unit_test(rule22_local_never_upgrades_a_recompute_too_large_to_restore),
+		cmocka_unit_test(rule22_local_on_a_wrapping_prompt_keeps_credits_conserved),
 		cmocka_unit_test(rule22_local_stated_during_copy_is_counted_at_admission),
 		cmocka_unit_test(rule22_longer_local_stated_while_ready_is_used_at_admission),
 		cmocka_unit_test(rule22_preempted_request_resumes_from_local_without_a_lookup),
 		cmocka_unit_test(rule22_eviction_keeps_the_hosts_other_local_checkpoint),
 		cmocka_unit_test(rule22_prefix_cache_reset_forgets_stated_checkpoints),
+		cmocka_unit_test(rule22_prefix_cache_reset_forgets_them_for_waiting_and_running),
+		cmocka_unit_test(rule22_forgotten_checkpoint_is_never_the_shorter_fallback),
+		cmocka_unit_test(rule22_statement_queued_before_a_reset_is_forgotten),
 		cmocka_unit_test(rule22_bad_input_is_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -65,6 +65,46 @@ static void rule08_expired_waiter_no_longer_holds_others_as_a_restore(void **st)
 	sc_free(s);
 }
 
+/* The blocked head's checkpoint is evicted and its re-lookup is still out
+ * when the bound passes: the wait is not lost. Once the answer makes it a
+ * restore again it gives up at the next step (its wait counts from when it
+ * first blocked), instead of waiting without bound. */
+static void rule08_bounded_wait_survives_a_relookup_of_the_blocked_head(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.max_restore_wait_ns = 10 * SC_SEC;
+	c.lookup_timeout_ns = 5 * SC_SEC;
+	c.wait_log_interval_ns = 0;
+	struct sc *s = sc_new(&c);
+	sc_dir_set(s, KEY, sc_ckpt(320, 900, 0));
+	sc_occupy(s, 1, 90); /* 10 free */
+	kva_handle h = sc_submit(s, 2, KEY, 480); /* restore needs 30 */
+	sc_step(s, 0);
+	assert_true(s->plan.head_blocked); /* T0 */
+	sc_step(s, 8 * SC_SEC);
+	sc_dir_clear(s); /* the re-lookup stays out until answered below */
+	assert_int_equal(kva_checkpoint_evicted(s->e, 900, 2), 0);
+	uint32_t asked = s->n_lookups;
+	sc_step(s, 0);
+	assert_int_equal(s->n_lookups, asked + 1);
+	sc_step(s, 3 * SC_SEC); /* T0 + 11 s: past the bound, undecided */
+	kva_manifest m = {.count = 1, .entries = {sc_ckpt(320, 901, 0)}};
+	assert_int_equal(kva_lookup_answer(s->e, s->lookups[asked].token, &m), 0);
+	sc_step(s, 0); /* a restore again, blocked */
+	for (int i = 0; i < 3; i++)
+		sc_step(s, SC_SEC);
+	kva_stats stt = sc_stats(s);
+	assert_int_equal(stt.wait_expired, 1);
+	assert_int_equal(stt.fallbacks[KVA_REASON_WAIT_EXPIRED], 1);
+	kva_request_info info;
+	assert_int_equal(kva_query(s->e, h, &info), 0);
+	assert_int_equal(info.reason, KVA_REASON_WAIT_EXPIRED);
+	assert_int_equal(s->n_warn, 1);
+	sc_free(s);
+}
+
 static void rule14_id_reuse_stale_events_never_touch_new_incarnation(void **st)
 {
 	(void)st;
@@ -409,6 +449,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(rule08_bounded_wait_warns_once_then_recomputes_and_stops_holding),
 		cmocka_unit_test(rule08_expired_waiter_no_longer_holds_others_as_a_restore),
+		cmocka_unit_test(rule08_bounded_wait_survives_a_relookup_of_the_blocked_head),
 		cmocka_unit_test(rule14_id_reuse_stale_events_never_touch_new_incarnation),
 		cmocka_unit_test(rule16_every_prompt_token_counted_once),
 		cmocka_unit_test(rule20_step_cost_does_not_grow_with_waiting_count),

@@ -6,6 +6,7 @@
  * empty to non-empty, and lets any thread walk the waiting queue in order.
  */
 #include <pthread.h>
+#include <urcu/urcu-memb.h>
 
 #include "scenario.h"
 
@@ -93,6 +94,50 @@ static void wake_fires_when_the_inbox_goes_from_empty_to_non_empty(void **st)
 	assert_int_equal(w.n, 1); /* the step's own work wakes nobody */
 	assert_int_equal(kva_reset_prefix_cache(s->e), 0);
 	assert_int_equal(w.n, 2); /* drained, then a new event */
+	sc_free(s);
+}
+
+struct wake_where {
+	unsigned n, inside_rcu;
+};
+
+static void wake_checks_rcu(void *ctx)
+{
+	struct wake_where *w = ctx;
+	w->n++;
+	w->inside_rcu += urcu_memb_read_ongoing() != 0;
+}
+
+/* kvadmit.h: no callback runs inside an RCU read-side section. The calls on
+ * a running or importing request find their record under one; their wake
+ * comes after it ends. Each call below finds the inbox empty, so each wakes. */
+static void wake_never_runs_inside_an_rcu_read_side_section(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	struct wake_where w = {0};
+	c.wake = wake_checks_rcu;
+	c.wake_ctx = &w;
+	struct sc *s = sc_new(&c);
+	sc_dir_set(s, KEY, sc_ckpt(320, 900, 0));
+	kva_handle imp = sc_submit(s, 1, KEY, 480);
+	kva_handle a = sc_submit(s, 2, 0, 16), b = sc_submit(s, 3, 0, 16);
+	sc_step(s, SC_MS);
+	assert_int_equal(s->plan.n_copies, 1);
+	kva_copy_job job = s->copies[0];
+	assert_non_null(sc_admitted(s, a));
+	unsigned before = w.n;
+	assert_int_equal(kva_finish(s->e, a), 0);
+	sc_step(s, SC_MS);
+	assert_int_equal(kva_preempt(s->e, b), 0);
+	sc_step(s, SC_MS);
+	assert_int_equal(kva_copy_done(s->e, job.token, job.rank, 0), 0);
+	sc_step(s, SC_MS);
+	assert_int_equal(kva_cancel(s->e, imp), 0);
+	sc_step(s, SC_MS);
+	assert_int_equal(w.n, before + 4);
+	assert_int_equal(w.inside_rcu, 0);
 	sc_free(s);
 }
 
@@ -198,52 +243,84 @@ static void cancel_from_another_thread_never_overtakes_its_submit(void **st)
 	sc_free(s);
 }
 
+enum end_op { END_FINISH, END_CANCEL, END_PREEMPT };
+
 struct ender {
 	kva_engine *e;
 	kva_handle h;
-	bool cancel;
+	enum end_op op;
 	int rc;
 };
 
 static void *end_from_other_thread(void *arg)
 {
 	struct ender *x = arg;
-	x->rc = x->cancel ? kva_cancel(x->e, x->h) : kva_finish(x->e, x->h);
+	x->rc = x->op == END_CANCEL    ? kva_cancel(x->e, x->h)
+	        : x->op == END_FINISH  ? kva_finish(x->e, x->h)
+	                               : kva_preempt(x->e, x->h);
 	return NULL;
 }
 
-/* A host finishes or cancels a request on one thread and then resubmits its
- * id on another: the resubmission may be spliced before the end it follows.
- * The end happened first for the host, so the id is free for it — accepted,
- * never REJECTED as a duplicate (hardening issue, item 7). */
-static void id_freed_on_another_thread_is_free_for_a_resubmit(void **st)
+/* 20 rounds: a running request with id 7 ends through `op(round)` on a new
+ * thread (a preemption is then cancelled on this one), and this thread
+ * resubmits id 7 at once. The end came first for the host, so the old
+ * incarnation ends (FINISHED, or CANCELLED) and the resubmission is
+ * accepted — never REJECTED as a duplicate — whichever lane the step splices
+ * first (the new threads' lanes rotate through every order over the rounds). */
+static void resubmit_after_ends_elsewhere(enum end_op (*op)(uint64_t round))
 {
-	(void)st;
 	struct sc *s = sc_default();
+	uint64_t finished = 0;
 	for (uint64_t k = 0; k < 20; k++) {
 		kva_handle old = sc_occupy(s, 7, 1);
-		struct ender x = {s->e, old, k & 1, 1};
+		struct ender x = {s->e, old, op(k), 1};
 		pthread_t t;
 		assert_int_equal(pthread_create(&t, NULL, end_from_other_thread, &x), 0);
 		pthread_join(t, NULL);
 		assert_int_equal(x.rc, 0);
+		if (x.op == END_PREEMPT)
+			assert_int_equal(kva_cancel(s->e, old), 0);
+		finished += x.op == END_FINISH;
 		kva_handle again = sc_submit(s, 7, 0, 16);
 		sc_step(s, SC_MS);
 		assert_non_null(sc_admitted(s, again));
 		const kva_ended *en = sc_ended(s, old);
 		assert_non_null(en);
-		assert_int_equal(en->state, x.cancel ? KVA_STATE_CANCELLED : KVA_STATE_FINISHED);
+		assert_int_equal(en->state,
+		                 x.op == END_FINISH ? KVA_STATE_FINISHED : KVA_STATE_CANCELLED);
 		assert_null(sc_ended(s, again));
-		sc_step(s, SC_MS); /* the old end's event: nothing more */
+		sc_step(s, SC_MS); /* the old end's own event: nothing more */
 		assert_null(sc_ended(s, old));
 		assert_int_equal(kva_finish(s->e, again), 0);
 		sc_step(s, SC_MS);
 	}
 	kva_stats x = sc_stats(s);
 	assert_int_equal(x.rejected, 0);
-	assert_int_equal(x.finished + x.cancelled, 40);
+	assert_int_equal(x.finished, 20 + finished);
+	assert_int_equal(x.cancelled, 20 - finished);
 	sc_assert_conserved(s);
+	assert_int_equal(sc_free_pages(s), 100);
 	sc_free(s);
+}
+
+static enum end_op finish_or_cancel(uint64_t round) { return round & 1 ? END_CANCEL : END_FINISH; }
+static enum end_op preempt(uint64_t round) { (void)round; return END_PREEMPT; }
+
+/* A host finishes or cancels a request on one thread and then resubmits its
+ * id on another: the resubmission may be spliced before the end it follows
+ * (hardening issue, item 7). */
+static void id_freed_on_another_thread_is_free_for_a_resubmit(void **st)
+{
+	(void)st;
+	resubmit_after_ends_elsewhere(finish_or_cancel);
+}
+
+/* The same for a request preempted on one thread (its pages given back, its
+ * requeue event queued), then cancelled and resubmitted on another. */
+static void id_preempted_elsewhere_then_cancelled_is_free_for_a_resubmit(void **st)
+{
+	(void)st;
+	resubmit_after_ends_elsewhere(preempt);
 }
 
 struct walk {
@@ -332,10 +409,12 @@ int main(void)
 	    cmocka_unit_test(step_handles_only_events_present_when_it_began),
 	    cmocka_unit_test(answer_from_the_lookup_callback_is_handled_in_the_same_step),
 	    cmocka_unit_test(wake_fires_when_the_inbox_goes_from_empty_to_non_empty),
+	    cmocka_unit_test(wake_never_runs_inside_an_rcu_read_side_section),
 	    cmocka_unit_test(backlog_says_work_is_left_for_the_next_step),
 	    cmocka_unit_test(huge_durations_mean_never_instead_of_wrapping),
 	    cmocka_unit_test(cancel_from_another_thread_never_overtakes_its_submit),
 	    cmocka_unit_test(id_freed_on_another_thread_is_free_for_a_resubmit),
+	    cmocka_unit_test(id_preempted_elsewhere_then_cancelled_is_free_for_a_resubmit),
 	    cmocka_unit_test(waiting_foreach_walks_the_queue_in_admission_order),
 	    cmocka_unit_test(slots_are_reused_with_a_new_generation_and_old_handles_stay_dead),
 	};
