@@ -42,7 +42,8 @@
 #include "index.h"
 #include "wire.h"
 
-#define MAX_MEDIA 64
+#define MAX_MEDIA 64 /* one table for the fleet; a publisher's media are a 64-bit mask */
+#define NO_MEDIUM UINT32_MAX
 #define MAX_WATCHES 65536u
 #define PENDING_BYTES_MAX ((size_t)64 << 20)
 #define RECV_BUDGET 256  /* messages per socket per loop turn: lookups stay prompt */
@@ -84,10 +85,13 @@ struct chain {
 	uint64_t hashes[];
 };
 
+/* A live batch, held while a replay runs. */
 struct pending {
 	int64_t seq;
 	size_t len;
-	uint8_t *data;
+	uint8_t *data; /* NULL for a big one */
+	bool big;      /* over max_message_bytes: its number only */
+	bool back;     /* its number was not above the previous live one: a new process */
 };
 
 struct pub {
@@ -96,17 +100,23 @@ struct pub {
 	uint16_t idx;
 	uint8_t self;
 	bool started, replaying, down, dropped, joining;
-	int64_t expected, replay_from;
+	bool live_seen;
+	int64_t expected;
+	int64_t live_last; /* the last number seen on PUB (restarts are told by it) */
 	uint64_t replay_deadline, down_since;
 	int replay_tries;
 	bool active; /* the I/O thread's view: sockets open */
 	_Atomic int64_t next_seq; /* `expected`, published for kva_fleet_publisher_seq */
 	struct pending *pend;
+	/* The other held list (max_pending too): pend_flush holds into it what a
+	 * replay begun meanwhile must keep, while it still reads `pend`. */
+	struct pending *pend_spare;
 	uint32_t npend;
 	size_t pend_bytes;
 	bool pend_overflow;
 	uint32_t block_size;
-	uint64_t media; /* medium ids seen */
+	uint64_t media;  /* medium ids seen */
+	size_t nentries; /* its index entries: a clear of none costs no scan */
 };
 
 struct watch {
@@ -135,6 +145,7 @@ struct kva_fleet {
 	struct kvf_index ix;
 	struct kvf_batch batch;
 	char media[MAX_MEDIA][KVF_MEDIUM_MAX + 1];
+	uint8_t media_len[MAX_MEDIA]; /* a name may hold NUL bytes */
 	uint32_t nmedia;
 	uint64_t local_media; /* ids local for the self publisher */
 	/* chains: open-addressing map key -> chain, FIFO list */
@@ -194,20 +205,24 @@ uint64_t kva_fleet_hash_bytes(const void *p, size_t n) { return kvf_hash_from_by
 
 /* ---- media ------------------------------------------------------------- */
 
-/* Id of a medium name; an absent medium is "GPU" (vLLM's MEDIUM_GPU). Past
- * MAX_MEDIA names, the last id is shared ("other"). */
+/* Id of a medium name; an absent medium is "GPU" (vLLM's MEDIUM_GPU). Names
+ * compare by their bytes and length (the wire allows NUL in them). Past
+ * MAX_MEDIA names: NO_MEDIUM, and the caller skips the event. A shared id
+ * would merge media (a BlockRemoved on one deleting another's copies); a
+ * medium without an id has no entries, so skipping its removals is exact. */
 static uint32_t medium_id(kva_fleet *f, const char *name, size_t len)
 {
 	if (len == 0)
 		name = "GPU", len = 3;
+	len = len > KVF_MEDIUM_MAX ? KVF_MEDIUM_MAX : len; /* as the decoder keeps it */
 	for (uint32_t i = 0; i < f->nmedia; i++)
-		if (strlen(f->media[i]) == len && memcmp(f->media[i], name, len) == 0)
+		if (f->media_len[i] == len && memcmp(f->media[i], name, len) == 0)
 			return i;
 	if (f->nmedia == MAX_MEDIA)
-		return MAX_MEDIA - 1;
-	len = len > KVF_MEDIUM_MAX ? KVF_MEDIUM_MAX : len;
+		return NO_MEDIUM;
 	memcpy(f->media[f->nmedia], name, len);
 	f->media[f->nmedia][len] = 0;
+	f->media_len[f->nmedia] = (uint8_t)len;
 	return f->nmedia++;
 }
 
@@ -581,13 +596,26 @@ static void drain_commands(kva_fleet *f, bool woken)
 
 /* ---- applying batches ------------------------------------------------------ */
 
+/* Every entry of P goes, and its watches are reported. Finding them scans
+ * the whole table (max_blocks entries), so a publisher without entries
+ * (counted, nentries) skips that. */
+static size_t drop_entries(kva_fleet *f, struct pub *P)
+{
+	size_t n = 0;
+	if (P->nentries) {
+		n = kvf_index_del_matching(&f->ix, (uint32_t)P->idx << 16, 16, NULL);
+		P->nentries = 0;
+		st_add(f, ST(index_scans), 1);
+	}
+	watches_check(f, 0, P->idx);
+	return n;
+}
+
 static void drop_publisher(kva_fleet *f, struct pub *P, const char *why)
 {
-	bool watched = false;
-	size_t n = kvf_index_del_matching(&f->ix, (uint32_t)P->idx << 16, 16, &watched);
+	size_t n = drop_entries(f, P);
 	st_add(f, ST(entries_dropped), n);
 	st_set(f, ST(blocks), f->ix.count); /* also when no batch follows */
-	watches_check(f, 0, P->idx);
 	P->media = 0;
 	flog(f, KVA_LOG_WARN, "kvadmit-fleet: publisher %s: %s, %zu entries dropped", P->endpoint,
 	     why, n);
@@ -605,15 +633,22 @@ static void apply(kva_fleet *f, struct pub *P, const uint8_t *data, size_t len)
 	}
 	st_add(f, ST(batches), 1);
 	st_add(f, ST(unknown_events), f->batch.unknown_events);
+	/* Only the batch's last AllBlocksCleared touches the index: it wipes
+	 * whatever the events before it would store or remove there, and each
+	 * clear may scan the whole table. They are still counted. */
+	uint32_t last_clear = UINT32_MAX;
+	for (uint32_t i = 0; i < f->batch.nevents; i++)
+		if (f->batch.events[i].type == KVF_EV_CLEARED)
+			last_clear = i;
 	uint32_t groups = f->cfg.full_groups | f->cfg.state_groups;
 	uint64_t stored = 0, removed = 0;
 	for (uint32_t i = 0; i < f->batch.nevents; i++) {
 		const struct kvf_event *ev = &f->batch.events[i];
 		const uint64_t *h = &f->batch.hashes[ev->first_hash];
+		bool wiped = last_clear != UINT32_MAX && i < last_clear;
 		if (ev->type == KVF_EV_CLEARED) {
-			bool w = false;
-			kvf_index_del_matching(&f->ix, (uint32_t)P->idx << 16, 16, &w);
-			watches_check(f, 0, P->idx);
+			if (!wiped)
+				drop_entries(f, P);
 			st_add(f, ST(clears), 1);
 			continue;
 		}
@@ -622,6 +657,15 @@ static void apply(kva_fleet *f, struct pub *P, const uint8_t *data, size_t len)
 			continue;
 		}
 		uint32_t md = medium_id(f, ev->medium, ev->medium_len);
+		if (md == NO_MEDIUM) {
+			uint64_t k = atomic_fetch_add_explicit(&f->st[ST(ignored_media)], ev->nhashes,
+			                                       memory_order_relaxed);
+			if (k == 0)
+				flog(f, KVA_LOG_WARN,
+				     "kvadmit-fleet: publisher %s: more than %d medium names, events on "
+				     "new ones skipped", P->endpoint, MAX_MEDIA);
+			continue;
+		}
 		uint32_t loc = KVF_LOC(P->idx, md, ev->group_idx);
 		if (ev->type == KVF_EV_STORED) {
 			if (!f->cfg.block_size && !P->block_size) {
@@ -632,13 +676,21 @@ static void apply(kva_fleet *f, struct pub *P, const uint8_t *data, size_t len)
 				P->block_size = ev->block_size;
 			}
 			P->media |= 1ull << md;
-			for (uint32_t k = 0; k < ev->nhashes; k++)
-				kvf_index_put(&f->ix, h[k], loc, NULL, NULL);
+			for (uint32_t k = 0; k < ev->nhashes && !wiped; k++) {
+				struct kvf_slot out;
+				bool evicted;
+				if (kvf_index_put(&f->ix, h[k], loc, &out, &evicted))
+					P->nentries++;
+				if (evicted) /* the cap took some publisher's entry */
+					f->pubs[KVF_LOC_PUB(out.loc1 - 1)].nentries--;
+			}
 			stored += ev->nhashes;
 		} else {
 			bool watched = false;
-			for (uint32_t k = 0; k < ev->nhashes; k++) {
+			for (uint32_t k = 0; k < ev->nhashes && !wiped; k++) {
 				uint32_t fl = kvf_index_del(&f->ix, h[k], loc);
+				if (fl)
+					P->nentries--;
 				if (fl && ((fl - 1) & KVF_E_WATCHED))
 					watched = true;
 			}
@@ -655,13 +707,15 @@ static void apply(kva_fleet *f, struct pub *P, const uint8_t *data, size_t len)
 
 /* ---- sequence tracking and replay -------------------------------------------- */
 
+/* A replay round starts with a gap, a late join, a restart or an overflow of
+ * the held list; retries ask again from `expected`. Live batches that arrive
+ * meanwhile are held and handed back to live_batch once the round is over. */
 static void replay_request(kva_fleet *f, struct pub *P, int64_t from)
 {
 	unsigned char seq[8];
 	for (int i = 0; i < 8; i++)
 		seq[i] = (unsigned char)((uint64_t)from >> (56 - 8 * i));
 	P->replaying = true;
-	P->replay_from = from;
 	P->replay_deadline = now_ns() + f->cfg.replay_timeout_ns;
 	if (zmq_send(P->dealer, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
 	    zmq_send(P->dealer, seq, 8, ZMQ_DONTWAIT) < 0)
@@ -670,106 +724,168 @@ static void replay_request(kva_fleet *f, struct pub *P, int64_t from)
 	st_add(f, ST(replays_requested), 1);
 }
 
-static void pend_push(struct pub *P, kva_fleet *f, int64_t seq, const void *data, size_t len)
+/* Holds b until the replay is over. owned: b's data belongs to the held
+ * list being flushed and moves (b->data is NULL after); otherwise it is
+ * copied. Past max_pending or 64 MiB nothing more is held, and the round is
+ * followed by another replay from where the stream stopped. */
+static void hold(kva_fleet *f, struct pub *P, struct pending *b, bool owned)
 {
 	if (P->pend_overflow || P->npend >= f->cfg.max_pending ||
-	    P->pend_bytes + len > PENDING_BYTES_MAX) {
+	    P->pend_bytes + b->len > PENDING_BYTES_MAX) {
 		P->pend_overflow = true; /* asked for again after this replay */
 		return;
 	}
-	uint8_t *copy = malloc(len ? len : 1);
-	if (!copy) {
-		P->pend_overflow = true;
-		return;
+	struct pending h = *b;
+	if (owned) {
+		b->data = NULL;
+	} else if (!b->big) {
+		h.data = malloc(b->len ? b->len : 1);
+		if (!h.data) {
+			P->pend_overflow = true;
+			return;
+		}
+		if (b->len)
+			memcpy(h.data, b->data, b->len);
 	}
-	memcpy(copy, data, len);
-	P->pend[P->npend++] = (struct pending){seq, len, copy};
-	P->pend_bytes += len;
+	P->pend[P->npend++] = h;
+	P->pend_bytes += h.len;
 }
 
-static void on_live(kva_fleet *f, struct pub *P, int64_t seq, const uint8_t *d, size_t len);
-
-static void pend_flush(kva_fleet *f, struct pub *P)
-{
-	uint32_t n = P->npend;
-	struct pending *pd = P->pend;
-	P->npend = 0;
-	P->pend_bytes = 0;
-	bool overflow = P->pend_overflow;
-	P->pend_overflow = false;
-	for (uint32_t i = 0; i < n; i++) {
-		if (P->replaying) /* a new replay began: keep the rest for after it */
-			pend_push(P, f, pd[i].seq, pd[i].data, pd[i].len);
-		else if (pd[i].seq < P->expected && pd[i].seq >= P->replay_from)
-			st_add(f, ST(duplicates), 1); /* already applied from the replay */
-		else
-			on_live(f, P, pd[i].seq, pd[i].data, pd[i].len);
-		free(pd[i].data);
-	}
-	if (overflow && !P->replaying && P->dealer)
-		replay_request(f, P, P->expected);
-}
-
-static void replay_end(kva_fleet *f, struct pub *P)
-{
-	P->replaying = false;
-	P->joining = false;
-	P->replay_tries = 0;
-	pend_flush(f, P);
-}
-
-/* A batch from the PUB socket. */
-static void on_live(kva_fleet *f, struct pub *P, int64_t seq, const uint8_t *d, size_t len)
+/* A live batch: just received, or held and now handed back (owned). */
+static void live_batch(kva_fleet *f, struct pub *P, struct pending *b, bool owned)
 {
 	if (P->replaying) {
-		pend_push(P, f, seq, d, len);
+		hold(f, P, b, owned);
 		return;
 	}
+	bool back = b->back;
 	if (P->dropped) { /* back after being dropped: a fresh start */
 		P->dropped = false;
 		P->started = false;
 	}
 	if (!P->started) {
 		P->started = true;
-		if (seq > 0 && P->dealer) { /* joined late: ask for its history */
+		back = false;
+		if (b->seq > 0 && P->dealer) { /* joined late: ask for its history */
 			P->expected = 0;
 			P->joining = true;
 			replay_request(f, P, 0);
-			pend_push(P, f, seq, d, len);
+			b->back = false;
+			hold(f, P, b, owned);
 			return;
 		}
-		P->expected = seq;
+		P->expected = b->seq;
 	}
-	if (seq < P->expected) {
-		/* PUB never resends: a smaller number is a new process */
+	if (back) {
+		/* PUB sends each number once, in order: a number not above the
+		 * previous one is a new process */
 		st_add(f, ST(restarts), 1);
 		drop_publisher(f, P, "restarted (sequence went back)");
 		P->expected = 0;
-		if (seq > 0 && P->dealer) {
+		if (b->seq > 0 && P->dealer) {
 			replay_request(f, P, 0);
-			pend_push(P, f, seq, d, len);
+			b->back = false; /* the new process's round starts here */
+			hold(f, P, b, owned);
 			return;
 		}
-		P->expected = seq;
+		P->expected = b->seq;
+	} else if (b->seq < P->expected) {
+		/* the same process, still going up: a replay returned it first
+		 * (during a replay, or its end marker overtook it) */
+		st_add(f, ST(duplicates), 1);
+		return;
 	}
-	if (seq > P->expected) {
+	if (b->seq > P->expected) {
 		st_add(f, ST(gaps), 1);
 		flog(f, KVA_LOG_INFO, "kvadmit-fleet: publisher %s: gap %lld..%lld", P->endpoint,
-		     (long long)P->expected, (long long)seq - 1);
+		     (long long)P->expected, (long long)b->seq - 1);
 		if (P->dealer) {
 			replay_request(f, P, P->expected);
-			pend_push(P, f, seq, d, len);
+			hold(f, P, b, owned);
 			return;
 		}
-		st_add(f, ST(lost_batches), (uint64_t)(seq - P->expected));
-		P->expected = seq;
+		st_add(f, ST(lost_batches), (uint64_t)(b->seq - P->expected));
+		P->expected = b->seq;
 	}
-	apply(f, P, d, len);
-	P->expected = seq + 1;
+	if (b->big)
+		st_add(f, ST(oversized), 1); /* its number counts: lost, not missing */
+	else
+		apply(f, P, b->data, b->len);
+	P->expected = b->seq + 1;
+}
+
+/* A batch from the PUB socket (big: over max_message_bytes, unread). */
+static void on_live(kva_fleet *f, struct pub *P, int64_t seq, const uint8_t *d, size_t len,
+                    bool big)
+{
+	struct pending b = {.seq = seq, .len = big ? 0 : len, .data = big ? NULL : (uint8_t *)d,
+	                    .big = big, .back = P->live_seen && seq <= P->live_last};
+	P->live_seen = true;
+	P->live_last = seq;
+	live_batch(f, P, &b, false);
+}
+
+/* The replay is over (its end marker, or given up). Whatever it did not
+ * return before the first held batch the stream goes on from is not
+ * buffered any more: a loss, accepted here. Otherwise that batch would ask
+ * for the same replay again, and again. History before a late joiner's
+ * first batch is not a loss. */
+static void accept_loss(kva_fleet *f, struct pub *P)
+{
+	for (uint32_t i = 0; i < P->npend; i++) {
+		const struct pending *b = &P->pend[i];
+		if (b->back)
+			return; /* a new process from here: it starts afresh */
+		if (b->seq < P->expected)
+			continue; /* the replay returned it */
+		if (b->seq > P->expected) {
+			if (!P->joining)
+				st_add(f, ST(lost_batches), (uint64_t)(b->seq - P->expected));
+			P->expected = b->seq;
+		}
+		return;
+	}
+}
+
+/* Hands the held batches back to live_batch, in order. The list is
+ * detached first: a batch may start a new replay (a gap further on, a
+ * restart), and the batches after it are then held again, moved into the
+ * fresh list, not copied over the one being read. */
+static void pend_flush(kva_fleet *f, struct pub *P)
+{
+	struct pending *pd = P->pend;
+	uint32_t n = P->npend;
+	P->pend = P->pend_spare;
+	P->pend_spare = pd;
+	P->npend = 0;
+	P->pend_bytes = 0;
+	bool overflow = P->pend_overflow;
+	P->pend_overflow = false;
+	for (uint32_t i = 0; i < n; i++) {
+		live_batch(f, P, &pd[i], true);
+		free(pd[i].data); /* NULL when held again */
+		pd[i].data = NULL;
+	}
+	if (overflow) { /* live batches after the held ones were dropped: fetch them */
+		if (P->replaying)
+			P->pend_overflow = true; /* after the replay just begun */
+		else if (P->dealer)
+			replay_request(f, P, P->expected);
+	}
+}
+
+static void replay_end(kva_fleet *f, struct pub *P)
+{
+	P->replaying = false;
+	P->replay_tries = 0;
+	accept_loss(f, P);
+	P->joining = false;
+	pend_flush(f, P);
 }
 
 /* A batch (or the end marker) from the replay socket. */
-static void on_replay(kva_fleet *f, struct pub *P, int64_t seq, const uint8_t *d, size_t len)
+static void on_replay(kva_fleet *f, struct pub *P, int64_t seq, const uint8_t *d, size_t len,
+                      bool big)
 {
 	if (!P->replaying)
 		return; /* an answer to a request already given up */
@@ -782,12 +898,13 @@ static void on_replay(kva_fleet *f, struct pub *P, int64_t seq, const uint8_t *d
 		st_add(f, ST(duplicates), 1);
 		return;
 	}
-	if (seq > P->expected) { /* older than the publisher's buffer */
-		if (!P->joining)
-			st_add(f, ST(lost_batches), (uint64_t)(seq - P->expected));
-		P->joining = false;
-	}
-	apply(f, P, d, len);
+	if (seq > P->expected && !P->joining) /* older than the publisher's buffer */
+		st_add(f, ST(lost_batches), (uint64_t)(seq - P->expected));
+	P->joining = false; /* its history starts here: later holes are losses */
+	if (big)
+		st_add(f, ST(oversized), 1);
+	else
+		apply(f, P, d, len);
 	P->expected = seq + 1;
 }
 
@@ -840,16 +957,14 @@ static void drain_sub(kva_fleet *f, struct pub *P)
 		st_add(f, ST(messages), 1);
 		if (n != 3 || zmq_msg_size(&m[1]) != 8) {
 			st_add(f, ST(bad_frames), 1);
-		} else if (zmq_msg_size(&m[2]) > f->cfg.max_message_bytes) {
-			st_add(f, ST(oversized), 1);
-			/* the number still counts: the batch is lost, not missing */
-			int64_t seq = kvf_seq_decode(zmq_msg_data(&m[1]));
-			if (!P->replaying && P->started && seq == P->expected)
-				P->expected++;
 		} else {
-			st_add(f, ST(bytes), zmq_msg_size(&m[2]));
+			/* a big one goes through the sequence tracking with its number
+			 * only: counted once, when its turn comes, held during a replay */
+			bool big = zmq_msg_size(&m[2]) > f->cfg.max_message_bytes;
+			if (!big)
+				st_add(f, ST(bytes), zmq_msg_size(&m[2]));
 			on_live(f, P, kvf_seq_decode(zmq_msg_data(&m[1])), zmq_msg_data(&m[2]),
-			        zmq_msg_size(&m[2]));
+			        zmq_msg_size(&m[2]), big);
 		}
 		close3(m, n);
 		publish_progress(P);
@@ -859,22 +974,23 @@ static void drain_sub(kva_fleet *f, struct pub *P)
 
 static void drain_dealer(kva_fleet *f, struct pub *P)
 {
-	for (int k = 0; k < RECV_BUDGET; k++) {
+	for (int k = 0; k < RECV_BUDGET && P->dealer; k++) { /* NULL: drain_commands removed P */
 		zmq_msg_t m[3];
 		int n = recv3(P->dealer, m);
 		if (n == 0)
 			return;
-		if (n != 3 || zmq_msg_size(&m[0]) != 0 || zmq_msg_size(&m[1]) != 8 ||
-		    zmq_msg_size(&m[2]) > f->cfg.max_message_bytes)
+		if (n != 3 || zmq_msg_size(&m[0]) != 0 || zmq_msg_size(&m[1]) != 8)
 			st_add(f, ST(bad_frames), 1);
 		else if (zmq_msg_size(&m[2]) == 8 &&
 		         memcmp(zmq_msg_data(&m[2]), "\xff\xff\xff\xff\xff\xff\xff\xff", 8) == 0)
-			on_replay(f, P, -1, NULL, 0); /* Mooncake's end marker is in the payload */
-		else
+			on_replay(f, P, -1, NULL, 0, false); /* Mooncake's end marker is in the payload */
+		else /* a big one counts its number, as on PUB */
 			on_replay(f, P, kvf_seq_decode(zmq_msg_data(&m[1])), zmq_msg_data(&m[2]),
-			          zmq_msg_size(&m[2]));
+			          zmq_msg_size(&m[2]),
+			          zmq_msg_size(&m[2]) > f->cfg.max_message_bytes);
 		close3(m, n);
 		publish_progress(P);
+		drain_commands(f, false); /* as on PUB: a lookup waits for one batch at most */
 	}
 }
 
@@ -913,16 +1029,8 @@ static void tick(kva_fleet *f, uint64_t now)
 			} else { /* give up: what was missed is lost */
 				flog(f, KVA_LOG_WARN, "kvadmit-fleet: publisher %s: replay unanswered",
 				     P->endpoint);
-				P->replay_from = P->expected;
-				P->replay_tries = 0;
-				P->replaying = false;
-				P->joining = false;
-				if (P->npend && P->pend[0].seq > P->expected) {
-					st_add(f, ST(lost_batches), (uint64_t)(P->pend[0].seq - P->expected));
-					P->expected = P->pend[0].seq;
-				}
 				P->pend_overflow = false; /* no second replay for this round */
-				pend_flush(f, P);
+				replay_end(f, P);
 				publish_progress(P);
 			}
 		}
@@ -1057,6 +1165,7 @@ static void pub_close(struct pub *P)
 	for (uint32_t k = 0; k < P->npend; k++)
 		free(P->pend[k].data);
 	free(P->pend);
+	free(P->pend_spare); /* holds no data between flushes */
 	free(P->endpoint);
 	free(P->replay);
 	free(P->topic);
@@ -1074,7 +1183,8 @@ static int pub_init(kva_fleet *f, struct pub *P, uint32_t id, char *endpoint, ch
 	P->replay = replay;
 	P->topic = topic;
 	P->pend = calloc(f->cfg.max_pending, sizeof(*P->pend));
-	if (!P->endpoint || !P->pend)
+	P->pend_spare = calloc(f->cfg.max_pending, sizeof(*P->pend_spare));
+	if (!P->endpoint || !P->pend || !P->pend_spare)
 		return -ENOMEM;
 	int rc = pub_open(f, P, id);
 	if (rc == 0)
@@ -1310,8 +1420,9 @@ kva_fleet *kva_fleet_create(const kva_fleet_config *cfg, int *err)
 	const char *lm = cfg->local_media ? cfg->local_media : "";
 	while (*lm) {
 		size_t n = strcspn(lm, ",");
-		if (n)
-			f->local_media |= 1ull << medium_id(f, lm, n);
+		uint32_t md = n ? medium_id(f, lm, n) : NO_MEDIUM;
+		if (md != NO_MEDIUM)
+			f->local_media |= 1ull << md;
 		lm += n + (lm[n] == ',');
 	}
 	f->ctx = cfg->zmq_context;

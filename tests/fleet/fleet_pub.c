@@ -15,6 +15,7 @@ struct tp {
 	void *pub, *router;
 	char pub_ep[128], rep_ep[128];
 	int64_t seq;
+	enum tp_replay mode;
 	struct {
 		int64_t seq;
 		size_t len;
@@ -108,17 +109,20 @@ struct ev {
 	uint32_t n, bs;
 	const char *medium;
 	int group;
+	size_t mlen; /* 0: strlen(medium) */
 };
 
-static void pack_str(msgpack_packer *pk, const char *s)
+static void pack_strn(msgpack_packer *pk, const char *s, size_t n)
 {
 	if (!s) {
 		msgpack_pack_nil(pk);
 		return;
 	}
-	msgpack_pack_str(pk, strlen(s));
-	msgpack_pack_str_body(pk, s, strlen(s));
+	msgpack_pack_str(pk, n);
+	msgpack_pack_str_body(pk, s, n);
 }
+
+static void pack_str(msgpack_packer *pk, const char *s) { pack_strn(pk, s, s ? strlen(s) : 0); }
 
 static void pack_hashes(msgpack_packer *pk, const struct ev *e)
 {
@@ -127,10 +131,8 @@ static void pack_hashes(msgpack_packer *pk, const struct ev *e)
 		msgpack_pack_uint64(pk, e->h[i]);
 }
 
-static void ev_store(msgpack_packer *pk, const void *arg)
+static void pack_store(msgpack_packer *pk, const struct ev *e)
 {
-	const struct ev *e = arg;
-	msgpack_pack_array(pk, 1);
 	msgpack_pack_array(pk, 10); /* tag + 9 positional fields */
 	pack_str(pk, "BlockStored");
 	pack_hashes(pk, e);
@@ -140,13 +142,19 @@ static void ev_store(msgpack_packer *pk, const void *arg)
 		msgpack_pack_uint32(pk, 1000 + i);
 	msgpack_pack_uint32(pk, e->bs);
 	msgpack_pack_nil(pk); /* lora_id */
-	pack_str(pk, e->medium);
+	pack_strn(pk, e->medium, e->mlen ? e->mlen : e->medium ? strlen(e->medium) : 0);
 	msgpack_pack_nil(pk); /* lora_name */
 	msgpack_pack_nil(pk); /* extra_keys */
 	if (e->group < 0)
 		msgpack_pack_nil(pk);
 	else
 		msgpack_pack_int(pk, e->group);
+}
+
+static void ev_store(msgpack_packer *pk, const void *arg)
+{
+	msgpack_pack_array(pk, 1);
+	pack_store(pk, arg);
 }
 
 static void ev_remove(msgpack_packer *pk, const void *arg)
@@ -177,16 +185,68 @@ static void ev_none(msgpack_packer *pk, const void *arg)
 	msgpack_pack_array(pk, 0);
 }
 
+struct rounds {
+	uint32_t n, tail;
+	uint64_t first;
+};
+
+static void ev_rounds(msgpack_packer *pk, const void *arg)
+{
+	const struct rounds *r = arg;
+	msgpack_pack_array(pk, 2 * r->n + r->tail);
+	for (uint32_t i = 0; i < r->n; i++) {
+		uint64_t h = r->first + i;
+		struct ev e = {&h, 1, 16, NULL, -1, 0};
+		msgpack_pack_array(pk, 1);
+		pack_str(pk, "AllBlocksCleared");
+		pack_store(pk, &e);
+	}
+	for (uint32_t i = 0; i < r->tail; i++) {
+		msgpack_pack_array(pk, 1);
+		pack_str(pk, "AllBlocksCleared");
+	}
+}
+
 void tp_store(struct tp *p, const uint64_t *h, uint32_t n, uint32_t bs, const char *medium,
               int group, int skip)
 {
-	struct ev e = {h, n, bs, medium, group};
+	struct ev e = {h, n, bs, medium, group, 0};
 	batch(p, ev_store, &e, skip);
 }
 
+void tp_store_medium(struct tp *p, const uint64_t *h, uint32_t n, uint32_t bs, const char *medium,
+                     size_t mlen)
+{
+	struct ev e = {h, n, bs, medium, -1, mlen};
+	batch(p, ev_store, &e, 0);
+}
+
+void tp_clear_rounds(struct tp *p, uint32_t rounds, uint64_t first_hash, uint32_t tail)
+{
+	struct rounds r = {rounds, tail, first_hash};
+	batch(p, ev_rounds, &r, 0);
+}
+
+void tp_lost(struct tp *p) { batch(p, ev_none, NULL, 1); }
+
+void tp_send_buffered(struct tp *p, int64_t seq)
+{
+	int i = (int)(seq % RING);
+	if (seq < 0 || seq >= p->seq || p->ring[i].seq != seq || !p->ring[i].data)
+		return;
+	unsigned char s[8];
+	be8(s, seq);
+	zmq_send(p->pub, "kv", 2, ZMQ_SNDMORE);
+	zmq_send(p->pub, s, 8, ZMQ_SNDMORE);
+	zmq_send(p->pub, p->ring[i].data, p->ring[i].len, 0);
+}
+
+void tp_replay_mode(struct tp *p, enum tp_replay mode) { p->mode = mode; }
+int64_t tp_next_seq(const struct tp *p) { return p->seq; }
+
 void tp_remove(struct tp *p, const uint64_t *h, uint32_t n, const char *medium, int group)
 {
-	struct ev e = {h, n, 0, medium, group};
+	struct ev e = {h, n, 0, medium, group, 0};
 	batch(p, ev_remove, &e, 0);
 }
 
@@ -211,7 +271,7 @@ void tp_restart(struct tp *p)
 
 void tp_service(struct tp *p)
 {
-	for (;;) {
+	while (p->mode != TP_REPLAY_HOLD) {
 		zmq_msg_t f[3];
 		int n = 0, more = 1;
 		while (more && n < 3) {
@@ -228,7 +288,14 @@ void tp_service(struct tp *p)
 			int64_t from = 0;
 			for (int i = 0; i < 8; i++)
 				from = (int64_t)((uint64_t)from << 8 | b[i]);
+			enum tp_replay mode = p->mode;
+			if (mode == TP_REPLAY_NO_END_ONCE)
+				p->mode = TP_REPLAY_NORMAL;
+			if (mode == TP_REPLAY_ONCE_THEN_HOLD)
+				p->mode = TP_REPLAY_HOLD; /* after this answer */
 			int64_t lo = p->seq > RING ? p->seq - RING : 0;
+			if (mode == TP_REPLAY_END_ONLY)
+				lo = p->seq; /* nothing that far back */
 			for (int64_t s = from < lo ? lo : from; s < p->seq; s++) {
 				int i = (int)(s % RING);
 				if (!p->ring[i].data)
@@ -240,6 +307,8 @@ void tp_service(struct tp *p)
 				zmq_send(p->router, sb, 8, ZMQ_SNDMORE);
 				zmq_send(p->router, p->ring[i].data, p->ring[i].len, 0);
 			}
+			if (mode == TP_REPLAY_NO_END || mode == TP_REPLAY_NO_END_ONCE)
+				goto done;
 			unsigned char end[8];
 			be8(end, -1);
 			zmq_send(p->router, zmq_msg_data(&f[0]), zmq_msg_size(&f[0]), ZMQ_SNDMORE);
@@ -247,6 +316,7 @@ void tp_service(struct tp *p)
 			zmq_send(p->router, end, 8, ZMQ_SNDMORE);
 			zmq_send(p->router, "", 0, 0);
 		}
+	done:
 		for (int i = 0; i < n; i++)
 			zmq_msg_close(&f[i]);
 	}

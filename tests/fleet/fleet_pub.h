@@ -33,4 +33,28 @@ void tp_restart(struct tp *p);
 /* Answers waiting replay requests. */
 void tp_service(struct tp *p);
 
+/* How the ROUTER answers (TP_REPLAY_NORMAL: the buffered batches from the
+ * requested number, then the end marker). */
+enum tp_replay {
+	TP_REPLAY_NORMAL = 0,
+	TP_REPLAY_HOLD,        /* requests wait unread until the mode changes */
+	TP_REPLAY_NO_END,      /* the batches, never the end marker */
+	TP_REPLAY_NO_END_ONCE, /* the next request: no end marker; then NORMAL */
+	TP_REPLAY_END_ONLY,    /* only the end marker (nothing buffered that far) */
+	TP_REPLAY_ONCE_THEN_HOLD, /* the next request: NORMAL; then HOLD */
+};
+void tp_replay_mode(struct tp *p, enum tp_replay mode);
+int64_t tp_next_seq(const struct tp *p); /* the number the next batch gets */
+
+/* An empty batch, numbered and buffered but not sent: lost on the wire. */
+void tp_lost(struct tp *p);
+/* Sends buffered batch `seq` on PUB now (a live copy delayed past its replay). */
+void tp_send_buffered(struct tp *p, int64_t seq);
+/* As tp_store, the medium given as mlen bytes (it may hold NUL bytes). */
+void tp_store_medium(struct tp *p, const uint64_t *hashes, uint32_t n, uint32_t block_size,
+                     const char *medium, size_t mlen);
+/* One batch of `rounds` x (AllBlocksCleared, BlockStored of the one block
+ * first_hash + round), then `tail` more AllBlocksCleared. */
+void tp_clear_rounds(struct tp *p, uint32_t rounds, uint64_t first_hash, uint32_t tail);
+
 #endif

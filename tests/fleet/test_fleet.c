@@ -98,7 +98,10 @@ static kva_fleet_stats stats(struct fx *x)
 		}                                                                            \
 	} while (0)
 
-static uint64_t fx_drop_after_ns; /* 0: the default */
+static uint64_t fx_drop_after_ns;    /* 0: the default */
+static uint64_t fx_replay_timeout_ns; /* 0: the default */
+static uint64_t fx_max_blocks;        /* 0: the default */
+static uint32_t fx_max_pending;       /* 0: the default */
 
 /* Publishers: ntp C ones, plus endpoints given by the caller (the Python
  * one); publisher `self` is this engine's own. */
@@ -129,6 +132,12 @@ static struct fx *fx_new(int ntp, const char *extra_pub, const char *extra_rep,
 	fc.local_media = "GPU";
 	if (fx_drop_after_ns)
 		fc.drop_after_ns = fx_drop_after_ns;
+	if (fx_replay_timeout_ns)
+		fc.replay_timeout_ns = fx_replay_timeout_ns;
+	if (fx_max_blocks)
+		fc.max_blocks = fx_max_blocks;
+	if (fx_max_pending)
+		fc.max_pending = fx_max_pending;
 	if (max_msg)
 		fc.max_message_bytes = max_msg;
 	int err = 1;
@@ -187,6 +196,28 @@ static void fx_sync(struct fx *x, int i)
 static void fx_settle(struct fx *x, uint64_t batches)
 {
 	WAIT_UNTIL(x, stats(x).batches >= batches);
+}
+
+static int64_t fx_seq(struct fx *x, uint32_t id)
+{
+	int64_t seq = -1;
+	kva_fleet_publisher_seq(x->f, id, &seq);
+	return seq;
+}
+
+/* Until the fleet applied every number C publisher i (fleet id i) gave out. */
+static void fx_caught_up(struct fx *x, int i)
+{
+	WAIT_UNTIL(x, fx_seq(x, (uint32_t)i) == tp_next_seq(x->tp[i]));
+}
+
+/* Caught up with C publisher i, and no replay of it running: a last batch,
+ * sent live after everything else, was applied (a running replay would
+ * have held it to its end). Statistics stand still after this. */
+static void fx_quiet(struct fx *x, int i)
+{
+	tp_empty(x->tp[i]);
+	fx_caught_up(x, i);
 }
 
 /* A running request holding 99 of the 100 pages: restores wait. */
@@ -525,6 +556,451 @@ static void malformed_and_oversized_are_counted_and_dropped(void **st)
 	fx_free(x);
 }
 
+/* ---- replay rounds, restarts, clears, media, big batches ------------------- */
+
+#define S_DELTA(a, b, field) ((a).field - (b).field)
+#define NO_RETRY_NS (600ull * 1000000000ull) /* the test decides when the ROUTER answers */
+
+/* The publisher's process dies while a replay is pending, and a new one
+ * comes back on the same endpoints (numbers from 0, its first batch lost on
+ * the wire). The old replay then ends without the missing batch, and the
+ * held batches are applied: the old process's, then the new one's, whose
+ * number goes back (a restart) and starts a replay from 0 while the rest of
+ * the held list is still being handed back. Nothing is freed twice (the
+ * held list is detached first), the old entries go, the new ones come. */
+static void replay_begun_while_held_batches_are_applied(void **st)
+{
+	(void)st;
+	fx_replay_timeout_ns = NO_RETRY_NS;
+	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
+	fx_replay_timeout_ns = 0;
+	fx_sync(x, 0);
+	register_chain(x);
+	for (int i = 0; i < 4; i++) /* numbers the new process will not reach */
+		tp_empty(x->tp[0]);
+	tp_store(x->tp[0], CHAIN, 4, BS, NULL, -1, 0);
+	fx_quiet(x, 0);
+	kva_fleet_stats s0 = stats(x);
+	assert_int_equal(s0.blocks, 4);
+
+	tp_replay_mode(x->tp[0], TP_REPLAY_HOLD); /* the old process will never answer */
+	tp_lost(x->tp[0]);
+	tp_empty(x->tp[0]); /* the gap seen: a replay asked for */
+	WAIT_UNTIL(x, stats(x).replays_requested == s0.replays_requested + 1);
+	tp_restart(x->tp[0]);
+	tp_store(x->tp[0], &CHAIN[0], 1, BS, NULL, -1, 1); /* 0: lost on the wire */
+	tp_store(x->tp[0], &CHAIN[1], 1, BS, NULL, -1, 0); /* 1, 2: held */
+	tp_store(x->tp[0], &CHAIN[2], 1, BS, NULL, -1, 0);
+	WAIT_UNTIL(x, stats(x).messages == s0.messages + 3);
+	/* the new process's ROUTER gets the old request: nothing that far back */
+	tp_replay_mode(x->tp[0], TP_REPLAY_NORMAL);
+	fx_caught_up(x, 0);
+	fx_quiet(x, 0);
+	kva_fleet_stats s = stats(x);
+	assert_int_equal(S_DELTA(s, s0, restarts), 1);
+	assert_int_equal(S_DELTA(s, s0, entries_dropped), 4);
+	assert_int_equal(S_DELTA(s, s0, gaps), 1);
+	assert_int_equal(S_DELTA(s, s0, lost_batches), 1); /* the old process's lost batch */
+	assert_int_equal(S_DELTA(s, s0, replays_requested), 2); /* the gap; the restart, from 0 */
+	assert_int_equal(s.blocks, 3);
+	fx_hog(x);
+	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
+	WAIT_UNTIL(x, info(x, h).has_selection);
+	assert_int_equal(info(x, h).selected_position, 3 * BS);
+	fx_free(x);
+}
+
+/* The first held batch itself starts a new replay: more live batches came
+ * during a replay than max_pending (2 here), so a second replay fetches the
+ * rest, and while it is pending the process restarts (its first batch lost
+ * on the wire, and its ROUTER buffers nothing). Handing back the held list,
+ * its first batch goes back: a restart, a replay from 0, and that batch
+ * held again at the same place of the list being read. The list is
+ * detached first, and held batches move, so nothing is freed twice, and the
+ * batches are applied intact from the held list once that replay ends. */
+static void first_held_batch_starts_a_replay(void **st)
+{
+	(void)st;
+	fx_replay_timeout_ns = NO_RETRY_NS;
+	fx_max_pending = 2;
+	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
+	fx_replay_timeout_ns = 0;
+	fx_max_pending = 0;
+	fx_sync(x, 0);
+	register_chain(x);
+	for (int i = 0; i < 4; i++) /* numbers the new process will not reach */
+		tp_empty(x->tp[0]);
+	tp_store(x->tp[0], CHAIN, 4, BS, NULL, -1, 0);
+	fx_quiet(x, 0);
+	kva_fleet_stats s0 = stats(x);
+	assert_int_equal(s0.blocks, 4);
+
+	tp_replay_mode(x->tp[0], TP_REPLAY_HOLD);
+	tp_lost(x->tp[0]);
+	for (int i = 0; i < 3; i++) /* two held, the third past max_pending */
+		tp_empty(x->tp[0]);
+	WAIT_UNTIL(x, stats(x).messages == s0.messages + 3);
+	/* answered; the second replay, for what was not held, stays pending */
+	tp_replay_mode(x->tp[0], TP_REPLAY_ONCE_THEN_HOLD);
+	WAIT_UNTIL(x, stats(x).replays_requested == s0.replays_requested + 2);
+	tp_restart(x->tp[0]);
+	tp_lost(x->tp[0]);                             /* 0 */
+	tp_store(x->tp[0], CHAIN, 2, BS, NULL, -1, 0); /* 1, 2: held */
+	tp_store(x->tp[0], &CHAIN[2], 1, BS, NULL, -1, 0);
+	WAIT_UNTIL(x, stats(x).messages == s0.messages + 5);
+	tp_replay_mode(x->tp[0], TP_REPLAY_END_ONLY);
+	fx_caught_up(x, 0);
+	fx_quiet(x, 0);
+	kva_fleet_stats s = stats(x);
+	assert_int_equal(S_DELTA(s, s0, restarts), 1);
+	assert_int_equal(S_DELTA(s, s0, entries_dropped), 4);
+	assert_int_equal(S_DELTA(s, s0, gaps), 1);
+	assert_int_equal(S_DELTA(s, s0, lost_batches), 1); /* the new process's 0 */
+	assert_int_equal(S_DELTA(s, s0, replays_requested), 3); /* gap, overflow, restart */
+	assert_int_equal(s.blocks, 3);
+	fx_hog(x);
+	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
+	WAIT_UNTIL(x, info(x, h).has_selection);
+	assert_int_equal(info(x, h).selected_position, 3 * BS);
+	fx_free(x);
+}
+
+/* A replay that cannot return the missing batch (the publisher's buffer no
+ * longer holds it): the loss is accepted once its end marker came, and the
+ * held batch applied; it is not asked for again and again. A late joiner
+ * whose publisher buffers nothing that far back is not a loss. */
+static void replay_without_the_missing_batch_accepts_the_loss(void **st)
+{
+	(void)st;
+	fx_replay_timeout_ns = NO_RETRY_NS;
+	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
+	fx_replay_timeout_ns = 0;
+	fx_sync(x, 0);
+	register_chain(x);
+	tp_store(x->tp[0], CHAIN, 2, BS, NULL, -1, 0);
+	fx_quiet(x, 0);
+	kva_fleet_stats s0 = stats(x);
+	tp_replay_mode(x->tp[0], TP_REPLAY_END_ONLY);
+	tp_lost(x->tp[0]);
+	tp_store(x->tp[0], &CHAIN[2], 2, BS, NULL, -1, 0);
+	fx_caught_up(x, 0);
+	tp_store(x->tp[0], &CHAIN[4], 1, BS, NULL, -1, 0); /* and the stream goes on */
+	fx_quiet(x, 0);
+	kva_fleet_stats s = stats(x);
+	assert_int_equal(S_DELTA(s, s0, gaps), 1);
+	assert_int_equal(S_DELTA(s, s0, replays_requested), 1);
+	assert_int_equal(S_DELTA(s, s0, lost_batches), 1);
+	assert_int_equal(S_DELTA(s, s0, restarts), 0);
+	assert_int_equal(s.blocks, 5);
+
+	/* a publisher added late, whose first three batches nobody buffers */
+	x->tp[1] = tp_new(x->zctx);
+	assert_non_null(x->tp[1]);
+	x->ntp = 2;
+	tp_replay_mode(x->tp[1], TP_REPLAY_END_ONLY);
+	for (int i = 0; i < 3; i++)
+		tp_lost(x->tp[1]);
+	kva_fleet_publisher np = {.endpoint = tp_pub_endpoint(x->tp[1]),
+	                          .replay_endpoint = tp_replay_endpoint(x->tp[1])};
+	assert_int_equal(kva_fleet_add_publisher(x->f, &np), 1);
+	uint64_t end = mono() + WAIT_NS;
+	while (fx_seq(x, 1) <= 0) { /* ZeroMQ's slow joiner: send until one arrives */
+		assert_true(mono() < end);
+		tp_empty(x->tp[1]);
+		for (int k = 0; k < 20 && fx_seq(x, 1) <= 0; k++) {
+			pump(x);
+			usleep(1000);
+		}
+	}
+	fx_quiet(x, 1);
+	s = stats(x);
+	assert_int_equal(S_DELTA(s, s0, lost_batches), 1);
+	assert_int_equal(S_DELTA(s, s0, gaps), 1);
+	assert_int_equal(S_DELTA(s, s0, replays_requested), 2); /* + the late join */
+	fx_free(x);
+}
+
+/* Sets up publisher 0 with CHAIN[0..3] and a replay that answers the missing
+ * batch and the held one but gives no end marker (mode), after a gap. */
+static struct fx *gap_with_replay_mode(kva_fleet_stats *s0, enum tp_replay mode)
+{
+	fx_replay_timeout_ns = 100ull * 1000000ull; /* tries: 0.1 s apart */
+	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
+	fx_replay_timeout_ns = 0;
+	fx_sync(x, 0);
+	register_chain(x);
+	tp_store(x->tp[0], CHAIN, 4, BS, NULL, -1, 0);
+	fx_quiet(x, 0);
+	*s0 = stats(x);
+	tp_replay_mode(x->tp[0], mode);
+	tp_lost(x->tp[0]);
+	tp_store(x->tp[0], &CHAIN[4], 2, BS, NULL, -1, 0); /* held, and returned by the replay */
+	return x;
+}
+
+/* The replay returns the batches but never its end marker: after 3 tries
+ * the round is given up, and the held batch, which the replay already
+ * returned, is a duplicate, not a publisher restart (nothing dropped). */
+static void abandoned_replay_is_not_a_restart(void **st)
+{
+	(void)st;
+	kva_fleet_stats s0;
+	struct fx *x = gap_with_replay_mode(&s0, TP_REPLAY_NO_END);
+	WAIT_UNTIL(x, stats(x).duplicates > s0.duplicates || stats(x).restarts > s0.restarts);
+	fx_quiet(x, 0);
+	kva_fleet_stats s = stats(x);
+	assert_int_equal(S_DELTA(s, s0, restarts), 0);
+	assert_int_equal(S_DELTA(s, s0, entries_dropped), 0);
+	assert_int_equal(S_DELTA(s, s0, replay_retries), 2);
+	assert_int_equal(S_DELTA(s, s0, lost_batches), 0);
+	assert_int_equal(S_DELTA(s, s0, gaps), 1);
+	assert_int_equal(s.blocks, 6);
+	assert_int_equal(S_DELTA(s, s0, replays_requested), 3); /* asked, then 2 more tries */
+	fx_free(x);
+}
+
+/* The first answer lacks its end marker, the retry's answer is whole: the
+ * round ends there, and the held batch is a duplicate, not a restart. */
+static void retried_replay_is_not_a_restart(void **st)
+{
+	(void)st;
+	kva_fleet_stats s0;
+	struct fx *x = gap_with_replay_mode(&s0, TP_REPLAY_NO_END_ONCE);
+	WAIT_UNTIL(x, stats(x).duplicates > s0.duplicates || stats(x).restarts > s0.restarts);
+	fx_quiet(x, 0);
+	kva_fleet_stats s = stats(x);
+	assert_int_equal(S_DELTA(s, s0, restarts), 0);
+	assert_int_equal(S_DELTA(s, s0, entries_dropped), 0);
+	assert_true(S_DELTA(s, s0, replay_retries) >= 1);
+	assert_int_equal(S_DELTA(s, s0, lost_batches), 0);
+	assert_int_equal(s.blocks, 6);
+	fx_free(x);
+}
+
+/* A replay returns a batch whose live copy is still on its way (the two
+ * sockets are separate connections): when the copy comes after the end
+ * marker, its number is below `expected` but above the last live one, so
+ * it is a duplicate, not a restart. */
+static void live_copy_after_its_replay_is_a_duplicate(void **st)
+{
+	(void)st;
+	fx_replay_timeout_ns = NO_RETRY_NS;
+	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
+	fx_replay_timeout_ns = 0;
+	fx_sync(x, 0);
+	register_chain(x);
+	tp_store(x->tp[0], CHAIN, 4, BS, NULL, -1, 0);
+	fx_quiet(x, 0);
+	kva_fleet_stats s0 = stats(x);
+	tp_lost(x->tp[0]);
+	tp_empty(x->tp[0]); /* the gap seen */
+	tp_store(x->tp[0], &CHAIN[4], 2, BS, NULL, -1, 1); /* buffered; its live copy is late */
+	int64_t late = tp_next_seq(x->tp[0]) - 1;
+	fx_caught_up(x, 0); /* the replay returned it */
+	tp_send_buffered(x->tp[0], late);
+	fx_quiet(x, 0);
+	kva_fleet_stats s = stats(x);
+	assert_int_equal(S_DELTA(s, s0, restarts), 0);
+	assert_int_equal(S_DELTA(s, s0, entries_dropped), 0);
+	assert_true(S_DELTA(s, s0, duplicates) >= 2); /* the held batch, the late copy */
+	assert_int_equal(s.blocks, 6);
+	fx_free(x);
+}
+
+/* A batch of many AllBlocksCleared events, or many batches of one, scans
+ * the index table (max_blocks entries: about 10 ms at the default size)
+ * only when it matters: the batch's last clear, for a publisher with
+ * entries. Before, every clear scanned it: a 16 MiB batch of clears held
+ * every lookup for hours. Counted (index_scans), not timed. */
+static void clears_scan_the_index_only_when_it_matters(void **st)
+{
+	(void)st;
+	struct fx *x = fx_new(2, NULL, NULL, 0, 0);
+	fx_sync(x, 0);
+	fx_sync(x, 1);
+	register_chain(x);
+	tp_store(x->tp[0], CHAIN, 4, BS, NULL, -1, 0);
+	tp_store(x->tp[1], CHAIN, 2, BS, NULL, -1, 0);
+	fx_quiet(x, 0);
+	fx_quiet(x, 1);
+	assert_int_equal(stats(x).blocks, 6);
+
+	kva_fleet_stats s0 = stats(x);
+	tp_clear_rounds(x->tp[0], 1, 1000000, 0); /* one scan: publisher 0 has entries */
+	fx_caught_up(x, 0);
+	kva_fleet_stats s = stats(x);
+	assert_int_equal(S_DELTA(s, s0, index_scans), 1);
+	assert_int_equal(s.blocks, 1 + 2);
+
+	s0 = s;
+	tp_clear_rounds(x->tp[0], 2000, 2000000, 0); /* 2,000 clear + store rounds, one batch */
+	fx_caught_up(x, 0);
+	s = stats(x);
+	assert_int_equal(S_DELTA(s, s0, clears), 2000); /* every event counts */
+	assert_int_equal(S_DELTA(s, s0, blocks_stored), 2000);
+	assert_int_equal(S_DELTA(s, s0, index_scans), 1); /* the last clear only */
+	assert_int_equal(s.blocks, 1 + 2); /* the last round's block, publisher 1's */
+
+	tp_clear(x->tp[0]); /* no entries from here */
+	fx_quiet(x, 0);
+	s0 = stats(x);
+	assert_int_equal(s0.blocks, 2);
+	for (int chunk = 0; chunk < 5; chunk++) { /* within ZeroMQ's send queue */
+		for (int i = 0; i < 200; i++)
+			tp_clear(x->tp[0]);
+		fx_caught_up(x, 0);
+	}
+	s = stats(x);
+	assert_int_equal(S_DELTA(s, s0, clears), 1000);
+	assert_int_equal(S_DELTA(s, s0, index_scans), 0); /* nothing to find */
+	assert_int_equal(s.blocks, 2);
+
+	/* a clear still reaches a waiting request: publisher 1's checkpoint */
+	fx_hog(x);
+	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
+	WAIT_UNTIL(x, info(x, h).has_selection);
+	assert_int_equal(info(x, h).selected_position, 2 * BS);
+	tp_clear(x->tp[1]);
+	WAIT_UNTIL(x, info(x, h).lookups == 2 && info(x, h).reason == KVA_REASON_MISS);
+	assert_int_equal(stats(x).blocks, 0);
+	assert_int_equal(stats(x).index_scans, s.index_scans + 1);
+	fx_free(x);
+}
+
+/* Each publisher's entry count (which lets a clear of none skip the scan)
+ * follows the cap's evictions, whoever's entry they take: every clear
+ * still empties its publisher. */
+static void entry_counts_follow_cap_evictions(void **st)
+{
+	(void)st;
+	fx_max_blocks = 8;
+	struct fx *x = fx_new(2, NULL, NULL, 0, 0);
+	fx_max_blocks = 0;
+	fx_sync(x, 0);
+	fx_sync(x, 1);
+	static const uint64_t A[8] = {1, 2, 3, 4, 5, 6, 7, 8}, B[8] = {11, 12, 13, 14, 15, 16, 17, 18};
+	tp_store(x->tp[0], A, 8, BS, NULL, -1, 0);
+	fx_quiet(x, 0);
+	tp_store(x->tp[1], B, 8, BS, NULL, -1, 0); /* takes publisher 0's places */
+	fx_quiet(x, 1);
+	tp_store(x->tp[0], A, 5, BS, "CPU", -1, 0); /* and some back */
+	fx_quiet(x, 0);
+	assert_int_equal(stats(x).blocks, 8);
+	assert_true(stats(x).cap_evictions >= 13);
+	tp_clear(x->tp[1]);
+	fx_quiet(x, 1);
+	uint64_t left = stats(x).blocks; /* publisher 0's */
+	assert_true(left >= 1 && left <= 8);
+	tp_remove(x->tp[0], A, 5, "CPU", -1);
+	fx_quiet(x, 0);
+	tp_clear(x->tp[0]);
+	fx_quiet(x, 0);
+	assert_int_equal(stats(x).blocks, 0);
+	assert_int_equal(stats(x).entries_dropped, 0);
+	fx_free(x);
+}
+
+/* Medium names are compared by length too (a name may hold NUL bytes), so
+ * "X\0" sent 63 times is one medium, not 63; and media past the fleet's 64
+ * names are skipped and counted, not merged: a removal on one never
+ * deletes another's copies. */
+static void media_stay_apart(void **st)
+{
+	(void)st;
+	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
+	fx_sync(x, 0);
+	register_chain(x);
+	for (uint64_t i = 0; i < 63; i++) {
+		uint64_t h = 5000 + i;
+		tp_store_medium(x->tp[0], &h, 1, BS, "X\0", 2);
+	}
+	tp_store(x->tp[0], CHAIN, 4, BS, "CPU", -1, 0);
+	tp_store(x->tp[0], CHAIN, 4, BS, "DISK", -1, 0);
+	fx_quiet(x, 0);
+	assert_int_equal(stats(x).blocks, 63 + 4 + 4);
+	tp_remove(x->tp[0], CHAIN, 4, "DISK", -1);
+	fx_quiet(x, 0);
+	assert_int_equal(stats(x).blocks, 63 + 4);
+
+	/* GPU, "X\0", CPU, DISK so far: 60 more fill the table */
+	char name[16];
+	for (uint64_t i = 0; i < 60; i++) {
+		uint64_t h = 6000 + i;
+		snprintf(name, sizeof name, "m%u", (unsigned)i);
+		tp_store(x->tp[0], &h, 1, BS, name, -1, 0);
+	}
+	tp_store(x->tp[0], CHAIN, 4, BS, "m59", -1, 0); /* the 64th name */
+	fx_quiet(x, 0);
+	assert_int_equal(stats(x).blocks, 63 + 4 + 60 + 4);
+	assert_int_equal(stats(x).ignored_media, 0);
+	tp_store(x->tp[0], &CHAIN[4], 4, BS, "NEW", -1, 0);
+	tp_remove(x->tp[0], CHAIN, 4, "OTHER", -1);
+	fx_quiet(x, 0);
+	kva_fleet_stats s = stats(x);
+	assert_int_equal(s.ignored_media, 8);
+	assert_int_equal(s.blocks, 63 + 4 + 60 + 4);
+	assert_int_equal(s.malformed, 0);
+	fx_hog(x);
+	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
+	WAIT_UNTIL(x, info(x, h).has_selection);
+	assert_int_equal(info(x, h).selected_position, 4 * BS);
+	fx_free(x);
+}
+
+/* Batches over max_message_bytes near a gap: held as their number while the
+ * replay runs, and counted once each in `oversized`, whether their turn
+ * comes live or from the replay; not in bad_frames, and not as losses. */
+static void oversized_near_a_gap_counted_once(void **st)
+{
+	(void)st;
+	fx_replay_timeout_ns = NO_RETRY_NS;
+	struct fx *x = fx_new(1, NULL, NULL, 4096, 0);
+	fx_replay_timeout_ns = 0;
+	fx_sync(x, 0);
+	register_chain(x);
+	fx_quiet(x, 0);
+	char *big = calloc(1, 5000);
+	kva_fleet_stats s0 = stats(x);
+	tp_replay_mode(x->tp[0], TP_REPLAY_HOLD);
+	tp_lost(x->tp[0]);
+	tp_raw(x->tp[0], big, 5000); /* the gap seen on a big one */
+	tp_store(x->tp[0], CHAIN, 2, BS, NULL, -1, 0);
+	tp_raw(x->tp[0], big, 5000);
+	tp_store(x->tp[0], &CHAIN[2], 2, BS, NULL, -1, 0);
+	WAIT_UNTIL(x, stats(x).messages == s0.messages + 4);
+	tp_replay_mode(x->tp[0], TP_REPLAY_NORMAL); /* returns all five */
+	fx_caught_up(x, 0);
+	fx_quiet(x, 0);
+	kva_fleet_stats s = stats(x);
+	assert_int_equal(S_DELTA(s, s0, oversized), 2);
+	assert_int_equal(S_DELTA(s, s0, bad_frames), 0);
+	assert_int_equal(S_DELTA(s, s0, lost_batches), 0);
+	assert_int_equal(S_DELTA(s, s0, gaps), 1);
+	assert_int_equal(S_DELTA(s, s0, replays_requested), 1);
+	assert_int_equal(s.blocks, 4);
+
+	/* the replay cannot return the lost one: the big one that came during
+	 * it was held, and its number still counts */
+	s0 = s;
+	tp_replay_mode(x->tp[0], TP_REPLAY_HOLD);
+	tp_lost(x->tp[0]);
+	tp_empty(x->tp[0]); /* the gap seen */
+	tp_raw(x->tp[0], big, 5000);
+	tp_store(x->tp[0], &CHAIN[4], 1, BS, NULL, -1, 0);
+	WAIT_UNTIL(x, stats(x).messages == s0.messages + 3);
+	tp_replay_mode(x->tp[0], TP_REPLAY_END_ONLY);
+	fx_caught_up(x, 0);
+	fx_quiet(x, 0);
+	s = stats(x);
+	assert_int_equal(S_DELTA(s, s0, oversized), 1);
+	assert_int_equal(S_DELTA(s, s0, bad_frames), 0);
+	assert_int_equal(S_DELTA(s, s0, lost_batches), 1);
+	assert_int_equal(S_DELTA(s, s0, gaps), 1);
+	assert_int_equal(s.blocks, 5);
+	free(big);
+	fx_free(x);
+}
+
 /* ---- the Python publisher -------------------------------------------------- */
 
 static int py_cmd(struct fx *x, const char *fmt, ...)
@@ -659,6 +1135,8 @@ static void bad_config_is_refused(void **st)
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
+	if (getenv("KVA_FLEET_TESTS")) /* a glob of test names, to run some alone */
+		cmocka_set_test_filter(getenv("KVA_FLEET_TESTS"));
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(several_publishers_longest_first_and_removal_reaches_waiting),
 		cmocka_unit_test(gap_is_recovered_through_replay),
@@ -668,6 +1146,16 @@ int main(void)
 		cmocka_unit_test(publisher_added_and_removed_after_create),
 		cmocka_unit_test(publishers_churn_from_other_threads),
 		cmocka_unit_test(malformed_and_oversized_are_counted_and_dropped),
+		cmocka_unit_test(replay_begun_while_held_batches_are_applied),
+		cmocka_unit_test(first_held_batch_starts_a_replay),
+		cmocka_unit_test(replay_without_the_missing_batch_accepts_the_loss),
+		cmocka_unit_test(abandoned_replay_is_not_a_restart),
+		cmocka_unit_test(retried_replay_is_not_a_restart),
+		cmocka_unit_test(live_copy_after_its_replay_is_a_duplicate),
+		cmocka_unit_test(clears_scan_the_index_only_when_it_matters),
+		cmocka_unit_test(entry_counts_follow_cap_evictions),
+		cmocka_unit_test(media_stay_apart),
+		cmocka_unit_test(oversized_near_a_gap_counted_once),
 		cmocka_unit_test(python_publisher_beside_a_c_one),
 		cmocka_unit_test(bad_config_is_refused),
 	};

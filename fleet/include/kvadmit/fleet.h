@@ -164,6 +164,13 @@ typedef struct kva_fleet_stats {
 	uint64_t chains, chains_evicted;
 	uint64_t answer_ns_sum, answer_ns_max; /* lookup enqueued -> answer returned */
 	uint64_t answer_ns_buckets[14];       /* <= 1,2,5,10,20,50,100,200,500 us, 1,2,5,10 ms, more */
+	/* Blocks of events skipped because their medium is past the fleet's 64
+	 * medium names (docs/fleet.md). */
+	uint64_t ignored_media;
+	/* Scans of the whole index table to drop one publisher's entries (a
+	 * clear, a restart, a dropped or removed publisher): about 10 ms each
+	 * at the default max_blocks. */
+	uint64_t index_scans;
 } kva_fleet_stats;
 
 KVA_API void kva_fleet_stats_get(const kva_fleet *f, kva_fleet_stats *out);
