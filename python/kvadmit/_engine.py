@@ -8,9 +8,11 @@ before it runs Python. So a kva_step that runs for a while, or an importer's
 worker threads, never stall other Python threads, and a callback may run on
 any thread at any time the C side calls it.
 """
+import _thread
 import array
 import dataclasses
 import logging
+import operator
 import os
 import sys
 import threading
@@ -21,7 +23,8 @@ from ._lib import ffi, lib
 from ._types import (_EVENT, _HOW, _LEVEL, _LOCATION, _REASON, _STATE, Admission, Checkpoint,
                      CopyJob, CopyToken, Ended, Fallback, Handle, Histogram, Location, LogLevel,
                      LogRecord, LookupToken, MetricsFormat, PlanSizes, Policy, Reason,
-                     RequestInfo, WaitingInfo, error, handle_of, handle_or_none, user_of)
+                     KvadmitError, RequestInfo, WaitingInfo, error, handle_of, handle_or_none,
+                     user_of)
 
 log = logging.getLogger("kvadmit")
 engine_log = logging.getLogger("kvadmit.engine")
@@ -42,9 +45,64 @@ def _report_callback_error(what, exc_type, exc, tb):
 
 def _onerror(what):
     def onerror(exc_type, exc, tb):
-        _report_callback_error(what, exc_type, exc, tb)
+        s = _cb_enter(None)
+        try:
+            _report_callback_error(what, exc_type, exc, tb)
+        finally:
+            s.pop()
         return None  # the callback's default result (0 / nothing)
     return onerror
+
+
+# ---- callback context -------------------------------------------------------------
+# Per thread, the owners whose kvadmit callbacks are running Python on this
+# thread now, innermost last: an engine's _State (lookup, log, wake, importer,
+# waiting, on_unfinished) or an importer's _ImporterCore (resolve, report).
+# Engine.close() and the GC finalizer read it: the library forbids destroying
+# an engine inside its own callbacks, and an importer's destroy joins its
+# worker threads, so it cannot run on one of them.
+_cb_local = threading.local()
+_get_ident = threading.get_ident
+
+
+def _cb_enter(owner):
+    try:
+        s = _cb_local.stack
+    except AttributeError:
+        s = _cb_local.stack = []
+    s.append(owner)
+    return s
+
+
+def _cb_stack():
+    return getattr(_cb_local, "stack", None) or ()
+
+
+def _foreign_thread():
+    """A thread Python did not start (an importer's worker, a C++ host's own):
+    Python code runs there only inside callbacks. The GC may run a finalizer
+    there before a callback has entered _cb_enter. Read from threading's
+    table without threading.current_thread(), which would register a dummy
+    thread under threading's lock from inside the GC."""
+    t = _THREADS.get(_get_ident())
+    return t is None or isinstance(t, _DUMMY_THREAD)
+
+
+_THREADS = getattr(threading, "_active", {})  # CPython: ident -> Thread, dummies included
+_DUMMY_THREAD = getattr(threading, "_DummyThread", ())
+
+
+# Errors cffi raises when an argument does not fit its C type (a negative
+# count, a number too large for the field, a wrong type, a read-only buffer
+# where a writable one is needed).
+_CONVERSION = (OverflowError, TypeError, ValueError, BufferError)
+
+
+def _arg_error(call, exc, err=-22):
+    """The KvadmitError for an argument cffi could not convert: InvalidArgument
+    (what the library answers for a malformed argument), or `err` where the
+    library answers that argument's range check with another errno."""
+    return error(err, f"{call}: {exc}")
 
 
 # ---- configuration --------------------------------------------------------------
@@ -115,8 +173,8 @@ class Config:
             v = getattr(self, name)
             try:
                 setattr(c, name, int(v))
-            except OverflowError as exc:
-                raise error(-22, "kva_config") from exc
+            except _CONVERSION as exc:
+                raise _arg_error(f"kva_config.{name}", exc) from exc
         return c
 
 
@@ -196,10 +254,13 @@ class Plan:
                                  ("copies", "kva_copy_job[]", sizes.copies),
                                  ("fallbacks", "kva_fallback[]", sizes.fallbacks),
                                  ("ended", "kva_ended[]", sizes.ended)):
-            arr = ffi.new(ctype, max(cap, 1))
+            try:
+                setattr(c, name + "_cap", cap)
+                arr = ffi.new(ctype, max(cap, 1))
+            except _CONVERSION as exc:
+                raise _arg_error(f"plan_sizes.{name}", exc) from exc
             self._keep.append(arr)
             setattr(c, name, arr)
-            setattr(c, name + "_cap", cap)
         self._pages_mv = memoryview(ffi.buffer(c.pages, 4 * max(sizes.pages, 1))).cast("I")
 
     # counts and flags
@@ -283,16 +344,21 @@ def copy_job_of(j):
 # ---- the engine --------------------------------------------------------------------------
 class _State:
     """What the C engine refers to, kept alive as long as it lives (also by
-    the finalizer, which must not hold the Engine itself)."""
+    the finalizer, which must not hold the Engine itself): the cffi callbacks
+    and the cores of its CpuImporters. Nothing here may refer to the host's
+    own callables (they may refer to the Engine): the callbacks reach them
+    through a weak reference to the Engine."""
 
     def __init__(self):
         self.e = None
         self.callbacks = []
-        self.importers = []
+        self.importers = []  # _ImporterCore of each CpuImporter it owns
         self.closed = False
         self.lock = threading.Lock()
 
     def destroy(self, on_unfinished=None):
+        """Destroys now, on this thread: not inside a kvadmit callback, never
+        on an importer's worker thread (see destroy_safely)."""
         with self.lock:
             if self.closed:
                 return
@@ -300,8 +366,8 @@ class _State:
             e, self.e = self.e, None
         # kvadmit.h's shutdown order: importers first (each reports every job
         # it accepted), then the engine.
-        for imp in self.importers:
-            imp._detach_and_close()
+        for core in self.importers:
+            core.detach_and_close()
         if e is not None:
             if on_unfinished is None:
                 lib.kva_engine_destroy(e)
@@ -311,8 +377,49 @@ class _State:
                     on_unfinished(Ended(Handle(h.id, h.gen, h.slot), user_of(r.user),
                                         _STATE.get(r.state, r.state)))
                 cb = ffi.callback("kva_unfinished_fn", fn, onerror=_onerror("on_unfinished"))
-                lib.kva_engine_destroy_with(e, cb, ffi.NULL)
+                s = _cb_enter(self)
+                try:
+                    lib.kva_engine_destroy_with(e, cb, ffi.NULL)
+                finally:
+                    s.pop()
         self.callbacks.clear()
+
+    def destroy_on_helper(self, on_unfinished=None):
+        """Destroys on a new thread, for a close reached inside a kvadmit
+        callback or on an importer's worker: there the call that ran the
+        callback still uses the engine, and an importer's destroy would join
+        the thread it runs on. The helper's destroy waits for those workers
+        like any other close.
+
+        A bare _thread, not threading.Thread: this runs from the GC's
+        finalizer, which may interrupt threading's own code while it holds
+        its (non-reentrant) bookkeeping lock, which Thread.start() takes."""
+        def run():
+            try:
+                self.destroy(on_unfinished)
+            except BaseException as exc:  # pragma: no cover - destroy does not raise
+                _report_callback_error("close", type(exc), exc, exc.__traceback__)
+        try:
+            _thread.start_new_thread(run, ())
+        except RuntimeError as exc:  # the interpreter is shutting down: no new threads
+            _report_callback_error("close", type(exc), exc, exc.__traceback__)
+
+    def destroy_safely(self, on_unfinished=None):
+        if _cb_stack():
+            self.destroy_on_helper(on_unfinished)
+        else:
+            self.destroy(on_unfinished)
+
+
+def _finalize(st):
+    """weakref.finalize's call when an Engine is collected (or at exit). The
+    Engine is unreachable, so no call of it is in progress; but its importers'
+    workers may be running their jobs, and the collection may happen on one
+    of them (inside resolve), or inside another engine's callback."""
+    if _cb_stack() or _foreign_thread():
+        st.destroy_on_helper()
+    else:
+        st.destroy()
 
 
 def _closed():
@@ -326,7 +433,8 @@ _new_tuple = tuple.__new__
 class Engine:
     """One kvadmit engine (kva_engine). A context manager: `with Engine(cfg)
     as e:` closes it at the end; close() is also called when it is collected
-    or at interpreter exit.
+    (callbacks that refer to the engine do not keep it alive) or at
+    interpreter exit.
 
     Threads: step() from one scheduler thread; submit, cancel, answer,
     copy_done, local_checkpoint, checkpoint_evicted, reset_prefix_cache,
@@ -340,47 +448,69 @@ class Engine:
         elif fields:
             config = dataclasses.replace(config, **fields)
         self.config = config
-        st = self._st = _State()
-        c = config.to_c()
-        self._install_callbacks(c, config, st)
-        sizes = config.plan_sizes
-        if sizes is None:
-            m = plan_min_sizes(config)
-            sizes = PlanSizes(max(m.admitted, 256), m.pages, max(m.copies, 64 * config.world_size),
-                              max(m.fallbacks, 256), max(m.ended, 256))
-        self._plan = Plan(sizes)
-        err = ffi.new("int *")
-        e = lib.kva_engine_create(c, err)
-        if e == ffi.NULL:
-            for imp in st.importers:
-                imp._detach()
-            raise error(err[0], "kva_engine_create")
-        st.e = self._e = e
-        for imp in st.importers:
-            imp._attach(self)
-        self._tls = threading.local()
+        self._e = None
+        self._stepping = 0         # ident of the thread inside step(), 0: none
+        self._close_pending = None  # (on_unfinished,): close() ran inside step()
         self._pending = None
         self._inputs_set = False
-        self._finalizer = weakref.finalize(self, st.destroy)
+        self._tls = threading.local()
+        st = self._st = _State()
+        c = config.to_c()
+        self._total_pages = c.total_pages
+        try:
+            self._install_callbacks(c, config, st)
+            sizes = config.plan_sizes
+            if sizes is None:
+                m = plan_min_sizes(config)
+                sizes = PlanSizes(max(m.admitted, 256), m.pages,
+                                  max(m.copies, 64 * config.world_size),
+                                  max(m.fallbacks, 256), max(m.ended, 256))
+            self._plan = Plan(sizes)
+            err = ffi.new("int *")
+            e = lib.kva_engine_create(c, err)
+            if e == ffi.NULL:
+                raise error(err[0], "kva_engine_create")
+        except BaseException:
+            # no engine: the importers it claimed are the host's again
+            for core in st.importers:
+                core.owner = None
+            st.importers.clear()
+            raise
+        st.e = self._e = e
+        self._finalizer = weakref.finalize(self, _finalize, st)
 
     # -- callbacks --------------------------------------------------------------------
     def _install_callbacks(self, c, config, st):
+        # The host's callables stay on the Engine (self._on_*); the closures
+        # the C engine calls hold only a weak reference to it and st, so the
+        # finalizer's st never keeps the host's objects, nor through them the
+        # Engine, alive.
         ref = weakref.ref(self)
+        self._on_lookup = config.lookup
+        self._on_log = config.log
+        self._on_log_record = config.log_record
+        self._on_wake = config.wake
+        self._importer_fns = {}
+        self._importer_objs = list(config.importers)  # keeps each CpuImporter alive
         if config.lookup is not None:
-            fn = config.lookup
-
             def lookup_cb(ctx, key, prompt, t):
-                token = LookupToken(t.id, t.gen, t.seq, t.slot)
+                s = _cb_enter(st)
                 try:
-                    fn(key, prompt, token)
-                except BaseException as exc:
                     self_ = ref()
-                    _report_callback_error("lookup", type(exc), exc, exc.__traceback__)
-                    if self_ is not None:
+                    if self_ is None:
+                        return
+                    token = LookupToken(t.id, t.gen, t.seq, t.slot)
+                    try:
+                        self_._on_lookup(key, prompt, token)
+                    except BaseException as exc:
+                        _report_callback_error("lookup", type(exc), exc, exc.__traceback__)
                         self_._keep_interrupt(exc)
                         # answered as a miss, so the request does not wait for a timeout
-                        if self_._e is not None:
-                            lib.kva_lookup_answer(self_._e, t, _EMPTY_MANIFEST)
+                        e = self_._e
+                        if e is not None:
+                            lib.kva_lookup_answer(e, t, _EMPTY_MANIFEST)
+                finally:
+                    s.pop()
             cb = ffi.callback("kva_lookup_fn", lookup_cb, onerror=_onerror("lookup"))
             st.callbacks.append(cb)
             c.lookup = cb
@@ -389,62 +519,79 @@ class Engine:
             record = _to_logging
         if text is not None:
             def log_cb(ctx, level, msg):
+                s = _cb_enter(st)
                 try:
-                    text(_LEVEL.get(level, level), ffi.string(msg).decode("utf-8", "replace"))
-                except BaseException as exc:
-                    _report_callback_error("log", type(exc), exc, exc.__traceback__)
-                    Engine._keep_interrupt_ref(ref, exc)
+                    self_ = ref()
+                    if self_ is None:
+                        return
+                    try:
+                        self_._on_log(_LEVEL.get(level, level),
+                                      ffi.string(msg).decode("utf-8", "replace"))
+                    except BaseException as exc:
+                        _report_callback_error("log", type(exc), exc, exc.__traceback__)
+                        self_._keep_interrupt(exc)
+                finally:
+                    s.pop()
             cb = ffi.callback("kva_log_fn", log_cb, onerror=_onerror("log"))
             st.callbacks.append(cb)
             c.log = cb
         if record is not None:
+            default = record if record is _to_logging else None  # ours: may be held
+
             def record_cb(ctx, r):
+                s = _cb_enter(st)
                 try:
-                    record(LogRecord(_LEVEL.get(r.level, r.level), _EVENT.get(r.event, r.event),
+                    self_ = ref()
+                    fn = default or (self_._on_log_record if self_ is not None else None)
+                    if fn is None:
+                        return
+                    try:
+                        fn(LogRecord(_LEVEL.get(r.level, r.level), _EVENT.get(r.event, r.event),
                                      handle_or_none(r.handle), _REASON.get(r.reason, r.reason),
                                      r.value,
                                      ffi.string(r.message).decode("utf-8", "replace")
                                      if r.message != ffi.NULL else ""))
-                except BaseException as exc:
-                    _report_callback_error("log_record", type(exc), exc, exc.__traceback__)
-                    Engine._keep_interrupt_ref(ref, exc)
+                    except BaseException as exc:
+                        _report_callback_error("log_record", type(exc), exc, exc.__traceback__)
+                        if self_ is not None:
+                            self_._keep_interrupt(exc)
+                finally:
+                    s.pop()
             cb = ffi.callback("kva_log_record_fn", record_cb, onerror=_onerror("log_record"))
             st.callbacks.append(cb)
             c.log_record = cb
         if config.wake is not None:
-            wake = config.wake
-
             def wake_cb(ctx):
+                s = _cb_enter(st)
                 try:
-                    wake()
+                    self_ = ref()
+                    if self_ is not None:
+                        self_._on_wake()
                 except BaseException as exc:
                     _report_callback_error("wake", type(exc), exc, exc.__traceback__)
+                finally:
+                    s.pop()
             cb = ffi.callback("kva_wake_fn", wake_cb, onerror=_onerror("wake"))
             st.callbacks.append(cb)
             c.wake = cb
-        importers = list(config.importers)
+        importers = self._importer_objs
         if len(importers) > len(c.importers):
             raise error(-22, "kva_config.importers")
         for rank, imp in enumerate(importers):
-            if hasattr(imp, "_ref"):  # a CpuImporter
-                imp._claim(st)
-                st.importers.append(imp)
+            if hasattr(imp, "_claim"):  # a CpuImporter
+                core = imp._claim(st)
+                st.importers.append(core)
                 r = imp._ref()
                 c.importers[rank].submit = r.submit
                 c.importers[rank].ctx = r.ctx
             elif callable(imp):
-                cb = ffi.callback("kva_import_fn", _py_importer(imp, ref),
+                self._importer_fns[rank] = imp
+                cb = ffi.callback("kva_import_fn", _py_importer(rank, ref, st),
                                   onerror=_onerror("importer"))
                 st.callbacks.append(cb)
                 c.importers[rank].submit = cb
             else:
                 raise TypeError(f"importers[{rank}]: a CpuImporter or a callable, not {imp!r}")
-
-    @staticmethod
-    def _keep_interrupt_ref(ref, exc):
-        self_ = ref()
-        if self_ is not None:
-            self_._keep_interrupt(exc)
 
     def _keep_interrupt(self, exc):
         """KeyboardInterrupt / SystemExit inside a callback is re-raised by step()."""
@@ -455,12 +602,38 @@ class Engine:
     def close(self, on_unfinished: Optional[Callable[[Ended], None]] = None):
         """Shuts down: attached importers first (each reports what it accepted),
         then kva_engine_destroy. With on_unfinished, kva_engine_destroy_with:
-        it is called (on this thread) with an Ended for every request whose
-        terminal report was not handed out. Stop every thread calling the
-        engine first. Idempotent."""
-        self._e = None
+        it is called with an Ended for every request whose terminal report
+        was not handed out. Stop every thread calling the engine first.
+        Idempotent.
+
+        Inside this engine's step() (a lookup, log or importer callback, or a
+        signal handler running in one) it only marks the engine closed:
+        step() destroys it once kva_step has returned, then raises
+        InvalidArgument. Inside another kvadmit callback (a CpuImporter's
+        resolve, another engine's callbacks) the destroy runs on a helper
+        thread and close() returns at once. Busy: step() is running on
+        another thread, or this is this engine's own wake / waiting callback
+        (inside the call that ran it); nothing was closed."""
+        st = self._st
+        if self._stepping == _get_ident():
+            self._e = None
+            if self._close_pending is None:
+                self._close_pending = (on_unfinished,)
+            return
+        if st.closed:
+            self._e = None
+            return
+        if st in _cb_stack():
+            raise error(-16, "Engine.close: inside this engine's own wake or waiting callback; "
+                             "close once that call has returned")
+        # _e before _stepping: step() writes them in the other order, so a step
+        # that starts after this point finds the engine closed.
+        e, self._e = self._e, None
+        if self._stepping:
+            self._e = e
+            raise error(-16, "Engine.close: step() is running on another thread; stop it first")
         self._finalizer.detach()
-        self._st.destroy(on_unfinished)
+        st.destroy_safely(on_unfinished)
 
     def __enter__(self):
         return self
@@ -489,21 +662,28 @@ class Engine:
             # one request and handle buffer per thread: submit from any thread
             t.req, t.h, t.dirty = ffi.new("kva_request *"), ffi.new("kva_handle *"), False
             req, h = t.req, t.h
-        req.id = id
-        req.prefix_key = prefix_key
-        req.prompt_tokens = prompt_tokens
-        if user or local is not None:
-            req.user = ffi.cast("void *", user)
-            if local is None:
+        try:
+            req.id = id
+            req.prefix_key = prefix_key
+            req.prompt_tokens = prompt_tokens
+            if user or local is not None:
+                # dirty first: if filling user or local fails half-way, the
+                # next plain submit on this thread still clears them
+                t.dirty = True
+                req.user = ffi.cast("void *", user)
+                if local is None:
+                    req.local.position = 0
+                else:
+                    _fill_local(req.local, local)
+            elif t.dirty:
+                req.user = ffi.NULL
                 req.local.position = 0
-            else:
-                _fill_local(req.local, local)
-            t.dirty = True
-        elif t.dirty:
-            req.user = ffi.NULL
-            req.local.position = 0
-            t.dirty = False
-        rc = lib.kva_submit(e, req, h)
+                t.dirty = False
+            rc = lib.kva_submit(e, req, h)
+        except KvadmitError:
+            raise
+        except _CONVERSION as exc:
+            raise _arg_error("kva_submit", exc) from exc
         if rc:
             raise error(rc, "kva_submit")
         return _new_tuple(Handle, (id, h.gen, h.slot))
@@ -513,7 +693,10 @@ class Engine:
         e = self._e
         if e is None:
             raise _closed()
-        rc = lib.kva_cancel(e, handle)
+        try:
+            rc = lib.kva_cancel(e, handle)
+        except _CONVERSION as exc:
+            raise _arg_error("kva_cancel", exc) from exc
         if rc:
             raise error(rc, "kva_cancel")
 
@@ -525,13 +708,18 @@ class Engine:
             raise _closed()
         m = ffi.new("kva_manifest *")
         n = 0
-        for cp in checkpoints:
-            if n >= len(m.entries):
-                raise error(-22, "kva_lookup_answer: more than KVA_MAX_CHECKPOINTS")
-            _fill_checkpoint(m.entries[n], cp)
-            n += 1
-        m.count = n
-        rc = lib.kva_lookup_answer(e, token, m)
+        try:
+            for cp in checkpoints:
+                if n >= len(m.entries):
+                    raise error(-22, "kva_lookup_answer: more than KVA_MAX_CHECKPOINTS")
+                _fill_checkpoint(m.entries[n], cp)
+                n += 1
+            m.count = n
+            rc = lib.kva_lookup_answer(e, token, m)
+        except KvadmitError:
+            raise
+        except _CONVERSION as exc:
+            raise _arg_error("kva_lookup_answer", exc) from exc
         if rc:
             raise error(rc, "kva_lookup_answer")
 
@@ -545,8 +733,13 @@ class Engine:
         if e is None:
             raise _closed()
         cp = ffi.new("kva_checkpoint *")
-        _fill_local(cp, checkpoint)
-        rc = lib.kva_local_checkpoint(e, handle, cp)
+        try:
+            _fill_local(cp, checkpoint)
+            rc = lib.kva_local_checkpoint(e, handle, cp)
+        except KvadmitError:
+            raise
+        except _CONVERSION as exc:
+            raise _arg_error("kva_local_checkpoint", exc) from exc
         if rc:
             raise error(rc, "kva_local_checkpoint")
 
@@ -555,7 +748,12 @@ class Engine:
         e = self._e
         if e is None:
             raise _closed()
-        rc = lib.kva_copy_done(e, token, rank, status)
+        try:
+            rc = lib.kva_copy_done(e, token, rank, status)
+        except _CONVERSION as exc:
+            # a rank beyond uint32 is beyond world_size: the library's -ERANGE
+            err = -34 if isinstance(rank, int) and not 0 <= rank <= 0xFFFFFFFF else -22
+            raise _arg_error("kva_copy_done", exc, err) from exc
         if rc:
             raise error(rc, "kva_copy_done")
 
@@ -564,7 +762,10 @@ class Engine:
         e = self._e
         if e is None:
             raise _closed()
-        rc = lib.kva_checkpoint_evicted(e, checkpoint_id, epoch)
+        try:
+            rc = lib.kva_checkpoint_evicted(e, checkpoint_id, epoch)
+        except _CONVERSION as exc:
+            raise _arg_error("kva_checkpoint_evicted", exc) from exc
         if rc:
             raise error(rc, "kva_checkpoint_evicted")
 
@@ -581,20 +782,32 @@ class Engine:
         """kva_grow: `pages` more pages for a RUNNING request. Returns their
         ids as array('I'), or writes them into `out` (a writable buffer of
         at least `pages` uint32) and returns it; out=False: ids not wanted
-        (returns None). NoSpace when no credits are free (nothing changed)."""
+        (returns None). NoSpace when no credits are free (nothing changed);
+        OutOfRange for pages outside 0..total_pages, checked before the id
+        array is allocated."""
         e = self._e
         if e is None:
             raise _closed()
-        if out is False:
-            rc = lib.kva_grow(e, handle, pages, ffi.NULL)
-            if rc:
-                raise error(rc, "kva_grow")
-            return None
-        ids = array.array("I", bytes(4 * pages)) if out is None else out
-        buf = ffi.from_buffer("uint32_t[]", ids, require_writable=True)
-        if len(buf) < pages:
-            raise error(-34, "kva_grow: out is smaller than pages")
-        rc = lib.kva_grow(e, handle, pages, buf)
+        try:
+            pages = operator.index(pages)
+        except TypeError as exc:
+            raise _arg_error("kva_grow", exc) from exc
+        if not 0 <= pages <= self._total_pages:
+            raise error(-34, f"kva_grow: pages {pages} outside 0..total_pages")
+        try:
+            if out is False:
+                buf = ffi.NULL
+                ids = None
+            else:
+                ids = array.array("I", [0]) * pages if out is None else out
+                buf = ffi.from_buffer("uint32_t[]", ids, require_writable=True)
+                if len(buf) < pages:
+                    raise error(-34, "kva_grow: out is smaller than pages")
+            rc = lib.kva_grow(e, handle, pages, buf)
+        except KvadmitError:
+            raise
+        except _CONVERSION as exc:
+            raise _arg_error("kva_grow", exc) from exc
         if rc:
             raise error(rc, "kva_grow")
         return ids
@@ -604,7 +817,10 @@ class Engine:
         e = self._e
         if e is None:
             raise _closed()
-        rc = lib.kva_preempt(e, handle)
+        try:
+            rc = lib.kva_preempt(e, handle)
+        except _CONVERSION as exc:
+            raise _arg_error("kva_preempt", exc) from exc
         if rc:
             raise error(rc, "kva_preempt")
 
@@ -613,7 +829,10 @@ class Engine:
         e = self._e
         if e is None:
             raise _closed()
-        rc = lib.kva_finish(e, handle)
+        try:
+            rc = lib.kva_finish(e, handle)
+        except _CONVERSION as exc:
+            raise _arg_error("kva_finish", exc) from exc
         if rc:
             raise error(rc, "kva_finish")
 
@@ -623,7 +842,10 @@ class Engine:
         if e is None:
             raise _closed()
         q = ffi.new("kva_request_info *")
-        rc = lib.kva_query(e, handle, q)
+        try:
+            rc = lib.kva_query(e, handle, q)
+        except _CONVERSION as exc:
+            raise _arg_error("kva_query", exc) from exc
         if rc:
             raise error(rc, "kva_query")
         return RequestInfo(handle_of(q.handle), user_of(q.user), _STATE.get(q.state, q.state),
@@ -647,17 +869,23 @@ class Engine:
         e = self._e
         if e is None:
             raise _closed()
-        s = ffi.new("kva_stats *")
-        lib.kva_stats_get(e, s)
-        size = 16384
-        while True:
-            buf = ffi.new("char[]", size)
-            need = lib.kva_stats_format_as(s, int(format), buf, size)
-            if need == 0:
-                raise error(-22, "kva_stats_format_as: unknown format")
-            if need < size:
-                return ffi.string(buf, need).decode("utf-8")
-            size = need + 1
+        try:
+            fmt = int(format)
+            s = ffi.new("kva_stats *")
+            lib.kva_stats_get(e, s)
+            size = 16384
+            while True:
+                buf = ffi.new("char[]", size)
+                need = lib.kva_stats_format_as(s, fmt, buf, size)
+                if need == 0:
+                    raise error(-22, "kva_stats_format_as: unknown format")
+                if need < size:
+                    return ffi.string(buf, need).decode("utf-8")
+                size = need + 1
+        except KvadmitError:
+            raise
+        except _CONVERSION as exc:
+            raise _arg_error("kva_stats_format_as", exc) from exc
 
     def waiting(self, max: int = 0):
         """kva_waiting_foreach: the waiting queue in admission order (at most
@@ -673,7 +901,13 @@ class Engine:
                                    w.prompt_tokens))
             return 0
         cb = ffi.callback("kva_waiting_fn", fn, onerror=_onerror("waiting"))
-        rc = lib.kva_waiting_foreach(e, cb, ffi.NULL, max)
+        s = _cb_enter(self._st)  # fn runs on this thread, inside the walk
+        try:
+            rc = lib.kva_waiting_foreach(e, cb, ffi.NULL, max)
+        except _CONVERSION as exc:
+            raise _arg_error("kva_waiting_foreach", exc) from exc
+        finally:
+            s.pop()
         if rc < 0:
             raise error(rc, "kva_waiting_foreach")
         return out
@@ -686,22 +920,49 @@ class Engine:
 
         token_budget: prefill tokens this step may start (vLLM's
         max_num_batched_tokens less what running requests use); 0 = no limit.
-        hold_admissions: the host preempted in this step, admit nothing new."""
-        e = self._e
-        if e is None:
-            raise _closed()
-        c = self._plan._c
-        if token_budget or hold_admissions or self._inputs_set:
-            c.token_budget = token_budget
-            c.hold_admissions = hold_admissions
-            self._inputs_set = bool(token_budget or hold_admissions)
-        rc = lib.kva_step(e, now_ns, c)
+        hold_admissions: the host preempted in this step, admit nothing new.
+
+        A close() reached inside the step destroys the engine once kva_step
+        has returned; the step then raises InvalidArgument."""
+        prev = self._stepping
+        # _stepping before _e: close() reads them in the other order
+        self._stepping = _get_ident()
+        try:
+            e = self._e
+            if e is None:
+                raise _closed()
+            c = self._plan._c
+            if token_budget or hold_admissions or self._inputs_set:
+                self._inputs_set = True  # reset by the next step if this fails half-way
+                c.token_budget = token_budget
+                c.hold_admissions = hold_admissions
+                self._inputs_set = bool(token_budget or hold_admissions)
+            rc = lib.kva_step(e, now_ns, c)
+        except BaseException as exc:
+            self._stepping = prev
+            if not prev and self._close_pending is not None:
+                self._close_after_step()
+            if isinstance(exc, _CONVERSION) and not isinstance(exc, KvadmitError):
+                raise _arg_error("kva_step", exc) from exc
+            raise
+        self._stepping = prev
+        if self._close_pending is not None and not prev:
+            self._close_after_step()
+            if self._pending is None:
+                raise error(-22, "kva_step: the engine was closed during this step")
         if self._pending is not None:
             exc, self._pending = self._pending, None
             raise exc
         if rc < 0:
             raise error(rc, "kva_step")
         return self._plan
+
+    def _close_after_step(self):
+        """The close() a callback (or a signal handler) asked for inside this
+        step, now that kva_step has returned."""
+        closing, self._close_pending = self._close_pending, None
+        self._finalizer.detach()
+        self._st.destroy_safely(closing[0])
 
     @property
     def plan(self) -> Plan:
@@ -722,7 +983,11 @@ def _fill_checkpoint(c, cp):
 def _fill_local(c, cp):
     if not isinstance(cp, Checkpoint):
         cp = Checkpoint(*cp)
-    c.position = cp.position
+    pos = cp.position
+    if isinstance(pos, int) and pos > 0xFFFFFFFF:
+        # beyond any prompt (uint32): the library's -ERANGE for position > prompt_tokens
+        raise error(-34, f"position {pos} is beyond any prompt")
+    c.position = pos
     c.location = int(Location.LOCAL)
     c.compatible = 1
     c.id = cp.id
@@ -735,15 +1000,22 @@ def _to_logging(rec):
                           "kva_reason": rec.reason, "kva_value": rec.value})
 
 
-def _py_importer(fn, ref):
+def _py_importer(rank, ref, st):
     def submit(ctx, e, job):
+        s = _cb_enter(st)
         try:
-            rc = fn(copy_job_of(job))
-            return int(rc or 0)
-        except BaseException as exc:
-            _report_callback_error("importer", type(exc), exc, exc.__traceback__)
-            Engine._keep_interrupt_ref(ref, exc)
-            return -5  # -EIO: the engine treats the rank as failed
+            self_ = ref()
+            if self_ is None:
+                return -5
+            try:
+                rc = self_._importer_fns[rank](copy_job_of(job))
+                return int(rc or 0)
+            except BaseException as exc:
+                _report_callback_error("importer", type(exc), exc, exc.__traceback__)
+                self_._keep_interrupt(exc)
+                return -5  # -EIO: the engine treats the rank as failed
+        finally:
+            s.pop()
     return submit
 
 

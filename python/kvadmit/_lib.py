@@ -7,12 +7,16 @@ Where the library comes from, first match wins:
      cache, LD_LIBRARY_PATH), also a libkvadmit.so.0.2 beside the package's
      prefix (PREFIX/lib*/);
   3. an in-tree build: build/rel, then any other build/*/ of the source tree
-     this package sits in (python/kvadmit -> ../../build).
+     this package sits in (python/kvadmit -> ../../build), except sanitizer
+     builds (asan, tsan, a fuzzer's): dlopen of an ASan library aborts an
+     interpreter that was not started with the ASan runtime, so trying one
+     would kill the process instead of raising ImportError.
 The library must be the ABI this binding was written for: the same major and
 minor version (kva_version(), as CMake's SameMinorVersion), else ImportError.
 """
 import ctypes.util
 import glob
+import mmap
 import os
 
 from cffi import FFI
@@ -28,7 +32,26 @@ ffi.cdef(CDEF)
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _candidates():
+# Symbols an instrumented library refers to: its sanitizer runtime must be
+# loaded first (ASan aborts the process otherwise; TSan fails for want of
+# static TLS).
+_SANITIZER_SYMBOLS = (b"__asan_init", b"__tsan_init", b"__msan_init", b"__hwasan_init")
+
+
+def _sanitized(path):
+    """Whether the library at path is built with a sanitizer (names its init)."""
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            return any(m.find(sym) >= 0 for sym in _SANITIZER_SYMBOLS)
+    except (OSError, ValueError):
+        return True  # unreadable (or empty): not one to try
+
+
+def _candidates(skipped=None):
+    """The paths (or names) to try, in order; sanitizer builds skipped are
+    noted in `skipped` (a list) for the ImportError."""
+    if skipped is None:
+        skipped = []
     env = os.environ.get("KVADMIT_LIBRARY")
     if env:
         yield env
@@ -45,16 +68,18 @@ def _candidates():
             yield p
     tree = os.path.normpath(os.path.join(_HERE, "..", "..", "build"))
     rel = os.path.join(tree, "rel", SONAME)
-    if os.path.exists(rel):
-        yield rel
-    for p in sorted(glob.glob(os.path.join(tree, "*", SONAME))):
-        if p != rel:
+    builds = [rel] if os.path.exists(rel) else []
+    builds += [p for p in sorted(glob.glob(os.path.join(tree, "*", SONAME))) if p != rel]
+    for p in builds:
+        if _sanitized(p):
+            skipped.append(f"{p}: a sanitizer build, not tried")
+        else:
             yield p
 
 
 def _load():
     errors = []
-    for cand in _candidates():
+    for cand in _candidates(errors):
         try:
             lib = ffi.dlopen(cand)
         except OSError as exc:
