@@ -13,10 +13,14 @@
  *   - the query of its real status (the event recorded after its copies, or
  *     the stream) says done or failed: the copies' own asynchronous errors
  *     are read there, not only the enqueue result.
+ * A job that gets no marker (its cudaLaunchHostFunc, or in event mode its
+ * event, could not be enqueued) is pushed with nomarker set: the query
+ * alone decides when it is done.
  * A sticky error (the context is corrupted: CUDA runs no more host
  * functions, so markers stop) makes the importer dead: every outstanding
  * job of every stream is reported failed at once, and later jobs are
- * refused or failed by the caller. A job reported while its marker may
+ * refused or failed by the caller, never pushed (a job pushed once dead
+ * would never be reported). A job reported while its marker may
  * still come (host-function mode) is not released until the marker arrives
  * or the importer is destroyed (kva__cq_release_zombies), so a late host
  * function never touches freed memory. In host-function mode the caller
@@ -46,6 +50,7 @@ struct kva__cq_node {
 	struct kva__cq_node *next; /* stream FIFO, then the zombie list */
 	uint32_t stream;
 	bool marked;   /* host-function mode: its host function ran */
+	bool nomarker; /* set by the caller before the push: no marker will come */
 	bool reported; /* reported while its marker may still come */
 	int status;    /* an error already known at enqueue (negative errno), or 0 */
 };
@@ -88,7 +93,8 @@ static inline void kva__cq_init(struct kva__cq *q, struct kva__cq_node **head,
 static inline void kva__cq_push(struct kva__cq *q, struct kva__cq_node *n)
 {
 	n->next = NULL;
-	n->marked = n->reported = false;
+	n->marked = n->nomarker; /* nothing to wait for: as if it had come */
+	n->reported = false;
 	if (q->tail[n->stream])
 		q->tail[n->stream]->next = n;
 	else

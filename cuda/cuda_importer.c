@@ -29,6 +29,14 @@
  * engine retries and falls back as on any failed copy. In host-function
  * mode the loop wakes every millisecond (CLOCK_MONOTONIC) while jobs are
  * outstanding to look for one; event mode polls every 20 us.
+ *
+ * CUDA calls run in the device's primary context, made current with the
+ * driver's cuCtxSetCurrent around them on a host thread (create, manual
+ * progress, destroy), which then gets back exactly the context it had,
+ * none included (see "the calling thread's context" below).
+ *
+ * tests/cuda/ runs this file on a CPU fake of the runtime and driver calls
+ * it makes (fault injection, context bookkeeping), in every build.
  */
 #define _GNU_SOURCE 1
 #include <errno.h>
@@ -42,6 +50,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <cuda.h> /* the driver's types only: its functions come through the runtime */
 #include <cuda_runtime_api.h>
 
 #include "import_common.h"
@@ -57,6 +66,8 @@ struct kva_cuda_importer {
 	_Atomic int cuda_err; /* last cudaError_t met */
 	_Atomic int method;   /* resolved enum kva_cuda_copy_method */
 	_Atomic bool dead;    /* a sticky CUDA error: submits are refused */
+	CUcontext ctx;	      /* cfg.device's primary context, retained */
+	CUdevice cudev;
 	/* everything below: the progress loop only (one thread at a time) */
 	cudaStream_t *streams;
 	uint32_t nstreams, next_stream;
@@ -135,6 +146,112 @@ static void note_error(kva_cuda_importer *imp, cudaError_t ce)
 	(void)cudaGetLastError();
 }
 
+/* ---- the calling thread's context --------------------------------------------------- */
+
+/*
+ * importer.h promises that create, destroy and manual progress leave the
+ * calling thread as they found it. A thread's CUDA state is its current
+ * context, on which every runtime call works. cudaGetDevice/cudaSetDevice
+ * cannot put that back: a thread that never chose a device reads 0, and
+ * cudaSetDevice(0) then creates device 0's primary context (hundreds of MiB
+ * of that GPU; refused in exclusive-process mode) and binds it; a driver-API
+ * context the host had current would be replaced by a primary one. So the
+ * importer retains cfg.device's primary context (cuDevicePrimaryCtxRetain,
+ * after cudaInitDevice so that device errors come as cudaError_t), makes it
+ * current with cuCtxSetCurrent around its own calls, and then restores what
+ * cuCtxGetCurrent returned before, NULL included. It never calls
+ * cudaSetDevice on a host thread, so the runtime's own per-thread device
+ * choice is left alone too.
+ *
+ * The driver functions are found through the runtime
+ * (cudaGetDriverEntryPoint*) instead of linking libcuda: libcuda.so.1 comes
+ * with the NVIDIA driver, not with the toolkit, so a link to it would stop
+ * libkvadmit-cuda from loading at all on a host without the driver, where
+ * create must fail with -ENODEV instead (libcudart loads the driver only
+ * when first called).
+ */
+#if CUDART_VERSION < 11030
+#error "the CUDA importer needs CUDA 11.3 or newer (cudaGetDriverEntryPoint)"
+#endif
+
+static struct {
+	CUresult(CUDAAPI *ctx_get)(CUcontext *);
+	CUresult(CUDAAPI *ctx_set)(CUcontext);
+	CUresult(CUDAAPI *dev_get)(CUdevice *, int);
+	CUresult(CUDAAPI *retain)(CUcontext *, CUdevice);
+	CUresult(CUDAAPI *release)(CUdevice);
+	cudaError_t err; /* why a lookup failed; cudaSuccess when all were found */
+} drv;
+static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
+
+static void *drv_sym(const char *name)
+{
+	void *fn = NULL;
+	cudaError_t ce;
+	bool found = true;
+#if CUDART_VERSION >= 12050
+	enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+	/* 12.0: every driver that runs this runtime has it (a version newer
+	 * than the driver fails), and it names these functions' current ABI
+	 * (e.g. cuDevicePrimaryCtxRelease_v2) */
+	ce = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
+	found = q == cudaDriverEntryPointSuccess;
+#elif CUDART_VERSION >= 12000
+	enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+	ce = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q);
+	found = q == cudaDriverEntryPointSuccess;
+#else
+	ce = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault);
+#endif
+	if (ce == cudaSuccess && found && fn)
+		return fn;
+	if (drv.err == cudaSuccess)
+		drv.err = ce != cudaSuccess ? ce : cudaErrorSymbolNotFound;
+	(void)cudaGetLastError();
+	return NULL;
+}
+
+/* Once per process. The pointers are read only after create's
+ * pthread_once returned, by its caller or by threads that got the importer
+ * from it (which orders them after it). */
+static void drv_load(void)
+{
+	drv.ctx_get = (CUresult(CUDAAPI *)(CUcontext *))drv_sym("cuCtxGetCurrent");
+	drv.ctx_set = (CUresult(CUDAAPI *)(CUcontext))drv_sym("cuCtxSetCurrent");
+	drv.dev_get = (CUresult(CUDAAPI *)(CUdevice *, int))drv_sym("cuDeviceGet");
+	drv.retain = (CUresult(CUDAAPI *)(CUcontext *, CUdevice))drv_sym("cuDevicePrimaryCtxRetain");
+	drv.release = (CUresult(CUDAAPI *)(CUdevice))drv_sym("cuDevicePrimaryCtxRelease");
+}
+
+/* What a host thread's context goes back to. */
+struct ctx_saved {
+	CUcontext prev;
+	bool switched;
+};
+
+/* Makes imp's context current on the calling thread. false when the
+ * driver cannot say which context is current or cannot switch (it is
+ * shutting down): nothing was changed then. */
+static bool ctx_enter(const kva_cuda_importer *imp, struct ctx_saved *sv)
+{
+	sv->prev = NULL;
+	sv->switched = false;
+	if (drv.ctx_get(&sv->prev) != CUDA_SUCCESS)
+		return false;
+	if (sv->prev == imp->ctx)
+		return true;
+	if (drv.ctx_set(imp->ctx) != CUDA_SUCCESS)
+		return false;
+	sv->switched = true;
+	return true;
+}
+
+static void ctx_leave(struct ctx_saved *sv)
+{
+	if (sv->switched)
+		(void)drv.ctx_set(sv->prev);
+}
+
 /* ---- events ---------------------------------------------------------------------- */
 
 static cudaEvent_t event_get(kva_cuda_importer *imp)
@@ -202,11 +319,18 @@ static struct kva__imp_job *job_of(struct kva__cq_node *n)
 	return caa_container_of(n, struct kva__imp_job, cq);
 }
 
-/* Errors after which the context is corrupted: every later call fails the
- * same way and host functions no longer run. */
+/* Errors after which nothing the importer queued can complete: every later
+ * call fails the same way and host functions no longer run. The list is the
+ * codes driver_types.h documents as corrupting the context ("the process must
+ * be terminated and relaunched"), plus a context destroyed under the importer
+ * and a runtime being unloaded. Transient ones (cudaErrorDevicesUnavailable:
+ * "busy or unavailable at the current time") and undocumented ones
+ * (cudaErrorUnknown) are not listed: they are sticky only if they survive
+ * being cleared, else they fail one job and the importer goes on. */
 static bool sticky(cudaError_t ce)
 {
-	switch (ce) {
+	/* by value: the newest codes are not named in older toolkits' headers */
+	switch ((int)ce) {
 	case cudaErrorIllegalAddress:
 	case cudaErrorLaunchFailure:
 	case cudaErrorHardwareStackError:
@@ -216,11 +340,12 @@ static bool sticky(cudaError_t ce)
 	case cudaErrorInvalidPc:
 	case cudaErrorAssert:
 	case cudaErrorLaunchTimeout:
-	case cudaErrorECCUncorrectable:
+	case cudaErrorMpsClientTerminated:
+	case 226: /* cudaErrorContained */
+	case 721: /* cudaErrorTensorMemoryLeak */
+	case 911: /* cudaErrorExternalDevice */
 	case cudaErrorContextIsDestroyed:
-	case cudaErrorDevicesUnavailable:
 	case cudaErrorCudartUnloading:
-	case cudaErrorUnknown:
 		return true;
 	default:
 		/* not a known one: sticky if it survives being cleared */
@@ -229,16 +354,52 @@ static bool sticky(cudaError_t ce)
 	}
 }
 
+/* A job with neither event nor marker (both failed to be enqueued; it
+ * reports failed): done once its copies can no longer write its pages,
+ * i.e. its stream is idle, or a later job on that stream (n->next is the
+ * rest of this stream's FIFO) shows the stream got past them: its event
+ * completed, or its host function ran. A stream kept busy reaches that
+ * without ever going idle. */
+static cudaError_t fence_query(kva_cuda_importer *imp, struct kva__cq_node *n)
+{
+	cudaError_t ce = cudaStreamQuery(imp->streams[n->stream]);
+	if (ce != cudaErrorNotReady)
+		return ce;
+	for (struct kva__cq_node *m = n->next; m; m = m->next) {
+		struct kva__imp_job *k = job_of(m);
+		if (m->marked && !m->nomarker)
+			return cudaSuccess;
+		if (!k->event)
+			continue;
+		cudaError_t ke = cudaEventQuery((cudaEvent_t)k->event);
+		if (ke == cudaSuccess)
+			return cudaSuccess;
+		if (ke != cudaErrorNotReady)
+			note_error(imp, ke); /* k's own query reports it */
+		break;
+	}
+	return cudaErrorNotReady;
+}
+
 static int cq_query(void *ctx, struct kva__cq_node *n, int *err)
 {
 	kva_cuda_importer *imp = ctx;
 	struct kva__imp_job *j = job_of(n);
-	/* Without an event (none could be created), the stream says at least
-	 * whether the context still works; the marker says the copies ran. */
-	cudaError_t ce = j->event ? cudaEventQuery((cudaEvent_t)j->event)
-				  : cudaStreamQuery(imp->streams[n->stream]);
+	cudaError_t ce;
+	if (j->event) {
+		ce = cudaEventQuery((cudaEvent_t)j->event);
+	} else if (n->nomarker) {
+		ce = fence_query(imp, n);
+	} else {
+		/* Without an event (none could be created), the stream says at
+		 * least whether the context still works; the marker says the
+		 * copies ran. */
+		ce = cudaStreamQuery(imp->streams[n->stream]);
+		if (ce == cudaErrorNotReady && n->marked)
+			return KVA__CQ_DONE;
+	}
 	if (ce == cudaErrorNotReady)
-		return !j->event && n->marked ? KVA__CQ_DONE : KVA__CQ_PENDING;
+		return KVA__CQ_PENDING;
 	if (ce == cudaSuccess)
 		return KVA__CQ_DONE;
 	bool st = sticky(ce);
@@ -248,11 +409,13 @@ static int cq_query(void *ctx, struct kva__cq_node *n, int *err)
 }
 
 /* Issue path: a sticky error met while enqueueing kills the importer too
- * (every outstanding job fails; later ones are refused). */
-static void check_sticky(kva_cuda_importer *imp, cudaError_t ce)
+ * (every outstanding job fails; later ones are refused). Returns the
+ * reports that made. */
+static uint32_t check_sticky(kva_cuda_importer *imp, cudaError_t ce)
 {
 	if (ce != cudaSuccess && ce != cudaErrorNotReady && !imp->cq.dead && sticky(ce))
-		(void)kva__cq_kill(&imp->cq, errno_of(ce));
+		return kva__cq_kill(&imp->cq, errno_of(ce));
+	return 0;
 }
 
 static void cq_report(void *ctx, struct kva__cq_node *n, int status)
@@ -368,41 +531,84 @@ static cudaError_t enqueue_copies(kva_cuda_importer *imp, struct kva__imp_job *j
 	return ce;
 }
 
-/* Starts one job, or reports it at once if nothing could be enqueued. */
-static void issue(kva_cuda_importer *imp, struct kva__imp_job *j)
+/* The job's source must be pinned memory (cudaHostAlloc or
+ * cudaHostRegister): a pageable source makes every copy a synchronous staged
+ * one, which would block this loop, and device or managed memory is not what
+ * the copy kind says. cudaPointerGetAttributes describes one address, not a
+ * range, so the first and the last byte the copies read are both checked:
+ * a registration that ends before the share does is refused. (A share that
+ * spans several registrations with both ends pinned is not detected;
+ * importer.h asks for one allocation or registration per share.) */
+static int src_pinned(kva_cuda_importer *imp, const struct kva__imp_job *j, const char *src,
+		      size_t bytes, int *reports)
 {
+	size_t end = (size_t)j->job.npages * imp->cfg.page_bytes;
+	if (end > bytes)
+		end = bytes; /* the last page may be partial */
+	const char *at[2] = {src, src + end - 1};
+	for (int k = 0; k < (end > 1 ? 2 : 1); k++) {
+		struct cudaPointerAttributes pa;
+		cudaError_t ce = cudaPointerGetAttributes(&pa, at[k]);
+		if (ce != cudaSuccess) {
+			*reports += (int)check_sticky(imp, ce);
+			note_error(imp, ce);
+			return -EFAULT;
+		}
+		if (pa.type != cudaMemoryTypeHost)
+			return -EFAULT;
+	}
+	return 0;
+}
+
+/* A job whose copies are enqueued but that gets no completion marker: it
+ * waits in its stream's FIFO like the others (never for the stream here,
+ * so that manual progress never blocks on the device), and its query
+ * alone says when it is done: its event's status, or, without an event,
+ * fence_query. */
+static void push_nomarker(kva_cuda_importer *imp, struct kva__imp_job *j)
+{
+	j->cq.status = j->status;
+	j->cq.nomarker = true;
+	kva__cq_push(&imp->cq, &j->cq);
+}
+
+/* Starts one job, or reports it at once if nothing could be enqueued.
+ * Returns the reports it made (the job's own, and those of a sticky error
+ * it met). */
+static int issue(kva_cuda_importer *imp, struct kva__imp_job *j)
+{
+	int n = 0;
 	const void *src = NULL;
 	size_t bytes = 0;
 	int rc = imp->cfg.resolve(imp->cfg.resolve_ctx, j->job.checkpoint_id,
 				  j->job.checkpoint_epoch, j->job.rank, &src, &bytes);
 	if (rc == 0)
 		rc = kva__imp_src_check(j->job.npages, imp->cfg.page_bytes, src, bytes);
-	if (rc == 0) {
-		/* pageable memory would make every copy a synchronous staged one;
-		 * device or managed memory is not what the copy kind says */
-		struct cudaPointerAttributes pa;
-		cudaError_t ce = cudaPointerGetAttributes(&pa, src);
-		if (ce != cudaSuccess || pa.type != cudaMemoryTypeHost) {
-			if (ce != cudaSuccess) {
-				check_sticky(imp, ce);
-				note_error(imp, ce);
-			}
-			rc = -EFAULT;
-		}
-	}
+	if (rc == 0)
+		rc = src_pinned(imp, j, src, bytes, &n);
 	if (rc != 0) {
 		j->status = rc > 0 ? -EIO : rc;
 		finish(imp, j, false);
-		return;
+		return n + 1;
 	}
 	j->cq.stream = imp->next_stream;
 	imp->next_stream = (imp->next_stream + 1) % imp->nstreams;
 	cudaStream_t s = imp->streams[j->cq.stream];
 	cudaError_t ce = enqueue_copies(imp, j, src, bytes, s);
 	if (ce != cudaSuccess) {
-		check_sticky(imp, ce);
+		n += (int)check_sticky(imp, ce);
 		note_error(imp, ce);
 		j->status = errno_of(ce);
+	}
+	if (imp->cq.dead) {
+		/* A sticky error: nothing more runs on this context, so no copy
+		 * of this job writes its pages and no marker would come. Report
+		 * it now; it never enters a FIFO (completion.h: no push once
+		 * dead), where nothing would ever report it. */
+		if (!j->status)
+			j->status = imp->cq.dead_err;
+		finish(imp, j, false);
+		return n + 1;
 	}
 	/* Even a failed job waits for its marker: copies enqueued before the
 	 * error may still be writing its pages (rule 12). */
@@ -411,27 +617,49 @@ static void issue(kva_cuda_importer *imp, struct kva__imp_job *j)
 	/* The event carries the copies' real status, in both modes. */
 	j->event = event_get(imp);
 	ce = j->event ? cudaEventRecord((cudaEvent_t)j->event, s) : cudaErrorMemoryAllocation;
-	if (ce != cudaSuccess && imp->cfg.completion != KVA_CUDA_COMPLETE_EVENT) {
-		/* host-function mode goes on with the stream's status instead */
+	if (ce != cudaSuccess) {
+		/* never query an event that was not recorded: it reads as done */
+		n += (int)check_sticky(imp, ce);
 		note_error(imp, ce);
 		event_put(imp, j->event);
 		j->event = NULL;
-		ce = cudaSuccess;
+		if (!imp->cq.dead && imp->cfg.completion == KVA_CUDA_COMPLETE_EVENT) {
+			/* no status to read: it fails once its copies stopped */
+			if (!j->status)
+				j->status = errno_of(ce);
+			push_nomarker(imp, j);
+			return n;
+		}
+		/* host-function mode goes on with the marker and the stream */
 	}
-	if (ce == cudaSuccess && imp->cfg.completion != KVA_CUDA_COMPLETE_EVENT)
+	if (!imp->cq.dead && imp->cfg.completion != KVA_CUDA_COMPLETE_EVENT) {
 		ce = cudaLaunchHostFunc(s, host_done, j);
-	if (ce == cudaSuccess) {
+		if (ce == cudaSuccess) {
+			j->cq.status = j->status;
+			kva__cq_push(&imp->cq, &j->cq);
+			return n;
+		}
+		n += (int)check_sticky(imp, ce);
+		note_error(imp, ce);
+		if (!imp->cq.dead) {
+			/* With its event, the job reports the copies' real status;
+			 * without, it fails once they stopped. */
+			if (!j->event && !j->status)
+				j->status = errno_of(ce);
+			push_nomarker(imp, j);
+			return n;
+		}
+	} else if (!imp->cq.dead) {
+		/* event mode, event recorded */
 		j->cq.status = j->status;
 		kva__cq_push(&imp->cq, &j->cq);
-		return;
+		return n;
 	}
-	/* No marker: wait for this import stream only, then report. */
-	check_sticky(imp, ce);
-	note_error(imp, ce);
-	(void)cudaStreamSynchronize(s);
+	/* dead while enqueueing its event or marker: as above */
 	if (!j->status)
-		j->status = errno_of(ce);
+		j->status = imp->cq.dead_err;
 	finish(imp, j, false);
+	return n + 1;
 }
 
 /* ---- the progress loop -------------------------------------------------------------------- */
@@ -462,7 +690,7 @@ static int progress_once(kva_cuda_importer *imp, bool watchdog)
 				finish(imp, j, false);
 				n++;
 			} else {
-				issue(imp, j);
+				n += issue(imp, j);
 			}
 		}
 	}
@@ -480,11 +708,21 @@ static int progress_once(kva_cuda_importer *imp, bool watchdog)
 }
 
 /* Destroy: waits on the import streams (never the device, never the decode
- * stream) until every issued job has reported. */
+ * stream) until every issued job has reported, and always returns. Once
+ * every import stream has been synchronized, every host function on them
+ * has returned and every event recorded on them has completed, so the pass
+ * after it reports every job. A job still outstanding then, or while the
+ * importer is dead, or when a stream cannot be synchronized (a broken
+ * context runs no more host functions), would never be reported by its
+ * marker or its query: it is failed instead. */
 static void drain_issued(kva_cuda_importer *imp)
 {
 	(void)progress_once(imp, true);
-	while (imp->cq.outstanding) {
+	for (int fruitless = 0; imp->cq.outstanding;) {
+		if (imp->cq.dead) {
+			(void)kva__cq_kill(&imp->cq, imp->cq.dead_err);
+			break;
+		}
 		bool broken = false;
 		for (uint32_t s = 0; s < imp->nstreams; s++) {
 			cudaError_t ce = cudaStreamSynchronize(imp->streams[s]);
@@ -493,20 +731,24 @@ static void drain_issued(kva_cuda_importer *imp)
 				broken = true;
 			}
 		}
-		(void)progress_once(imp, true);
-		if (!broken)
-			continue; /* host functions may still be on their way */
-		/* A broken context runs no more host functions: fail what is left. */
-		(void)kva__cq_kill(&imp->cq, -EIO);
+		int n = progress_once(imp, true);
+		/* one more synchronized pass before giving up: cheap insurance */
+		if (broken || (n == 0 && ++fruitless == 2)) {
+			(void)kva__cq_kill(&imp->cq, -EIO);
+			break;
+		}
 	}
 }
 
 static void *thread_main(void *arg)
 {
 	kva_cuda_importer *imp = arg;
-	cudaError_t ce = cudaSetDevice(imp->cfg.device);
-	if (ce != cudaSuccess)
-		note_error(imp, ce);
+	/* Its own thread: nothing to restore when it ends, and cudaSetDevice
+	 * (the same primary context) is harmless here as a fallback. */
+	if (drv.ctx_set(imp->ctx) != CUDA_SUCCESS) {
+		cudaError_t ce = cudaSetDevice(imp->cfg.device);
+		note_error(imp, ce != cudaSuccess ? ce : cudaErrorDeviceUninitialized);
+	}
 	bool watchdog = false;
 	for (;;) {
 		int n = progress_once(imp, watchdog);
@@ -650,7 +892,9 @@ kva_cuda_importer *kva_cuda_importer_create(const kva_cuda_importer_config *cfg,
 	last_msg[0] = 0;
 	last_cuda = 0;
 	kva_cuda_importer *imp = NULL;
-	int prev = -1;
+	struct ctx_saved sv = {NULL, false};
+	CUdevice cudev = 0;
+	CUcontext ctx = NULL;
 	int rc = config_check(cfg);
 	if (rc) {
 		create_fail(rc, cudaSuccess, "invalid configuration");
@@ -668,22 +912,49 @@ kva_cuda_importer *kva_cuda_importer_create(const kva_cuda_importer_config *cfg,
 				 ndev ? "device ordinal out of range" : "no CUDA device");
 		goto out;
 	}
-	ce = cudaGetDevice(&prev);
-	if (ce != cudaSuccess) {
-		rc = create_fail(errno_of(ce), ce, "cudaGetDevice");
+	pthread_once(&drv_once, drv_load);
+	if (!drv.ctx_get || !drv.ctx_set || !drv.dev_get || !drv.retain || !drv.release) {
+		rc = create_fail(-ENODEV, drv.err,
+				 "the driver's context functions (cudaGetDriverEntryPoint)");
 		goto out;
 	}
-	ce = cudaSetDevice(cfg->device);
+#if CUDART_VERSION >= 12000
+	/* The device's own refusals (exclusive-process, prohibited) as a
+	 * cudaError_t; initialises its primary context without making it
+	 * current anywhere. */
+	ce = cudaInitDevice(cfg->device, 0, 0);
 	if (ce != cudaSuccess) {
-		prev = -1;
-		rc = create_fail(errno_of(ce), ce, "cudaSetDevice");
+		rc = create_fail(errno_of(ce), ce, "cudaInitDevice");
+		(void)cudaGetLastError();
+		goto out;
+	}
+#endif
+	CUresult cr = drv.dev_get(&cudev, cfg->device);
+	if (cr == CUDA_SUCCESS)
+		cr = drv.retain(&ctx, cudev);
+	if (cr != CUDA_SUCCESS) {
+		/* a CUresult, not a cudaError_t (importer.h says so) */
+		last_cuda = (int)cr;
+		snprintf(last_msg, sizeof(last_msg),
+			 "kvadmit CUDA importer: cuDevicePrimaryCtxRetain: CUresult %d", (int)cr);
+		rc = cr == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -ENODEV;
 		goto out;
 	}
 
 	rc = -ENOMEM;
 	imp = calloc(1, sizeof(*imp));
-	if (!imp)
-		goto out_restore;
+	if (!imp) {
+		create_fail(rc, cudaSuccess, "out of memory");
+		goto out_release;
+	}
+	imp->ctx = ctx;
+	imp->cudev = cudev;
+	if (!ctx_enter(imp, &sv)) {
+		rc = create_fail(-EIO, cudaErrorDeviceUninitialized, "cuCtxSetCurrent");
+		free(imp);
+		imp = NULL;
+		goto out_release;
+	}
 	imp->cfg = *cfg;
 	imp->nstreams = cfg->streams;
 	imp->streams = calloc(cfg->streams, sizeof(*imp->streams));
@@ -741,7 +1012,7 @@ kva_cuda_importer *kva_cuda_importer_create(const kva_cuda_importer_config *cfg,
 		imp->has_thread = true;
 		pthread_setname_np(imp->thread, "kva-cuda-import");
 	}
-	cudaSetDevice(prev);
+	ctx_leave(&sv);
 	if (err)
 		*err = 0;
 	return imp;
@@ -756,9 +1027,9 @@ out_free:
 	release_all(imp);
 	free(imp);
 	imp = NULL;
-out_restore:
-	if (prev >= 0)
-		cudaSetDevice(prev);
+	ctx_leave(&sv);
+out_release:
+	(void)drv.release(cudev);
 out:
 	if (err)
 		*err = rc;
@@ -771,14 +1042,16 @@ void kva_cuda_importer_destroy(kva_cuda_importer *imp)
 		return;
 	/* R2: pairs with A2 in stopping(). */
 	atomic_store_explicit(&imp->stop, true, memory_order_release);
-	int prev = -1;
-	(void)cudaGetDevice(&prev);
 	if (imp->has_thread) {
 		sem_post(&imp->wake);
 		pthread_join(imp->thread, NULL);
-		cudaSetDevice(imp->cfg.device);
-	} else {
-		cudaSetDevice(imp->cfg.device);
+	}
+	/* Goes on even if the context cannot be made current (the driver is
+	 * shutting down): every call then fails, drain_issued fails what is
+	 * left, and destroy still returns. */
+	struct ctx_saved sv;
+	(void)ctx_enter(imp, &sv);
+	if (!imp->has_thread) {
 		pthread_mutex_lock(&imp->progress_mtx);
 		drain_issued(imp);
 		(void)progress_once(imp, true);
@@ -792,8 +1065,8 @@ void kva_cuda_importer_destroy(kva_cuda_importer *imp)
 	/* jobs failed by a sticky error whose host function never ran */
 	kva__cq_release_zombies(&imp->cq);
 	release_all(imp);
-	if (prev >= 0)
-		cudaSetDevice(prev);
+	ctx_leave(&sv);
+	(void)drv.release(imp->cudev);
 	kva__idle_fini(&imp->idle);
 	pthread_mutex_destroy(&imp->progress_mtx);
 	sem_destroy(&imp->wake);
@@ -811,13 +1084,12 @@ int kva_cuda_importer_progress(kva_cuda_importer *imp)
 		return -EINVAL;
 	if (pthread_mutex_trylock(&imp->progress_mtx) != 0)
 		return 0; /* another thread is progressing it right now */
-	int prev = -1;
-	(void)cudaGetDevice(&prev);
-	if (prev != imp->cfg.device)
-		cudaSetDevice(imp->cfg.device);
-	int n = progress_once(imp, true);
-	if (prev >= 0 && prev != imp->cfg.device)
-		cudaSetDevice(prev);
+	struct ctx_saved sv;
+	int n = -EIO; /* no CUDA call in a context that is not the importer's */
+	if (ctx_enter(imp, &sv)) {
+		n = progress_once(imp, true);
+		ctx_leave(&sv);
+	}
 	pthread_mutex_unlock(&imp->progress_mtx);
 	return n;
 }

@@ -161,7 +161,11 @@ KVA_API bool kva_cuda_importer_supported(void);
  * reports every outstanding job failed at once and makes the importer dead:
  * later submits return -EIO (the engine counts the rank failed, retries,
  * then falls back), kva_cuda_importer_cuda_error() names the error, destroy
- * still returns. The progress thread's waits use CLOCK_MONOTONIC. */
+ * still returns. Sticky means one that driver_types.h documents as
+ * corrupting the context, or one that cudaGetLastError() cannot clear;
+ * any other error (cudaErrorDevicesUnavailable, cudaErrorUnknown, ...)
+ * fails only the job that met it. The progress thread's waits use
+ * CLOCK_MONOTONIC. */
 enum kva_cuda_completion {
 	/* cudaEventRecord, then cudaLaunchHostFunc after a job's copies; the
 	 * host function only pushes the job onto a lock-free inbox and posts a
@@ -180,18 +184,37 @@ enum kva_cuda_copy_method {
 	KVA_CUDA_COPY_BATCH = 2, /* one cudaMemcpyBatchAsync per job (CUDA >= 12.8) */
 };
 
+/* decode_stream: the importer only reads its priority (cudaStreamGetPriority)
+ * to create its import streams below it, and never enqueues on it. NULL does
+ * NOT mean the legacy default stream (cudaStream_t 0): it makes the importer
+ * create an unused decode stream of its own at the highest priority (for
+ * tests and benchmarks; kva_cuda_importer_decode_stream() returns it). A host
+ * that decodes on a default stream passes its explicit handle,
+ * cudaStreamLegacy or cudaStreamPerThread; a default stream has priority 0,
+ * the lowest on current GPUs, so create then also needs
+ * allow_equal_priority (and fails with -EINVAL where the runtime does not
+ * answer the priority query for that handle).
+ *
+ * resolve: each share must lie in pinned memory, one cudaHostAlloc
+ * allocation or one cudaHostRegister registration covering all of it. The
+ * importer checks the first and the last byte it copies
+ * (cudaPointerGetAttributes) and fails the job with -EFAULT when either is
+ * pageable, device or managed memory; a share split over several
+ * registrations is not detected, and its copies may then be staged through
+ * pageable memory or fail. */
 typedef struct kva_cuda_importer_config {
 	int device;		   /* CUDA device ordinal */
 	uint32_t streams;	   /* import streams K, >= 1; jobs are spread round-robin */
-	void *decode_stream;	   /* the host's decode cudaStream_t; NULL: the importer creates
-				      one at the highest priority (for tests) */
+	void *decode_stream;	   /* the host's decode cudaStream_t; NULL: the importer
+				      creates one (see above; not the legacy stream) */
 	bool allow_equal_priority; /* accept a decode stream already at the lowest
 				      priority (imports then run at the same one) */
 	uint32_t rank;		   /* the rank it serves */
 	size_t page_bytes;	   /* bytes per page, > 0 */
 	void *dest_base;	   /* device page pool: page p at dest_base + p * page_bytes */
 	uint32_t dest_pages;
-	kva_resolve_fn resolve; /* must return pinned or cudaHostRegister'ed memory */
+	kva_resolve_fn resolve; /* pinned memory, one allocation or registration per
+				   share (see above) */
 	void *resolve_ctx;
 	kva_report_fn report; /* NULL: kva_copy_done() */
 	void *report_ctx;
@@ -207,17 +230,30 @@ KVA_API void kva_cuda_importer_config_default(kva_cuda_importer_config *cfg);
 /* NULL and *err < 0 on failure: -ENOTSUP (built without CUDA), -ENODEV (no
  * device / driver too old / bad ordinal), -EINVAL (bad config, or a decode
  * stream that already has the lowest priority), -ENOMEM, -EIO (other CUDA
- * errors). Leaves the calling thread's current device as it found it. */
+ * errors).
+ *
+ * The importer's CUDA work runs in cfg->device's primary context, which it
+ * retains until destroy. create, destroy and kva_cuda_importer_progress
+ * leave the calling thread's current context as they found it: the same
+ * context (a driver-API one too), or none. They never call cudaSetDevice,
+ * so a thread that never chose a device gets no context, on device 0 or
+ * any other. */
 KVA_API kva_cuda_importer *kva_cuda_importer_create(const kva_cuda_importer_config *cfg, int *err);
 
 /* Waits for the copies already issued (on the import streams only), reports
- * them, reports jobs not yet issued as failed, frees streams and events. */
+ * them, reports jobs not yet issued as failed, frees streams and events.
+ * Every accepted job is reported exactly once before it returns, and it
+ * returns also after a sticky CUDA error. */
 KVA_API void kva_cuda_importer_destroy(kva_cuda_importer *imp);
 
 KVA_API kva_importer_ref kva_cuda_importer_ref(kva_cuda_importer *imp);
 
 /* Manual mode: issues queued jobs and reports finished ones; never blocks on
- * the device. Returns the number of jobs reported, or -EINVAL (not manual). */
+ * the device: it only queries events and streams (a job whose completion
+ * marker or event could not be enqueued is reported once a query shows its
+ * copies stopped). Returns the number of jobs reported, -EINVAL (not
+ * manual), or -EIO when the importer's context cannot be made current on
+ * this thread (the driver is shutting down); nothing was done then. */
 KVA_API int kva_cuda_importer_progress(kva_cuda_importer *imp);
 
 /* As kva_cpu_importer_wait_idle (in manual mode it progresses itself). */
@@ -236,7 +272,9 @@ KVA_API int kva_cuda_importer_cuda_error(const kva_cuda_importer *imp);
 
 /* Why the last kva_cuda_importer_create() on this thread failed (a static
  * or thread-local string, "" after a success); *cuda_error (may be NULL)
- * receives the raw cudaError_t, 0 when the failure was not a CUDA one. */
+ * receives the raw cudaError_t, 0 when the failure was not a CUDA one (the
+ * driver's CUresult when retaining the primary context failed; the message
+ * says so). */
 KVA_API const char *kva_cuda_importer_last_error(int *cuda_error);
 
 #ifdef __cplusplus
