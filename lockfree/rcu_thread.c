@@ -39,6 +39,16 @@ static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t exit_key;
 static int key_err;
 
+/* Threads kvadmit registered with urcu-memb that are registered now (for
+ * good or inside a transient section). Relaxed: read only by the forking
+ * thread in the prepare handler, where it is an estimate of the others'
+ * state anyway (see kva_rcu_atfork_prepare). */
+static _Atomic long registered_now;
+/* Set in a child forked while another thread kvadmit registered was alive
+ * (written before any other thread of the child exists). */
+static bool fork_unsafe;
+static long others_at_fork;
+
 /* Test hook (rcu_thread.h): fail the next registrations' exit hook. */
 static _Atomic int fail_hook_next;
 
@@ -53,8 +63,10 @@ static void unregister_at_exit(void *arg)
 	/* Only a registration kvadmit made, and only if it still stands: a
 	 * host that unregistered the thread itself must not see it unregistered
 	 * twice (liburcu asserts, or corrupts its registry). */
-	if (tls_reg == REG_OWNED && URCU_TLS(urcu_memb_reader).registered)
+	if (tls_reg == REG_OWNED && URCU_TLS(urcu_memb_reader).registered) {
 		urcu_memb_unregister_thread();
+		atomic_fetch_sub_explicit(&registered_now, 1, memory_order_relaxed);
+	}
 	/* A later key destructor may still call kvadmit: from now on it only
 	 * registers around each section (this hook will not run again). */
 	tls_reg = REG_TRANSIENT;
@@ -110,6 +122,7 @@ int kva_rcu_enter(void)
 		return rc;
 	}
 	urcu_memb_register_thread();
+	atomic_fetch_add_explicit(&registered_now, 1, memory_order_relaxed);
 	tls_reg = REG_OWNED;
 	return 0;
 }
@@ -126,21 +139,43 @@ bool kva__rcu_urcu_registered(void)
 
 void kva__rcu_transient_read_lock(void)
 {
-	if (kva__rcu_transient_depth++ == 0)
+	if (kva__rcu_transient_depth++ == 0) {
 		urcu_memb_register_thread();
+		atomic_fetch_add_explicit(&registered_now, 1, memory_order_relaxed);
+	}
 	urcu_memb_read_lock();
 }
 
 void kva__rcu_transient_read_unlock(void)
 {
 	urcu_memb_read_unlock();
-	if (--kva__rcu_transient_depth == 0)
+	if (--kva__rcu_transient_depth == 0) {
 		urcu_memb_unregister_thread();
+		atomic_fetch_sub_explicit(&registered_now, 1, memory_order_relaxed);
+	}
 }
 
+/*
+ * liburcu's registry of urcu-memb readers lives in each reader's TLS. Only
+ * the forking thread exists in a child: the nodes of every other registered
+ * thread stay linked there, and glibc hands their stacks (TLS included) to
+ * the child's new threads, which overwrites those nodes — the child's next
+ * grace period then never ends or crashes (liburcu: every registration but
+ * the forking thread's must be released before a fork without exec). So a
+ * child forked while another thread kvadmit registered was alive is marked
+ * unsafe: kva_engine_create and kva_step refuse (-ENOTSUP), and only
+ * kva_engine_destroy, which never waits for a grace period, is left.
+ */
 void kva_rcu_atfork_prepare(void)
 {
+	long mine = (tls_reg == REG_OWNED || kva__rcu_transient_depth) ? 1 : 0;
+	others_at_fork = atomic_load_explicit(&registered_now, memory_order_relaxed) - mine;
 	urcu_memb_call_rcu_before_fork();
+}
+
+bool kva_rcu_fork_unsafe(void)
+{
+	return fork_unsafe;
 }
 
 void kva_rcu_atfork_parent(void)
@@ -152,6 +187,13 @@ void kva_rcu_atfork_child(void)
 {
 	/* It starts a new default call_rcu thread in the child: signals
 	 * blocked, as start_reclaimer. */
+	if (others_at_fork > 0) {
+		fork_unsafe = true;
+		/* only the forking thread is left: the count is its own */
+		atomic_store_explicit(&registered_now,
+		                      (tls_reg == REG_OWNED || kva__rcu_transient_depth) ? 1 : 0,
+		                      memory_order_relaxed);
+	}
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);

@@ -56,6 +56,9 @@ bool kva_rcu_registered(void);
 void kva_rcu_atfork_prepare(void);
 void kva_rcu_atfork_parent(void);
 void kva_rcu_atfork_child(void);
+/* true in a child forked while another thread kvadmit had registered with
+ * urcu-memb was alive: no grace period may run there (rcu_thread.c). */
+bool kva_rcu_fork_unsafe(void);
 
 /* Transient threads (see kva_rcu_enter). */
 extern _Thread_local unsigned kva__rcu_transient_depth;

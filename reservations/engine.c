@@ -94,6 +94,8 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 {
 	int rc = cfg ? config_check(cfg) : -EINVAL;
 	kva_engine *e = NULL;
+	if (!rc && kva_rcu_fork_unsafe())
+		rc = -ENOTSUP; /* kvadmit.h, fork: no grace period can end here */
 	if (rc)
 		goto fail;
 	rc = -ENOMEM;
@@ -590,6 +592,8 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 {
 	if (!e || !plan || e->in_step || !plan_valid(plan))
 		return -EINVAL;
+	if (kva_rcu_fork_unsafe())
+		return -ENOTSUP; /* kvadmit.h, fork: retiring needs grace periods */
 	kva_rcu_enter(); /* call_rcu of retired slots needs a registered thread */
 	plan_clear(plan);
 	e->plan = plan;

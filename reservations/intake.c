@@ -34,7 +34,7 @@ static struct kva__req *find(kva_engine *e, kva_handle h)
 /* 0, -EINVAL, -ERANGE (past a prompt of `prompt` tokens). */
 static int host_local_valid(const kva_checkpoint *cp, uint32_t prompt)
 {
-	if (cp->location != KVA_LOC_LOCAL || !cp->compatible)
+	if (cp->location != KVA_LOC_LOCAL || !cp->compatible || cp->reserved_)
 		return -EINVAL;
 	return cp->position > prompt ? -ERANGE : 0;
 }
@@ -137,7 +137,7 @@ static int manifest_valid(const kva_manifest *m)
 		return -EINVAL;
 	for (uint32_t i = 0; i < m->count; i++) {
 		const kva_checkpoint *c = &m->entries[i];
-		if (c->position == 0 || c->location > KVA_LOC_LOCAL)
+		if (c->position == 0 || c->location > KVA_LOC_LOCAL || c->reserved_)
 			return -EINVAL;
 		if (i && c->position <= m->entries[i - 1].position)
 			return -EINVAL; /* unsorted or duplicate position */

@@ -230,7 +230,9 @@ typedef struct kva_config {
  * page_tokens, slots and max_running still have to be chosen. */
 KVA_API void kva_config_default(kva_config *cfg);
 
-/* Returns NULL and *err < 0 on failure. */
+/* Returns NULL and *err < 0 on failure: -EINVAL (a configuration it
+ * refuses), -ENOMEM, -EAGAIN (no pthread key for threads' exit hooks),
+ * -ENOTSUP (a forked child that may only destroy: see "fork" above). */
 KVA_API kva_engine *kva_engine_create(const kva_config *cfg, int *err);
 /* Shutdown, in this order: (1) stop the directory (no kva_lookup_answer
  * after destroy begins) and the host's frontends (no submit, cancel, grow
@@ -267,7 +269,12 @@ KVA_API void kva_engine_destroy_with(kva_engine *e, kva_unfinished_fn fn, void *
  * kvadmit call (kvadmit then leaves the registration to it), or not at all
  * (a thread kvadmit registered may use urcu-memb read-side sections as it
  * is, and may unregister itself at its end); it must never register after
- * kvadmit did (liburcu's registry would hold the thread twice).
+ * kvadmit did (liburcu's registry would hold the thread twice). A call from
+ * a thread-specific-data destructor is handled (the thread then registers
+ * only around each call), except a thread's first kvadmit call made in the
+ * last of the C library's destructor rounds (PTHREAD_DESTRUCTOR_ITERATIONS,
+ * 4 on glibc: a destructor that re-armed itself three times): no exit hook
+ * can run after it, so that thread would stay registered after it ended.
  *
  * Fork: a child forked without exec may use kvadmit only when the host calls
  * these around fork(), for example once at start-up:
@@ -279,10 +286,17 @@ KVA_API void kva_engine_destroy_with(kva_engine *e, kva_unfinished_fn fn, void *
  * every signal blocked. In the child: engines inherited from the parent may
  * be destroyed (kva_engine_destroy never waits for liburcu), or used on if
  * no other thread was inside a kvadmit call on them at the fork; new engines
- * may be created and used. Importers are not inherited (their threads stay
- * in the parent): never destroy them in the child, and destroy an inherited
- * engine that refers to one instead of stepping it. Without these calls only
- * exec or _exit is safe in the child. Call from the forking thread only. */
+ * may be created and used — but only if, at the fork, no thread other than
+ * the forking one was registered with urcu-memb (liburcu's rule for a fork
+ * without exec: the other readers' registry entries live in their TLS, which
+ * the child's new threads reuse). A child forked while another thread that
+ * kvadmit registered was alive may only destroy: kva_engine_create and
+ * kva_step return -ENOTSUP there. Threads the host registered itself are its
+ * own to unregister before the fork. Importers are not inherited (their
+ * threads stay in the parent): never destroy them in the child, and destroy
+ * an inherited engine that refers to one instead of stepping it. Without
+ * these calls only exec or _exit is safe in the child. Call from the
+ * forking thread only. */
 KVA_API void kva_atfork_prepare(void);
 KVA_API void kva_atfork_parent(void);
 KVA_API void kva_atfork_child(void);
@@ -294,7 +308,7 @@ typedef struct kva_checkpoint {
 	uint32_t position; /* prefix tokens covered, > 0 */
 	uint8_t location;  /* enum kva_location */
 	uint8_t compatible;
-	uint16_t reserved_;
+	uint16_t reserved_; /* 0: anything else is -EINVAL (room for a later meaning) */
 	uint64_t id;
 	uint64_t epoch;
 } kva_checkpoint;
@@ -495,7 +509,8 @@ typedef struct kva_plan_sizes {
 KVA_API int kva_plan_min_sizes(const kva_config *cfg, kva_plan_sizes *out);
 
 /* Scheduler thread only. Handle events, expire timers, admit. Returns the
- * number of admissions, or a negative errno (-EINVAL). Time going backwards
+ * number of admissions, or a negative errno (-EINVAL; -ENOTSUP in a forked
+ * child that may only destroy, see "fork" above). Time going backwards
  * is treated as no time passing.
  * Never blocks and is bounded: it handles the events enqueued before it
  * began (plus what its own callbacks answer re-entrantly); an event whose
@@ -620,7 +635,9 @@ typedef int (*kva_waiting_fn)(void *ctx, const kva_waiting_info *w);
  * `max` requests (0 = all), without stopping the scheduler (admin dumps,
  * "position in queue"). fn runs inside an RCU read-side section: it must not
  * block, wait for a grace period or destroy the engine; it may call
- * kva_query. The walk is a live view: a request admitted or cancelled
+ * kva_query (and other any-thread calls, but a kva_cancel or kva_submit
+ * from fn may run the host's wake inside that section: the one exception to
+ * "no callback runs inside an RCU read-side section"). The walk is a live view: a request admitted or cancelled
  * meanwhile may still be listed, one requeued to the front meanwhile may be
  * listed twice or missed; every listed one was waiting during the walk.
  * Returns the number of requests passed to fn, or -EINVAL. */

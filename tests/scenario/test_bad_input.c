@@ -187,6 +187,11 @@ static void submit_rejects_null_and_zero_prompt(void **st)
 	assert_int_equal(kva_submit(s->e, &r, &h), -EINVAL);
 	r.flags = 0x80000000u;
 	assert_int_equal(kva_submit(s->e, &r, &h), -EINVAL);
+	r.flags = 0;
+	r.local = sc_ckpt(16, 70, 1);
+	r.local.reserved_ = 0xBEEF; /* reserved, must be 0 */
+	assert_int_equal(kva_submit(s->e, &r, &h), -EINVAL);
+	r.local = (kva_checkpoint){0};
 	/* nothing was submitted and *out was not written */
 	assert_int_equal(h.id, 77);
 	assert_int_equal(h.gen, 77);
@@ -326,6 +331,9 @@ static void lookup_answer_rejects_malformed_manifests(void **st)
 	assert_int_equal(kva_lookup_answer(s->e, t, &m), -EINVAL);
 	/* position 0 */
 	m = good, m.entries[0].position = 0;
+	assert_int_equal(kva_lookup_answer(s->e, t, &m), -EINVAL);
+	/* a reserved field set */
+	m = good, m.entries[0].reserved_ = 1;
 	assert_int_equal(kva_lookup_answer(s->e, t, &m), -EINVAL);
 	/* bad location */
 	m = good, m.entries[0].location = KVA_LOC_LOCAL + 1;

@@ -520,6 +520,9 @@ static void rule22_bad_input_is_refused(void **st)
 	c = sc_ckpt(64, 70, 1);
 	c.compatible = 0;
 	assert_int_equal(kva_local_checkpoint(s->e, h, &c), -EINVAL);
+	c = sc_ckpt(64, 70, 1);
+	c.reserved_ = 2; /* reserved, must be 0 */
+	assert_int_equal(kva_local_checkpoint(s->e, h, &c), -EINVAL);
 	c = sc_ckpt(257, 70, 1);
 	assert_int_equal(kva_local_checkpoint(s->e, h, &c), -ERANGE);
 	kva_request r = {.id = 2, .prefix_key = 7, .prompt_tokens = 100, .local = sc_ckpt(101, 1, 1)};
