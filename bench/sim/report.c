@@ -89,7 +89,9 @@ static struct metrics derive(const struct sim_scenario *sc, struct sim_result *r
 	const kva_stats *st = &r->st;
 	double admitted = (double)st->prompt_tokens_admitted;
 	m.decode_tok_s = (double)r->decode_tokens / sc->duration_s;
-	m.local = admitted ? (double)st->tokens_local / admitted : 0;
+	/* the local hits legacy recomputes kept are the host's (the engine
+	 * counts those tokens recomputed: it decided a recompute) */
+	m.local = admitted ? (double)(st->tokens_local + r->kept_local_tokens) / admitted : 0;
 	m.external = admitted ? (double)st->tokens_restored / admitted : 0;
 	m.cache = m.local + m.external;
 	double tp = (double)r->turn_prompt_tokens;

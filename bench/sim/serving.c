@@ -123,10 +123,12 @@ static void on_submit(struct sim *s, struct sim_agent *a)
 		a->prompt = a->ctx + tool;
 	}
 	a->fresh = false;
-	uint32_t pt = s->sc->page_tokens;
-	/* README's later turn: the history was stored when the turn began */
-	a->stored_at_start = a->session_turn > 0 && a->n_ext && a->ctx / pt * pt > 0 &&
-			     a->ext_pos[0] >= a->ctx / pt * pt;
+	/* README's later turn: the history was stored when the turn began: the
+	 * newest stored checkpoint holds all the page-aligned KV the previous
+	 * turn left (hist_pos; its last sampled token has no KV, so a history
+	 * ending on a page boundary leaves one page less than ctx) */
+	a->stored_at_start = a->session_turn > 0 && a->n_ext && a->hist_pos > 0 &&
+			     a->ext_pos[0] >= a->hist_pos;
 	kva_request r = {
 	    .id = a->index + 1, .prefix_key = sim_key(a), .prompt_tokens = a->prompt, .user = a};
 	int rc = kva_submit(sim_node_of(s, a)->e, &r, &a->h);
@@ -723,6 +725,11 @@ static void node_step(struct sim_node *n)
 		s->res->hold_steps++;
 	else if (!prefill_budget)
 		s->res->budget_steps++;
+	/* the grows above took free credits: cached pages they reached are
+	 * gone before the engine admits anything from them */
+	sim_cache_fit(n);
+	if (s->fatal)
+		return;
 	sim_fleetdir_before_step(s, n);
 	int rc = kva_step(n->e, s->now_ns, &n->plan);
 	if (rc < 0) {
