@@ -4,13 +4,13 @@
 # in fleet mode and must print byte-identical JSON with every invariant ok;
 # then its results are compared with the modelled directory's for the same
 # seed. The cache share, turns and later turns restored must match within
-# 1% (of the count; 0.01 for a share) - they matched exactly when this test
+# 1% of the modelled value, a count or a share - they matched exactly when this test
 # was written. Timings may differ slightly: a lookup's latency is drawn per
 # agent in fleet mode, per token in the modelled one (fleetdir.c says why).
 # Usage: cmake -DSIM=/path/to/kvadmit-sim -P fleetdir.cmake
 include(${CMAKE_CURRENT_LIST_DIR}/sim_run.cmake)
 
-# |a - b| <= tol% of max(|b|, 1)
+# |a - b| <= tol% of |b| (at least one unit of the sixth decimal)
 function(close name a b tol)
   if(a STREQUAL b)
     return()
@@ -29,11 +29,12 @@ function(close name a b tol)
   if(d LESS 0)
     math(EXPR d "-${d}")
   endif()
-  set(ref ${b_u})
-  if(ref LESS 1000000)
-    set(ref 1000000)
+  # relative to the modelled value (a share too, not 1% of 1.0); at least
+  # one unit of the sixth decimal
+  math(EXPR lim "${b_u} * ${tol} / 100")
+  if(lim LESS 1)
+    set(lim 1)
   endif()
-  math(EXPR lim "${ref} * ${tol} / 100")
   if(d GREATER lim)
     message(FATAL_ERROR "${name}: fleet ${a}, modelled ${b}: more than ${tol}% apart")
   endif()
