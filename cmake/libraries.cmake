@@ -14,7 +14,15 @@
 # (kvadmit/export.h) are exported from the shared libraries, and
 # --exclude-libs keeps the archives they link (lockfree) out of their
 # dynamic symbol tables. The soname carries major.minor: a 0.x minor
-# release may change the ABI (CHANGELOG.md).
+# release may change the ABI (CHANGELOG.md); so does the symbol version
+# (KVADMIT_0.2, a version script generated from project(VERSION)), so that
+# two minors' libraries in one process each keep their own callers.
+#
+# The archives and the shared libraries are compiled separately (an OBJECT
+# library per shared one): in the archives KVA_API is empty, so the public
+# functions are hidden there too, and a host shared object (a plug-in, a
+# Python extension) that links an archive does not re-export kvadmit's API
+# nor have its calls bound to another libkvadmit.so in the process.
 #
 # Allocator (reservations/alloc.c, docs/embedding.md): with
 # KVADMIT_WITH_JEMALLOC the libraries look up jemalloc's mallocx/tcache API
@@ -47,10 +55,33 @@ set(_kva_public_includes
 # loaded). liburcu's call_rcu thread, our thread-exit key destructor and
 # queued flush callbacks outlive any engine; unmapping their code under them
 # crashed Python hosts at exit, where cffi dlcloses the library.
-set(_kva_shared_link_options LINKER:--exclude-libs,ALL LINKER:-z,nodelete)
+# --version-script: every export is versioned KVADMIT_<major>.<minor>
+# (tests/package/check_symbols.py checks it).
+set(KVADMIT_ABI_VERSION_NODE "KVADMIT_${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR}")
+set(_kva_version_script ${PROJECT_BINARY_DIR}/kvadmit.map)
+file(CONFIGURE OUTPUT ${_kva_version_script} CONTENT
+"${KVADMIT_ABI_VERSION_NODE} {\n  global: kva_*;\n  local: *;\n};\n")
+set(_kva_shared_link_options LINKER:--exclude-libs,ALL LINKER:-z,nodelete
+  LINKER:--version-script=${_kva_version_script})
 if(NOT KVADMIT_SANITIZE AND NOT KVADMIT_BUILD_FUZZ)
   list(APPEND _kva_shared_link_options LINKER:--no-undefined)
 endif()
+# The shared libraries' link settings. RUNPATH $ORIGIN on those that need
+# libkvadmit.so (CUDA, fleet): loaded by path (dlopen, ctypes) from any
+# prefix, they find the core installed beside them.
+function(kvadmit_shared_library_settings target)
+  target_link_options(${target} PRIVATE ${_kva_shared_link_options})
+  set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS ${_kva_version_script})
+  set_target_properties(${target} PROPERTIES
+    VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
+  if(NOT target STREQUAL "kvadmit_shared")
+    set_target_properties(${target} PROPERTIES INSTALL_RPATH "$ORIGIN")
+  endif()
+endfunction()
+# Compiled into the archives: KVA_API empty (export.h keeps a definition
+# it is given), so -fvisibility=hidden hides the public functions as well
+# (a static link still resolves them; no shared object re-exports them).
+set(KVADMIT_ARCHIVE_DEFINITIONS KVA_API=)
 
 # lockfree/ is reusable on its own: its own target, no LLM vocabulary.
 add_library(kvadmit_lockfree STATIC ${KVADMIT_LOCKFREE_SOURCES})
@@ -60,37 +91,43 @@ set_target_properties(kvadmit_lockfree PROPERTIES POSITION_INDEPENDENT_CODE ON
 target_include_directories(kvadmit_lockfree PUBLIC
   $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/lockfree>
   $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/kvadmit/lockfree>)
-target_link_libraries(kvadmit_lockfree PUBLIC PkgConfig::URCU Threads::Threads)
+target_link_libraries(kvadmit_lockfree PUBLIC PkgConfig::kvadmit_URCU Threads::Threads)
 
-# The engine and the CPU importer: static, and shared from the same objects.
+# The engine and the CPU importer: the archive, and the shared library from
+# its own objects (KVA_API exported).
+function(_kva_engine_settings target)
+  set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON C_VISIBILITY_PRESET hidden)
+  target_include_directories(${target} PUBLIC ${_kva_public_includes}
+    PRIVATE ${PROJECT_SOURCE_DIR}/reservations ${PROJECT_SOURCE_DIR}/cuda)
+  target_link_libraries(${target} PRIVATE kvadmit_lockfree ${CMAKE_DL_LIBS} PUBLIC Threads::Threads)
+  if(KVADMIT_WITH_JEMALLOC AND KVADMIT_LINK_JEMALLOC)
+    target_link_libraries(${target} PRIVATE PkgConfig::kvadmit_JEMALLOC)
+    target_compile_definitions(${target} PRIVATE KVA_WITH_JEMALLOC=1)
+  elseif(KVADMIT_WITH_JEMALLOC)
+    # Only jemalloc's header (its MALLOCX_* flag macros); the functions are
+    # found at run time.
+    target_include_directories(${target} PRIVATE ${kvadmit_JEMALLOC_INCLUDE_DIRS})
+    target_compile_definitions(${target} PRIVATE KVA_WITH_JEMALLOC=1 KVA_JEMALLOC_RUNTIME=1)
+  endif()
+  if(KVADMIT_FAULT_INJECTION)
+    target_compile_definitions(${target} PUBLIC KVA_FAULT_INJECTION=1)
+  endif()
+endfunction()
 add_library(kvadmit STATIC ${KVADMIT_ENGINE_SOURCES} ${KVADMIT_CPU_IMPORTER_SOURCES})
-set_target_properties(kvadmit PROPERTIES POSITION_INDEPENDENT_CODE ON C_VISIBILITY_PRESET hidden
-  EXPORT_NAME kvadmit_static)
-target_include_directories(kvadmit PUBLIC ${_kva_public_includes}
-  PRIVATE ${PROJECT_SOURCE_DIR}/reservations ${PROJECT_SOURCE_DIR}/cuda)
-target_link_libraries(kvadmit PRIVATE kvadmit_lockfree ${CMAKE_DL_LIBS} PUBLIC Threads::Threads)
-if(KVADMIT_WITH_JEMALLOC AND KVADMIT_LINK_JEMALLOC)
-  target_link_libraries(kvadmit PRIVATE PkgConfig::JEMALLOC)
-  target_compile_definitions(kvadmit PRIVATE KVA_WITH_JEMALLOC=1)
-elseif(KVADMIT_WITH_JEMALLOC)
-  # Only jemalloc's header (its MALLOCX_* flag macros); the functions are
-  # found at run time.
-  target_include_directories(kvadmit PRIVATE ${JEMALLOC_INCLUDE_DIRS})
-  target_compile_definitions(kvadmit PRIVATE KVA_WITH_JEMALLOC=1 KVA_JEMALLOC_RUNTIME=1)
-endif()
-if(KVADMIT_FAULT_INJECTION)
-  target_compile_definitions(kvadmit PUBLIC KVA_FAULT_INJECTION=1)
-endif()
+set_target_properties(kvadmit PROPERTIES EXPORT_NAME kvadmit_static)
+_kva_engine_settings(kvadmit)
+target_compile_definitions(kvadmit PRIVATE ${KVADMIT_ARCHIVE_DEFINITIONS})
 
-add_library(kvadmit_shared SHARED $<TARGET_OBJECTS:kvadmit>)
+add_library(kvadmit_objects OBJECT ${KVADMIT_ENGINE_SOURCES} ${KVADMIT_CPU_IMPORTER_SOURCES})
+_kva_engine_settings(kvadmit_objects)
+add_library(kvadmit_shared SHARED $<TARGET_OBJECTS:kvadmit_objects>)
 add_library(kvadmit::kvadmit ALIAS kvadmit_shared)
-set_target_properties(kvadmit_shared PROPERTIES OUTPUT_NAME kvadmit EXPORT_NAME kvadmit
-  VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
+set_target_properties(kvadmit_shared PROPERTIES OUTPUT_NAME kvadmit EXPORT_NAME kvadmit)
 target_include_directories(kvadmit_shared PUBLIC ${_kva_public_includes})
 target_link_libraries(kvadmit_shared PRIVATE kvadmit_lockfree ${CMAKE_DL_LIBS} PUBLIC Threads::Threads)
-target_link_options(kvadmit_shared PRIVATE ${_kva_shared_link_options})
+kvadmit_shared_library_settings(kvadmit_shared)
 if(KVADMIT_WITH_JEMALLOC AND KVADMIT_LINK_JEMALLOC)
-  target_link_libraries(kvadmit_shared PRIVATE PkgConfig::JEMALLOC)
+  target_link_libraries(kvadmit_shared PRIVATE PkgConfig::kvadmit_JEMALLOC)
 endif()
 
 # The CUDA importer, its own library so that the core never needs libcudart.
@@ -111,18 +148,24 @@ add_library(kvadmit::cuda_static ALIAS kvadmit_cuda_static)
 set_target_properties(kvadmit_cuda_static PROPERTIES OUTPUT_NAME kvadmit-cuda
   POSITION_INDEPENDENT_CODE ON C_VISIBILITY_PRESET hidden EXPORT_NAME cuda_static)
 target_include_directories(kvadmit_cuda_static PRIVATE ${PROJECT_SOURCE_DIR}/cuda)
+target_compile_definitions(kvadmit_cuda_static PRIVATE ${KVADMIT_ARCHIVE_DEFINITIONS})
 # The importer's shared helpers (cpu_import_common.c) come from libkvadmit.a.
 target_link_libraries(kvadmit_cuda_static PUBLIC kvadmit PRIVATE kvadmit_lockfree)
 
-add_library(kvadmit_cuda SHARED $<TARGET_OBJECTS:kvadmit_cuda_static>)
+add_library(kvadmit_cuda_objects OBJECT ${_kva_cuda_sources})
+set_target_properties(kvadmit_cuda_objects PROPERTIES POSITION_INDEPENDENT_CODE ON
+  C_VISIBILITY_PRESET hidden)
+target_include_directories(kvadmit_cuda_objects PRIVATE ${PROJECT_SOURCE_DIR}/cuda)
+target_link_libraries(kvadmit_cuda_objects PRIVATE kvadmit_shared kvadmit_lockfree)
+add_library(kvadmit_cuda SHARED $<TARGET_OBJECTS:kvadmit_cuda_objects>)
 add_library(kvadmit::cuda ALIAS kvadmit_cuda)
-set_target_properties(kvadmit_cuda PROPERTIES OUTPUT_NAME kvadmit-cuda EXPORT_NAME cuda
-  VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
+set_target_properties(kvadmit_cuda PROPERTIES OUTPUT_NAME kvadmit-cuda EXPORT_NAME cuda)
 target_link_libraries(kvadmit_cuda PUBLIC kvadmit_shared)
+kvadmit_shared_library_settings(kvadmit_cuda)
 # Always NEEDED (also the stub, which calls nothing in it): loading the CUDA
 # library brings the core into the same scope, which resolves the core's weak
 # KVA_FEATURE_CUDA_IMPORTER reference (dlopen, Python ctypes).
-target_link_options(kvadmit_cuda PRIVATE ${_kva_shared_link_options} LINKER:--no-as-needed)
+target_link_options(kvadmit_cuda PRIVATE LINKER:--no-as-needed)
 if(KVADMIT_WITH_CUDA)
   # libkvadmit.so hides the importers' shared helpers, so the shared CUDA
   # library has its own copy, from an archive so that --exclude-libs keeps
@@ -134,6 +177,8 @@ if(KVADMIT_WITH_CUDA)
   target_link_libraries(kvadmit_import_common PRIVATE kvadmit_shared kvadmit_lockfree)
   target_link_libraries(kvadmit_cuda PRIVATE kvadmit_import_common kvadmit_lockfree CUDA::cudart)
   target_link_libraries(kvadmit_cuda_static PRIVATE CUDA::cudart)
+  target_link_libraries(kvadmit_cuda_objects PRIVATE CUDA::cudart)
+  target_compile_definitions(kvadmit_cuda_objects PRIVATE KVADMIT_HAVE_CUDA=1)
   foreach(_t kvadmit_cuda kvadmit_cuda_static)
     target_compile_definitions(${_t} PUBLIC $<BUILD_INTERFACE:KVADMIT_HAVE_CUDA=1>)
   endforeach()

@@ -49,19 +49,12 @@ if(KVADMIT_WITH_CUDA)
   get_filename_component(_kva_cudart_dir "${CUDA_cudart_LIBRARY}" DIRECTORY)
   set(KVADMIT_PC_CUDA_LIBS_PRIVATE "-L${_kva_cudart_dir} -lcudart")
 endif()
-# Relocatable: the prefix is found from the .pc file's own place (pkg-config's
-# pcfiledir), so an installation moved or made with --prefix still works.
-if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}" OR IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}")
-  set(KVADMIT_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
-else()
-  file(RELATIVE_PATH _kva_up "/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/")
-  string(REGEX REPLACE "/$" "" _kva_up "${_kva_up}")
-  set(KVADMIT_PC_PREFIX "\${pcfiledir}/${_kva_up}")
-endif()
-foreach(_pc kvadmit kvadmit-cuda)
-  configure_file(${PROJECT_SOURCE_DIR}/cmake/${_pc}.pc.in ${PROJECT_BINARY_DIR}/package/${_pc}.pc @ONLY)
-  install(FILES ${PROJECT_BINARY_DIR}/package/${_pc}.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
-endforeach()
+# Relocatable where the directories are relative (cmake/pkgconfig.cmake).
+include(${PROJECT_SOURCE_DIR}/cmake/pkgconfig.cmake)
+kvadmit_configure_pc(${PROJECT_BINARY_DIR}/package ${CMAKE_INSTALL_PREFIX}
+  ${CMAKE_INSTALL_LIBDIR} ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${PROJECT_BINARY_DIR}/package/kvadmit.pc ${PROJECT_BINARY_DIR}/package/kvadmit-cuda.pc
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
 install(FILES ${PROJECT_SOURCE_DIR}/LICENSE ${PROJECT_SOURCE_DIR}/CHANGELOG.md
   ${PROJECT_SOURCE_DIR}/docs/embedding.md DESTINATION ${CMAKE_INSTALL_DOCDIR})

@@ -12,6 +12,12 @@
  *   dlopen_test cuda LIBKVADMIT_CUDA_SO   the CUDA library (bringing the core
  *                                         as its dependency): the feature
  *                                         equals kva_cuda_importer_supported()
+ *   dlopen_test fleet LIBKVADMIT_FLEET_SO the fleet library (bringing the core
+ *                                         as its dependency, as core)
+ *
+ * tests/consumer/run.sh also loads the installed CUDA and fleet libraries
+ * by path from a prefix off the loader's paths: their RUNPATH ($ORIGIN)
+ * finds the core beside them.
  *
  * This program links neither library.
  */
@@ -33,8 +39,9 @@ static void *load(void *h, const char *name)
 
 int main(int argc, char **argv)
 {
-	if (argc != 3 || (strcmp(argv[1], "core") && strcmp(argv[1], "cuda"))) {
-		fprintf(stderr, "usage: %s core|cuda LIBRARY\n", argv[0]);
+	if (argc != 3 || (strcmp(argv[1], "core") && strcmp(argv[1], "cuda") &&
+			  strcmp(argv[1], "fleet"))) {
+		fprintf(stderr, "usage: %s core|cuda|fleet LIBRARY\n", argv[0]);
 		return 2;
 	}
 	void *h = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
@@ -75,8 +82,14 @@ int main(int argc, char **argv)
 		return 1;
 
 	bool cuda_feature = has_feature(KVA_FEATURE_CUDA_IMPORTER);
-	if (!strcmp(argv[1], "core")) {
-		printf("core alone: KVA_FEATURE_CUDA_IMPORTER = %d\n", cuda_feature);
+	if (!strcmp(argv[1], "fleet")) {
+		void (*fleet_config_default)(void *);
+		GET(fleet_config_default, kva_fleet_config_default);
+		(void)fleet_config_default;
+		printf("fleet library: kva_fleet_config_default found\n");
+	}
+	if (strcmp(argv[1], "cuda")) {
+		printf("%s: KVA_FEATURE_CUDA_IMPORTER = %d\n", argv[1], cuda_feature);
 		if (cuda_feature)
 			return 1;
 	} else {
