@@ -63,9 +63,11 @@ static void unregister_at_exit(void *arg)
 	/* Only a registration kvadmit made, and only if it still stands: a
 	 * host that unregistered the thread itself must not see it unregistered
 	 * twice (liburcu asserts, or corrupts its registry). */
-	if (tls_reg == REG_OWNED && URCU_TLS(urcu_memb_reader).registered) {
-		urcu_memb_unregister_thread();
+	if (tls_reg == REG_OWNED) {
+		/* counted until now, also if the thread unregistered itself */
 		atomic_fetch_sub_explicit(&registered_now, 1, memory_order_relaxed);
+		if (URCU_TLS(urcu_memb_reader).registered)
+			urcu_memb_unregister_thread();
 	}
 	/* A later key destructor may still call kvadmit: from now on it only
 	 * registers around each section (this hook will not run again). */

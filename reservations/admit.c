@@ -279,7 +279,9 @@ void kva__admit_enqueue(kva_engine *e, struct kva__req *r)
 
 void kva__admit_requeue_front(kva_engine *e, struct kva__req *r, bool preempted)
 {
-	kva__lookup_requeue(e, r, preempted);
+	/* the host's local checkpoint stays, also after a reset: one stated
+	 * before it is ignored by its mark (lookup.c), one stated after holds */
+	kva__lookup_requeue(e, r, true);
 	r->flags &= (uint16_t) ~(KVA__F_DECIDED | KVA__F_RESTORE | KVA__F_REFRESH | KVA__F_BLOCKED);
 	r->reason = KVA_REASON_NONE;
 	atomic_store_explicit(&r->pub_reason, 0, memory_order_relaxed);

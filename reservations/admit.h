@@ -14,8 +14,9 @@
 /* A newly ingested request joins the back of the queue and is looked up. */
 void kva__admit_enqueue(kva_engine *e, struct kva__req *r);
 /* r, no longer running or importing, goes back to the front as a new wait:
- * no manifest, no reason, a fresh decisive lookup — but a preempted request
- * keeps the host's local checkpoint and resumes from it (rule 22). */
+ * no manifest, no reason, a fresh decisive lookup — but the host's local
+ * checkpoint stays (if stated since the last reset), and a preempted
+ * request resumes from it (rule 22). */
 void kva__admit_requeue_front(kva_engine *e, struct kva__req *r, bool preempted);
 /* r leaves the waiting queue (admitted or cancelled): queue link, head
  * timers, lookup deadline and index entry go. */

@@ -230,17 +230,24 @@ static bool too_large(const kva_engine *e, const struct kva__req *r)
 
 /* ---- the host's own local checkpoint (rule 22) ------------------------------------ */
 
-/* Index of r's KVA__CK_HOST entry, -1 if none or stated before the last
- * reset (there is at most one: put_host replaces it). */
-static int host_idx(kva_engine *e, const struct kva__req *r)
+/* Index of r's KVA__CK_HOST entry, whatever its mark; -1 if none (there
+ * is at most one: put_host replaces it). */
+static int host_entry(const struct kva__req *r)
 {
 	if (!(r->flags & KVA__F_HOSTLOCAL))
 		return -1;
 	const kva_checkpoint *c = kva__ents(r);
 	for (int i = r->nents - 1; i >= 0; i--)
 		if (c[i].reserved_ & KVA__CK_HOST)
-			return host_stale(e, &c[i]) ? -1 : i;
+			return i;
 	return -1;
+}
+
+/* The same, -1 also when it was stated before the last reset. */
+static int host_idx(kva_engine *e, const struct kva__req *r)
+{
+	int h = host_entry(r);
+	return h >= 0 && host_stale(e, &kva__ents(r)[h]) ? -1 : h;
 }
 
 uint32_t kva__host_position(kva_engine *e, const struct kva__req *r)
@@ -402,8 +409,10 @@ void kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoin
 	int cur = -1;
 	if (restore) {
 		cur = find_id(r, sel_id);
-		if (cur < 0)
-			cur = host_idx(e, r);
+		if (cur < 0) /* the entry just written: a reset called since it
+		              * was checked leaves it stale, for the head recheck,
+		              * but selected (never -1 with KVA__F_RESTORE set) */
+			cur = host_entry(r);
 		r->sel = (int8_t)cur;
 	}
 	bool waiting = st == KVA_STATE_WAITING && (r->flags & KVA__F_INGESTED);

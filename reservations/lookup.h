@@ -21,8 +21,8 @@ void kva__lookup_issue(kva_engine *e, struct kva__req *r, bool decisive);
  * (a preempted request). */
 void kva__lookup_begin(kva_engine *e, struct kva__req *r, bool resume);
 /* r's manifest and selection go, but the host's local checkpoint when
- * `keep` (a preemption, an eviction of another checkpoint; not a reset),
- * which stays as its only entry, unselected. */
+ * `keep` (a requeue, an eviction of another checkpoint), which stays as its
+ * only entry, unselected; one stated before the last reset never stays. */
 void kva__lookup_requeue(kva_engine *e, struct kva__req *r, bool keep);
 /* The host stated a local checkpoint of r (rule 22). Needs no memory: a
  * manifest that must grow takes *spare (set to NULL then). */

@@ -505,6 +505,30 @@ static void rule22_statement_queued_before_a_reset_is_forgotten(void **st)
 	sc_free(s);
 }
 
+/* What the host states after the reset holds, also for an import that was
+ * copying at the reset: when its copy drains it goes back to the front with
+ * that checkpoint and is admitted from it. */
+static void rule22_stated_after_a_reset_survives_the_drain_requeue(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	sc_dir_set(s, 7, sc_ckpt(320, 900, 0));
+	kva_handle h = sc_submit(s, 1, 7, 480);
+	sc_step(s, 0);
+	assert_int_equal(s->plan.n_copies, 1);
+	kva_copy_job job = s->copies[0];
+	assert_int_equal(kva_reset_prefix_cache(s->e), 0);
+	sc_step(s, 0); /* handled: the copy drains first */
+	kva_checkpoint loc = sc_ckpt(400, 902, 1); /* stated after the reset */
+	assert_int_equal(kva_local_checkpoint(s->e, h, &loc), 0);
+	sc_step(s, 0);
+	assert_int_equal(kva_copy_done(s->e, job.token, job.rank, 0), 0);
+	sc_step(s, 0); /* drained: to the front, looks up again, keeps the local one */
+	expect_admitted(s, h, KVA_ADMIT_LOCAL, 400, 0);
+	assert_int_equal(s->plan.n_copies, 0);
+	sc_free(s);
+}
+
 static void rule22_bad_input_is_refused(void **st)
 {
 	(void)st;
@@ -560,6 +584,7 @@ int main(void)
 		cmocka_unit_test(rule22_prefix_cache_reset_forgets_them_for_waiting_and_running),
 		cmocka_unit_test(rule22_forgotten_checkpoint_is_never_the_shorter_fallback),
 		cmocka_unit_test(rule22_statement_queued_before_a_reset_is_forgotten),
+		cmocka_unit_test(rule22_stated_after_a_reset_survives_the_drain_requeue),
 		cmocka_unit_test(rule22_bad_input_is_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

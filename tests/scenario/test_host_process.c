@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <urcu/urcu-memb.h>
 
 #include "kvadmit/importer.h"
 
@@ -254,11 +255,23 @@ static void *idle_reader_main(void *arg)
 	return NULL;
 }
 
+/* Calls kvadmit once (registering), then unregisters itself before it
+ * ends, which kvadmit.h allows. */
+static void *self_unregistering_main(void *arg)
+{
+	struct idle_reader *r = arg;
+	kva_request_info info;
+	(void)kva_query(r->e, r->h, &info);
+	urcu_memb_unregister_thread();
+	return NULL;
+}
+
 /* A fork while another thread kvadmit registered is alive: the child keeps
  * that thread's registry entry, which its own new threads' TLS overwrites,
  * so no grace period may run there. It may destroy (no grace period) but
  * not create or step (-ENOTSUP), instead of hanging or crashing in
- * liburcu. Once that thread has exited, a child may use kvadmit again. */
+ * liburcu. Once that thread has exited, a child may use kvadmit again, also
+ * after a thread that unregistered itself before its end. */
 static void fork_with_another_registered_thread_leaves_destroy_only(void **st)
 {
 	(void)st;
@@ -302,6 +315,8 @@ static void fork_with_another_registered_thread_leaves_destroy_only(void **st)
 	pthread_cond_broadcast(&r.cv);
 	pthread_mutex_unlock(&r.mu);
 	assert_int_equal(pthread_join(t, NULL), 0); /* its exit hook unregistered it */
+	assert_int_equal(pthread_create(&t, NULL, self_unregistering_main, &r), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
