@@ -101,6 +101,9 @@ struct pub {
 	uint8_t self;
 	bool started, replaying, down, dropped, joining;
 	bool live_seen;
+	/* a batch marked back (a new process) could not be held: the restart
+	 * is applied once the held batches are handed back (pend_flush) */
+	bool restart_pending;
 	int64_t expected;
 	int64_t live_last; /* the last number seen on PUB (restarts are told by it) */
 	uint64_t replay_deadline, down_since;
@@ -733,6 +736,8 @@ static void hold(kva_fleet *f, struct pub *P, struct pending *b, bool owned)
 	if (P->pend_overflow || P->npend >= f->cfg.max_pending ||
 	    P->pend_bytes + b->len > PENDING_BYTES_MAX) {
 		P->pend_overflow = true; /* asked for again after this replay */
+		if (b->back) /* its mark would be lost with it */
+			P->restart_pending = true;
 		return;
 	}
 	struct pending h = *b;
@@ -742,6 +747,8 @@ static void hold(kva_fleet *f, struct pub *P, struct pending *b, bool owned)
 		h.data = malloc(b->len ? b->len : 1);
 		if (!h.data) {
 			P->pend_overflow = true;
+			if (b->back)
+				P->restart_pending = true;
 			return;
 		}
 		if (b->len)
@@ -866,11 +873,22 @@ static void pend_flush(kva_fleet *f, struct pub *P)
 		free(pd[i].data); /* NULL when held again */
 		pd[i].data = NULL;
 	}
-	if (overflow) { /* live batches after the held ones were dropped: fetch them */
-		if (P->replaying)
+	if (P->replaying) {
+		if (overflow)
 			P->pend_overflow = true; /* after the replay just begun */
-		else if (P->dealer)
-			replay_request(f, P, P->expected);
+	} else if (P->restart_pending) {
+		/* a new process began among the batches that were dropped: its
+		 * numbers start again at 0, so what the old one's `expected` would
+		 * ask for is not there; start afresh and fetch the new history */
+		P->restart_pending = false;
+		st_add(f, ST(restarts), 1);
+		drop_publisher(f, P, "restarted (sequence went back while batches were held)");
+		P->expected = 0;
+		if (P->dealer)
+			replay_request(f, P, 0);
+	} else if (overflow && P->dealer) {
+		/* live batches after the held ones were dropped: fetch them */
+		replay_request(f, P, P->expected);
 	}
 }
 

@@ -665,6 +665,47 @@ static void first_held_batch_starts_a_replay(void **st)
 	fx_free(x);
 }
 
+/* The restart's first live batch arrives while the held list is already
+ * full: it cannot be held, and its "went back" mark must not be lost with
+ * it. Once the replay ends, the held batches (the old process's) are
+ * handed back and the restart applied: the old entries dropped, a replay
+ * from 0 fetches the new process's batches, which are then all applied. */
+static void restart_past_a_full_held_list_is_not_lost(void **st)
+{
+	(void)st;
+	fx_replay_timeout_ns = NO_RETRY_NS;
+	fx_max_pending = 2;
+	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
+	fx_replay_timeout_ns = 0;
+	fx_max_pending = 0;
+	fx_sync(x, 0);
+	register_chain(x);
+	for (int i = 0; i < 8; i++) /* numbers the new process will not reach */
+		tp_empty(x->tp[0]);
+	tp_store(x->tp[0], CHAIN, 4, BS, NULL, -1, 0);
+	fx_quiet(x, 0);
+	kva_fleet_stats s0 = stats(x);
+
+	tp_replay_mode(x->tp[0], TP_REPLAY_HOLD);
+	tp_lost(x->tp[0]);
+	for (int i = 0; i < 3; i++) /* the gap seen, 2 held, the 3rd past max_pending */
+		tp_empty(x->tp[0]);
+	WAIT_UNTIL(x, stats(x).messages == s0.messages + 3);
+	tp_restart(x->tp[0]);                              /* a new process */
+	tp_store(x->tp[0], &CHAIN[4], 1, BS, NULL, -1, 0); /* its 0: marked back, not held */
+	tp_store(x->tp[0], &CHAIN[5], 1, BS, NULL, -1, 0); /* 1 */
+	WAIT_UNTIL(x, stats(x).messages == s0.messages + 5);
+	tp_replay_mode(x->tp[0], TP_REPLAY_NORMAL); /* answers the pending replay */
+	tp_store(x->tp[0], &CHAIN[6], 2, BS, NULL, -1, 0); /* 2 */
+	fx_caught_up(x, 0); /* the fleet follows the new process's numbers */
+	fx_quiet(x, 0);
+	kva_fleet_stats s = stats(x);
+	assert_int_equal(S_DELTA(s, s0, restarts), 1);
+	assert_int_equal(S_DELTA(s, s0, entries_dropped), 4);
+	assert_int_equal(s.blocks, 4); /* the new process's 4 blocks, CHAIN[4..7] */
+	fx_free(x);
+}
+
 /* A replay that cannot return the missing batch (the publisher's buffer no
  * longer holds it): the loss is accepted once its end marker came, and the
  * held batch applied; it is not asked for again and again. A late joiner
@@ -1148,6 +1189,7 @@ int main(void)
 		cmocka_unit_test(malformed_and_oversized_are_counted_and_dropped),
 		cmocka_unit_test(replay_begun_while_held_batches_are_applied),
 		cmocka_unit_test(first_held_batch_starts_a_replay),
+		cmocka_unit_test(restart_past_a_full_held_list_is_not_lost),
 		cmocka_unit_test(replay_without_the_missing_batch_accepts_the_loss),
 		cmocka_unit_test(abandoned_replay_is_not_a_restart),
 		cmocka_unit_test(retried_replay_is_not_a_restart),
