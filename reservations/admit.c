@@ -216,7 +216,10 @@ static void head_block(kva_engine *e, struct kva__req *r, bool restore)
 		r->blocked_since = e->now;
 	}
 	if (!restore) {
-		head_forget(e, r);
+		/* the head is not a restore: no restore's wait is timed or shown
+		 * (one that blocked here before and was passed by a requeue to the
+		 * front resumes from its blocked_since when it is the head again) */
+		head_forget(e, e->head_req);
 		return;
 	}
 	kva__st_sched(e, ST_BLOCKED_STEPS, 1);
@@ -323,6 +326,8 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 	}
 	if (!(r->flags & KVA__F_DECIDED)) {
 		p->head_blocked = true; /* FCFS: an undecided head holds the line */
+		if (e->head_req != r) /* a restore's timers stay with the head */
+			head_forget(e, e->head_req);
 		return 0;
 	}
 	uint32_t prompt_pages = kva__pages_for(e, r->prompt_tokens);

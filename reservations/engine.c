@@ -109,10 +109,13 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	e->now = cfg->start_ns;
 	if (kva_pagepool_init(&e->pool, cfg->total_pages) != 0)
 		goto fail_free;
-	/* Records from zeroed chunks: a fresh slot has no grant and no manifest. */
-	if (kva_slab_init(&e->slab, sizeof(struct kva__req), offsetof(struct kva__req, rcu),
-	                  kva__calloc_big, kva__free_big) != 0)
+	/* Records from zeroed chunks: a fresh slot has no grant and no manifest.
+	 * -EAGAIN from it: no pthread key for threads' exit hooks. */
+	rc = kva_slab_init(&e->slab, sizeof(struct kva__req), offsetof(struct kva__req, rcu),
+	                   kva__calloc_big, kva__free_big);
+	if (rc)
 		goto fail_pool;
+	rc = -ENOMEM;
 	/* Allocated now, so ingest and indexing find room even when memory is
 	 * short later (a map that cannot grow still fills up). */
 	if (kva_idmap_init(&e->live_ids, kva__alloc_big, kva__free_big, 64) != 0)

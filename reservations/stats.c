@@ -335,7 +335,8 @@ size_t kva_stats_format_as(const kva_stats *s, int format, char *buf, size_t len
 				     {NULL, 0}});
 
 	family(&o, om, "kvadmit_fallbacks", COUNTER,
-	       "Requests that took the ordinary path, by reason.");
+	       "Fallback decisions to the ordinary path, by reason (a request may count again "
+	       "after a preemption, or be upgraded or cancelled later).");
 	for (int r = 1; r < KVA_REASON_COUNT; r++) {
 		char labels[64];
 		snprintf(labels, sizeof(labels), "{reason=\"%s\"}", kva_reason_name(r));

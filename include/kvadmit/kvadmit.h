@@ -206,7 +206,8 @@ typedef struct kva_config {
 	uint64_t lookup_timeout_ns;     /* per unanswered lookup; 0 = never */
 	uint64_t max_restore_wait_ns;   /* bounded wait; 0 = unbounded */
 	uint64_t wait_log_interval_ns;  /* at most one wait log per interval; 0 = never */
-	uint64_t lookup_refresh_ns;     /* refresh a long-waiting lookup; 0 = never */
+	uint64_t lookup_refresh_ns;     /* the blocked head restore refreshes its
+	                                 * lookup this often; 0 = never */
 	int policy;                     /* enum kva_policy: WAIT or LEGACY */
 	kva_lookup_fn lookup;           /* NULL: every request is a miss */
 	void *lookup_ctx;
@@ -225,13 +226,16 @@ typedef struct kva_config {
 	int log_level;
 } kva_config;
 
-/* Fills *cfg with defaults: timeouts (wait 60 s, log 30 s,
- * lookup 5 s, refresh 20 s), 1 rank, 2 retries, wait policy. The pool size,
- * page_tokens, slots and max_running still have to be chosen. */
+/* Fills *cfg with defaults: timeouts (wait 60 s, log 30 s, lookup 5 s,
+ * refresh 20 s), 1 rank, 2 retries, wait policy, INFO logging, 16-token
+ * pages, 2048-token prefill chunks, 32 copy slots, 256 running. Only the
+ * pool size (total_pages) has no default; set the rest to the host's. */
 KVA_API void kva_config_default(kva_config *cfg);
 
 /* Returns NULL and *err < 0 on failure: -EINVAL (a configuration it
- * refuses), -ENOMEM, -EAGAIN (no pthread key for threads' exit hooks),
+ * refuses), -ENOMEM, -EAGAIN (no pthread key was left for threads' exit
+ * hooks when the process's first engine was created: no engine can be
+ * created in this process),
  * -ENOTSUP (a forked child that may only destroy: see "fork" above). */
 KVA_API kva_engine *kva_engine_create(const kva_config *cfg, int *err);
 /* Shutdown, in this order: (1) stop the directory (no kva_lookup_answer
@@ -435,7 +439,10 @@ typedef struct kva_admission {
 	uint32_t restored_tokens; /* prefix imported from an external checkpoint */
 	uint32_t recompute_tokens;
 	uint32_t pages_off;  /* first of this admission's pages in plan->pages */
-	uint32_t npages;     /* pages handed over now (imported + first chunk) */
+	uint32_t npages;     /* pages handed over now: RESTORE / LOCAL the imported
+	                      * or local prefix's (the rest of the prompt and the
+	                      * decode headroom are reserved_pages, taken with
+	                      * kva_grow); RECOMPUTE its first chunk's */
 	uint32_t reserved_pages; /* credits still owned for kva_grow (continuation) */
 } kva_admission;
 
@@ -483,7 +490,9 @@ typedef struct kva_plan {
 	uint32_t events;          /* inbox events drained */
 	uint32_t timers_fired;
 	uint32_t records_touched; /* request records read or written (rule 20) */
-	bool head_blocked;        /* the FCFS head could not be admitted */
+	bool head_blocked;        /* the FCFS head waits: for capacity, its lookup or
+	                           * memory (not set when the plan's room, too_small,
+	                           * or token_budget stopped admission) */
 	/* Work is already waiting for the next step: an event whose producer
 	 * was still linking it, one that needed memory, a deferred cancel, a
 	 * report that did not fit `ended`. A host that sleeps until `wake`
@@ -522,8 +531,9 @@ KVA_API int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan);
 /* ---- running requests -------------------------------------------------- */
 /* Adds `pages` pages to a RUNNING request: first from its own reservation,
  * then from free credits (may go below the decode watermark). Writes the
- * page ids to ids_out (may be NULL). 0, -ENOSPC (nothing changed), -ENOENT,
- * -EBUSY (not running, or the step is cancelling it), -ERANGE, -ENOMEM.
+ * page ids to ids_out (may be NULL). 0, -EINVAL (NULL engine, 0 pages),
+ * -ENOSPC (nothing changed), -ENOENT, -EBUSY (not running, or the step is
+ * cancelling it), -ERANGE, -ENOMEM.
  * kva_grow, kva_preempt and kva_finish race a kva_cancel through the state
  * CAS: before the step handles the cancel they win (a finish then ends the
  * request FINISHED); while the step cancels it they get -EBUSY, after it
@@ -531,10 +541,11 @@ KVA_API int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan);
 KVA_API int kva_grow(kva_engine *e, kva_handle h, uint32_t pages, uint32_t *ids_out);
 /* RUNNING -> front of the waiting queue with a fresh lookup (or resuming from
  * the host's local checkpoint, rule 22); its pages and credits return at
- * once. 0, -ENOENT, -EBUSY. */
+ * once. 0, -EINVAL (NULL engine), -ENOENT, -EBUSY. */
 KVA_API int kva_preempt(kva_engine *e, kva_handle h);
-/* RUNNING -> FINISHED; pages and credits return at once. 0, -ENOENT,
- * -EALREADY (already finished), -EBUSY (not running, or cancelling). */
+/* RUNNING -> FINISHED; pages and credits return at once. 0, -EINVAL (NULL
+ * engine), -ENOENT, -EALREADY (already finished), -EBUSY (not running, or
+ * cancelling). */
 KVA_API int kva_finish(kva_engine *e, kva_handle h);
 /* Forced prefix-cache reset (rule 17): READY-but-unadmitted imports give
  * their pages back and return to the front of the waiting queue with a fresh
@@ -571,7 +582,9 @@ typedef struct kva_stats {
 		revalidations;
 	/* copies */
 	uint64_t copy_jobs, copy_attempts_failed, copy_retries, shorter_fallbacks, stale_copy_reports;
-	/* fallbacks by reason (index = enum kva_reason) */
+	/* fallback decisions by reason (index = enum kva_reason): a request may
+	 * count more than once (again after a preemption) or be upgraded later
+	 * (rule 22) or cancelled; recomputes by reason: kva_admission.reason */
 	uint64_t fallbacks[KVA_REASON_COUNT];
 	/* waiting for capacity */
 	uint64_t restore_blocked_steps, wait_logs, wait_expired;
@@ -612,8 +625,9 @@ typedef struct kva_request_info {
 	uint32_t pages_reserved; /* credits owned but not yet materialised */
 	uint32_t lookups;        /* directory lookups issued for it */
 	uint32_t copy_attempts;
-	/* A kva_cancel was accepted and the step has not ended the request yet
-	 * (it ends CANCELLED unless a kva_finish wins the race first). */
+	/* A kva_cancel was accepted. Before the request is terminal: the step
+	 * has not ended it yet (it ends CANCELLED unless a kva_finish wins the
+	 * race first); it stays set once it ended. */
 	uint8_t cancel_requested;
 } kva_request_info;
 

@@ -105,6 +105,49 @@ static void rule08_bounded_wait_survives_a_relookup_of_the_blocked_head(void **s
 	sc_free(s);
 }
 
+/* The head's timers and the capacity-wait gauge belong to the restore
+ * blocked at the head. A preempted request requeued to the front that
+ * blocks there (an ordinary admission) takes the head: the gauge reads 0
+ * and the passed restore's bound does not fire behind it; when the restore
+ * is the head again it goes on from when it first blocked. */
+static void rule18_head_timers_and_gauge_follow_the_head(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.max_restore_wait_ns = 10 * SC_SEC;
+	c.wait_log_interval_ns = 0;
+	struct sc *s = sc_new(&c);
+	kva_handle hog = sc_occupy(s, 100, 80);    /* 20 free */
+	kva_handle b = sc_submit(s, 101, 0, 1000); /* first chunk 16 pages: 4 free */
+	sc_step(s, 0);
+	assert_non_null(sc_admitted(s, b));
+	sc_dir_set(s, KEY, sc_ckpt(160, 900, 0));
+	kva_handle a = sc_submit(s, 102, KEY, 320); /* a restore of 20 pages: blocks */
+	sc_step(s, SC_SEC);
+	sc_step(s, SC_SEC);
+	assert_int_equal(sc_stats(s).capacity_wait_ns, SC_SEC);
+	assert_int_equal(kva_preempt(s->e, b), 0);
+	assert_int_equal(kva_grow(s->e, hog, 16, NULL), 0); /* b blocks at the front */
+	for (int i = 0; i < 12; i++) {
+		sc_step(s, SC_SEC);
+		assert_true(s->plan.head_blocked);
+		kva_stats x = sc_stats(s);
+		assert_int_equal(x.capacity_wait_ns, 0); /* no restore is the blocked head */
+		assert_int_equal(x.wait_expired, 0);
+	}
+	assert_int_equal(sc_state(s, a), KVA_STATE_WAITING);
+	assert_int_equal(kva_finish(s->e, hog), 0);
+	sc_step(s, SC_SEC); /* b first, then a reserves: it waited since it first blocked */
+	assert_non_null(sc_admitted(s, b));
+	assert_int_equal(sc_state(s, a), KVA_STATE_IMPORTING);
+	kva_stats x = sc_stats(s);
+	assert_int_equal(x.wait_expired, 0);
+	assert_int_equal(x.capacity_wait.count, 2); /* b's 12 s at the head, a's 14 s */
+	assert_int_equal(x.capacity_wait.sum_ns, 26 * SC_SEC);
+	sc_free(s);
+}
+
 static void rule14_id_reuse_stale_events_never_touch_new_incarnation(void **st)
 {
 	(void)st;
@@ -450,6 +493,7 @@ int main(void)
 		cmocka_unit_test(rule08_bounded_wait_warns_once_then_recomputes_and_stops_holding),
 		cmocka_unit_test(rule08_expired_waiter_no_longer_holds_others_as_a_restore),
 		cmocka_unit_test(rule08_bounded_wait_survives_a_relookup_of_the_blocked_head),
+		cmocka_unit_test(rule18_head_timers_and_gauge_follow_the_head),
 		cmocka_unit_test(rule14_id_reuse_stale_events_never_touch_new_incarnation),
 		cmocka_unit_test(rule16_every_prompt_token_counted_once),
 		cmocka_unit_test(rule20_step_cost_does_not_grow_with_waiting_count),
