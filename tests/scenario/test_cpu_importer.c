@@ -525,6 +525,7 @@ static void destroy_importer_with_jobs_in_flight_reports_every_job(void **state)
 					    .shim = true});
 	enum { N = 12 };
 	kva_handle h[N];
+	atomic_store(&t->st.gate_id, 3000); /* the first job's copy is held */
 	for (uint32_t i = 0; i < N; i++) {
 		store_add(&t->st, 3000 + i, 64);
 		sc_dir_set(t->s, 300 + i, sc_ckpt(64, 3000 + i, 0));
@@ -532,10 +533,16 @@ static void destroy_importer_with_jobs_in_flight_reports_every_job(void **state)
 	}
 	sc_step(t->s, SC_MS);
 	assert_int_equal(t->s->plan.n_copies, N);
+	wait_gate_entered(t);
 	for (uint32_t i = 0; i < 3; i++)
 		assert_int_equal(kva_cancel(t->s->e, h[i]), 0);
 	sc_step(t->s, SC_MS);
-	assert_int_equal(sc_stats(t->s).draining_pages, 3 * 4);
+	/* the held copy's pages drain; the other two cancelled ones may have
+	 * finished their 20 ms copies first (a slow sanitizer build) and gave
+	 * their pages back at once */
+	uint64_t draining = sc_stats(t->s).draining_pages;
+	assert_true(draining >= 4 && draining <= 3 * 4 && draining % 4 == 0);
+	sem_post(&t->st.gate);
 
 	kva_importer_stats is;
 	kva_cpu_importer_stats(t->imp[0], &is);
