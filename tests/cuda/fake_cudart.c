@@ -708,29 +708,40 @@ static void check_copy(void *dst, const void *src, size_t n)
 		stat_add(&F.bad_dst);
 }
 
-cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
+/* Zeroed memory of one kind, recorded for the pointer checks. */
+static cudaError_t fake_alloc(void **out, size_t size, int kind)
 {
-	(void)flags;
 	void *p = calloc(1, size ? size : 1);
 	if (!p)
 		return ret(cudaErrorMemoryAllocation);
-	cudaError_t e = add_range(p, size, MEM_PINNED_ALLOC);
+	cudaError_t e = add_range(p, size, kind);
 	if (e) {
 		free(p);
 		return e;
 	}
-	*pHost = p;
+	*out = p;
 	return cudaSuccess;
+}
+
+static cudaError_t fake_free(void *p, int kind)
+{
+	if (!p)
+		return cudaSuccess;
+	if (!del_range(p, kind))
+		return ret(cudaErrorInvalidValue);
+	free(p);
+	return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
+{
+	(void)flags;
+	return fake_alloc(pHost, size, MEM_PINNED_ALLOC);
 }
 
 cudaError_t cudaFreeHost(void *ptr)
 {
-	if (!ptr)
-		return cudaSuccess;
-	if (!del_range(ptr, MEM_PINNED_ALLOC))
-		return ret(cudaErrorInvalidValue);
-	free(ptr);
-	return cudaSuccess;
+	return fake_free(ptr, MEM_PINNED_ALLOC);
 }
 
 cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
@@ -748,26 +759,12 @@ cudaError_t cudaHostUnregister(void *ptr)
 
 cudaError_t cudaMalloc(void **devPtr, size_t size)
 {
-	void *p = calloc(1, size ? size : 1);
-	if (!p)
-		return ret(cudaErrorMemoryAllocation);
-	cudaError_t e = add_range(p, size, MEM_DEVICE);
-	if (e) {
-		free(p);
-		return e;
-	}
-	*devPtr = p;
-	return cudaSuccess;
+	return fake_alloc(devPtr, size, MEM_DEVICE);
 }
 
 cudaError_t cudaFree(void *devPtr)
 {
-	if (!devPtr)
-		return cudaSuccess;
-	if (!del_range(devPtr, MEM_DEVICE))
-		return ret(cudaErrorInvalidValue);
-	free(devPtr);
-	return cudaSuccess;
+	return fake_free(devPtr, MEM_DEVICE);
 }
 
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const void *ptr)

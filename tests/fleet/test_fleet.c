@@ -610,6 +610,34 @@ static void replay_begun_while_held_batches_are_applied(void **st)
 	fx_free(x);
 }
 
+/* One publisher, a held list of 2 (max_pending) and replays that are never
+ * retried: `old` empty batches (numbers a restarted process will not
+ * reach), 4 blocks stored, then a gap whose replay the ROUTER holds while
+ * 3 live batches come: 2 held, the 3rd past the list. *s0: the statistics
+ * before the gap. */
+static struct fx *gap_past_a_full_held_list(int old, kva_fleet_stats *s0)
+{
+	fx_replay_timeout_ns = NO_RETRY_NS;
+	fx_max_pending = 2;
+	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
+	fx_replay_timeout_ns = 0;
+	fx_max_pending = 0;
+	fx_sync(x, 0);
+	register_chain(x);
+	for (int i = 0; i < old; i++)
+		tp_empty(x->tp[0]);
+	tp_store(x->tp[0], CHAIN, 4, BS, NULL, -1, 0);
+	fx_quiet(x, 0);
+	*s0 = stats(x);
+	assert_int_equal(s0->blocks, 4);
+	tp_replay_mode(x->tp[0], TP_REPLAY_HOLD);
+	tp_lost(x->tp[0]);
+	for (int i = 0; i < 3; i++) /* the gap seen, 2 held, the 3rd past max_pending */
+		tp_empty(x->tp[0]);
+	WAIT_UNTIL(x, stats(x).messages == s0->messages + 3);
+	return x;
+}
+
 /* The first held batch itself starts a new replay: more live batches came
  * during a replay than max_pending (2 here), so a second replay fetches the
  * rest, and while it is pending the process restarts (its first batch lost
@@ -621,25 +649,8 @@ static void replay_begun_while_held_batches_are_applied(void **st)
 static void first_held_batch_starts_a_replay(void **st)
 {
 	(void)st;
-	fx_replay_timeout_ns = NO_RETRY_NS;
-	fx_max_pending = 2;
-	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
-	fx_replay_timeout_ns = 0;
-	fx_max_pending = 0;
-	fx_sync(x, 0);
-	register_chain(x);
-	for (int i = 0; i < 4; i++) /* numbers the new process will not reach */
-		tp_empty(x->tp[0]);
-	tp_store(x->tp[0], CHAIN, 4, BS, NULL, -1, 0);
-	fx_quiet(x, 0);
-	kva_fleet_stats s0 = stats(x);
-	assert_int_equal(s0.blocks, 4);
-
-	tp_replay_mode(x->tp[0], TP_REPLAY_HOLD);
-	tp_lost(x->tp[0]);
-	for (int i = 0; i < 3; i++) /* two held, the third past max_pending */
-		tp_empty(x->tp[0]);
-	WAIT_UNTIL(x, stats(x).messages == s0.messages + 3);
+	kva_fleet_stats s0;
+	struct fx *x = gap_past_a_full_held_list(4, &s0);
 	/* answered; the second replay, for what was not held, stays pending */
 	tp_replay_mode(x->tp[0], TP_REPLAY_ONCE_THEN_HOLD);
 	WAIT_UNTIL(x, stats(x).replays_requested == s0.replays_requested + 2);
@@ -673,24 +684,8 @@ static void first_held_batch_starts_a_replay(void **st)
 static void restart_past_a_full_held_list_is_not_lost(void **st)
 {
 	(void)st;
-	fx_replay_timeout_ns = NO_RETRY_NS;
-	fx_max_pending = 2;
-	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
-	fx_replay_timeout_ns = 0;
-	fx_max_pending = 0;
-	fx_sync(x, 0);
-	register_chain(x);
-	for (int i = 0; i < 8; i++) /* numbers the new process will not reach */
-		tp_empty(x->tp[0]);
-	tp_store(x->tp[0], CHAIN, 4, BS, NULL, -1, 0);
-	fx_quiet(x, 0);
-	kva_fleet_stats s0 = stats(x);
-
-	tp_replay_mode(x->tp[0], TP_REPLAY_HOLD);
-	tp_lost(x->tp[0]);
-	for (int i = 0; i < 3; i++) /* the gap seen, 2 held, the 3rd past max_pending */
-		tp_empty(x->tp[0]);
-	WAIT_UNTIL(x, stats(x).messages == s0.messages + 3);
+	kva_fleet_stats s0;
+	struct fx *x = gap_past_a_full_held_list(8, &s0);
 	tp_restart(x->tp[0]);                              /* a new process */
 	tp_store(x->tp[0], &CHAIN[4], 1, BS, NULL, -1, 0); /* its 0: marked back, not held */
 	tp_store(x->tp[0], &CHAIN[5], 1, BS, NULL, -1, 0); /* 1 */
