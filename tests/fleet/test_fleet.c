@@ -561,6 +561,29 @@ static void malformed_and_oversized_are_counted_and_dropped(void **st)
 #define S_DELTA(a, b, field) ((a).field - (b).field)
 #define NO_RETRY_NS (600ull * 1000000000ull) /* the test decides when the ROUTER answers */
 
+/* One C publisher with the given replay timeout and held list (0: the
+ * defaults): `old` empty batches (numbers a restarted process will not
+ * reach), then `blocks` blocks of CHAIN stored and applied. *s0: the
+ * statistics from there. */
+static struct fx *one_publisher(uint64_t replay_timeout_ns, uint32_t max_pending, int old,
+                                uint32_t blocks, kva_fleet_stats *s0)
+{
+	fx_replay_timeout_ns = replay_timeout_ns;
+	fx_max_pending = max_pending;
+	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
+	fx_replay_timeout_ns = 0;
+	fx_max_pending = 0;
+	fx_sync(x, 0);
+	register_chain(x);
+	for (int i = 0; i < old; i++)
+		tp_empty(x->tp[0]);
+	tp_store(x->tp[0], CHAIN, blocks, BS, NULL, -1, 0);
+	fx_quiet(x, 0);
+	*s0 = stats(x);
+	assert_int_equal(s0->blocks, blocks);
+	return x;
+}
+
 /* The publisher's process dies while a replay is pending, and a new one
  * comes back on the same endpoints (numbers from 0, its first batch lost on
  * the wire). The old replay then ends without the missing batch, and the
@@ -571,18 +594,8 @@ static void malformed_and_oversized_are_counted_and_dropped(void **st)
 static void replay_begun_while_held_batches_are_applied(void **st)
 {
 	(void)st;
-	fx_replay_timeout_ns = NO_RETRY_NS;
-	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
-	fx_replay_timeout_ns = 0;
-	fx_sync(x, 0);
-	register_chain(x);
-	for (int i = 0; i < 4; i++) /* numbers the new process will not reach */
-		tp_empty(x->tp[0]);
-	tp_store(x->tp[0], CHAIN, 4, BS, NULL, -1, 0);
-	fx_quiet(x, 0);
-	kva_fleet_stats s0 = stats(x);
-	assert_int_equal(s0.blocks, 4);
-
+	kva_fleet_stats s0;
+	struct fx *x = one_publisher(NO_RETRY_NS, 0, 4, 4, &s0);
 	tp_replay_mode(x->tp[0], TP_REPLAY_HOLD); /* the old process will never answer */
 	tp_lost(x->tp[0]);
 	tp_empty(x->tp[0]); /* the gap seen: a replay asked for */
@@ -617,19 +630,7 @@ static void replay_begun_while_held_batches_are_applied(void **st)
  * before the gap. */
 static struct fx *gap_past_a_full_held_list(int old, kva_fleet_stats *s0)
 {
-	fx_replay_timeout_ns = NO_RETRY_NS;
-	fx_max_pending = 2;
-	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
-	fx_replay_timeout_ns = 0;
-	fx_max_pending = 0;
-	fx_sync(x, 0);
-	register_chain(x);
-	for (int i = 0; i < old; i++)
-		tp_empty(x->tp[0]);
-	tp_store(x->tp[0], CHAIN, 4, BS, NULL, -1, 0);
-	fx_quiet(x, 0);
-	*s0 = stats(x);
-	assert_int_equal(s0->blocks, 4);
+	struct fx *x = one_publisher(NO_RETRY_NS, 2, old, 4, s0);
 	tp_replay_mode(x->tp[0], TP_REPLAY_HOLD);
 	tp_lost(x->tp[0]);
 	for (int i = 0; i < 3; i++) /* the gap seen, 2 held, the 3rd past max_pending */
@@ -708,14 +709,8 @@ static void restart_past_a_full_held_list_is_not_lost(void **st)
 static void replay_without_the_missing_batch_accepts_the_loss(void **st)
 {
 	(void)st;
-	fx_replay_timeout_ns = NO_RETRY_NS;
-	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
-	fx_replay_timeout_ns = 0;
-	fx_sync(x, 0);
-	register_chain(x);
-	tp_store(x->tp[0], CHAIN, 2, BS, NULL, -1, 0);
-	fx_quiet(x, 0);
-	kva_fleet_stats s0 = stats(x);
+	kva_fleet_stats s0;
+	struct fx *x = one_publisher(NO_RETRY_NS, 0, 0, 2, &s0);
 	tp_replay_mode(x->tp[0], TP_REPLAY_END_ONLY);
 	tp_lost(x->tp[0]);
 	tp_store(x->tp[0], &CHAIN[2], 2, BS, NULL, -1, 0);
@@ -760,14 +755,8 @@ static void replay_without_the_missing_batch_accepts_the_loss(void **st)
  * batch and the held one but gives no end marker (mode), after a gap. */
 static struct fx *gap_with_replay_mode(kva_fleet_stats *s0, enum tp_replay mode)
 {
-	fx_replay_timeout_ns = 100ull * 1000000ull; /* tries: 0.1 s apart */
-	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
-	fx_replay_timeout_ns = 0;
-	fx_sync(x, 0);
-	register_chain(x);
-	tp_store(x->tp[0], CHAIN, 4, BS, NULL, -1, 0);
-	fx_quiet(x, 0);
-	*s0 = stats(x);
+	/* tries 0.1 s apart */
+	struct fx *x = one_publisher(100ull * 1000000ull, 0, 0, 4, s0);
 	tp_replay_mode(x->tp[0], mode);
 	tp_lost(x->tp[0]);
 	tp_store(x->tp[0], &CHAIN[4], 2, BS, NULL, -1, 0); /* held, and returned by the replay */
@@ -820,14 +809,8 @@ static void retried_replay_is_not_a_restart(void **st)
 static void live_copy_after_its_replay_is_a_duplicate(void **st)
 {
 	(void)st;
-	fx_replay_timeout_ns = NO_RETRY_NS;
-	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
-	fx_replay_timeout_ns = 0;
-	fx_sync(x, 0);
-	register_chain(x);
-	tp_store(x->tp[0], CHAIN, 4, BS, NULL, -1, 0);
-	fx_quiet(x, 0);
-	kva_fleet_stats s0 = stats(x);
+	kva_fleet_stats s0;
+	struct fx *x = one_publisher(NO_RETRY_NS, 0, 0, 4, &s0);
 	tp_lost(x->tp[0]);
 	tp_empty(x->tp[0]); /* the gap seen */
 	tp_store(x->tp[0], &CHAIN[4], 2, BS, NULL, -1, 1); /* buffered; its live copy is late */
