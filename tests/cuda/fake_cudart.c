@@ -191,6 +191,14 @@ static cudaError_t injected(enum fake_call c)
 	return ret(code);
 }
 
+/* A runtime call of kind c: the context check, then the count and a
+ * failure injected there. */
+static cudaError_t enter_call(enum fake_call c)
+{
+	cudaError_t e = enter();
+	return e ? e : injected(c);
+}
+
 static bool special_stream(cudaStream_t s)
 {
 	return s == NULL || s == cudaStreamLegacy || s == cudaStreamPerThread;
@@ -471,6 +479,15 @@ static void *stream_main(void *arg)
 	return NULL;
 }
 
+/* A zeroed operation of `kind`, or NULL (out of memory). */
+static struct op *new_op(enum op_kind kind)
+{
+	struct op *o = calloc(1, sizeof(*o));
+	if (o)
+		o->kind = kind;
+	return o;
+}
+
 static cudaError_t push(struct CUstream_st *s, struct op *o)
 {
 	o->next = NULL;
@@ -570,18 +587,15 @@ cudaError_t cudaStreamQuery(cudaStream_t s)
 
 cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *userData)
 {
-	cudaError_t e = enter();
-	if (!e)
-		e = injected(FAKE_HOSTFN);
+	cudaError_t e = enter_call(FAKE_HOSTFN);
 	if (e)
 		return e;
 	if (special_stream(s) || !fn)
 		return ret(cudaErrorInvalidValue);
 	check_ctx(s);
-	struct op *o = calloc(1, sizeof(*o));
+	struct op *o = new_op(OP_HOSTFN);
 	if (!o)
 		return ret(cudaErrorMemoryAllocation);
-	o->kind = OP_HOSTFN;
 	o->fn = fn;
 	o->arg = userData;
 	return push(s, o);
@@ -592,9 +606,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *userData)
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
 {
 	(void)flags;
-	cudaError_t e = enter();
-	if (!e)
-		e = injected(FAKE_EVENT_CREATE);
+	cudaError_t e = enter_call(FAKE_EVENT_CREATE);
 	if (e)
 		return e;
 	struct CUevent_st *ev = calloc(1, sizeof(*ev));
@@ -615,18 +627,15 @@ cudaError_t cudaEventDestroy(cudaEvent_t event)
 
 cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s)
 {
-	cudaError_t e = enter();
-	if (!e)
-		e = injected(FAKE_EVENT_RECORD);
+	cudaError_t e = enter_call(FAKE_EVENT_RECORD);
 	if (e)
 		return e;
 	if (special_stream(s) || !ev)
 		return ret(cudaErrorInvalidResourceHandle);
 	check_ctx(s);
-	struct op *o = calloc(1, sizeof(*o));
+	struct op *o = new_op(OP_EVENT);
 	if (!o)
 		return ret(cudaErrorMemoryAllocation);
-	o->kind = OP_EVENT;
 	o->ev = ev;
 	/* the recording thread's own count: it alone writes it */
 	o->seq = atomic_fetch_add_explicit(&ev->recorded, 1, memory_order_relaxed) + 1;
@@ -769,9 +778,7 @@ cudaError_t cudaFree(void *devPtr)
 
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const void *ptr)
 {
-	cudaError_t e = enter();
-	if (!e)
-		e = injected(FAKE_POINTER_ATTR);
+	cudaError_t e = enter_call(FAKE_POINTER_ATTR);
 	if (e)
 		return e;
 	if (!attr)
@@ -802,10 +809,9 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const v
 static cudaError_t copy_op(struct CUstream_st *s, void *dst, const void *src, size_t n)
 {
 	check_copy(dst, src, n);
-	struct op *o = calloc(1, sizeof(*o));
+	struct op *o = new_op(OP_COPY);
 	if (!o)
 		return ret(cudaErrorMemoryAllocation);
-	o->kind = OP_COPY;
 	o->dst = dst;
 	o->src = src;
 	o->n = n;
@@ -815,9 +821,7 @@ static cudaError_t copy_op(struct CUstream_st *s, void *dst, const void *src, si
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
 			    cudaStream_t s)
 {
-	cudaError_t e = enter();
-	if (!e)
-		e = injected(FAKE_MEMCPY);
+	cudaError_t e = enter_call(FAKE_MEMCPY);
 	if (e)
 		return e;
 	if (kind != cudaMemcpyHostToDevice || special_stream(s))
@@ -831,9 +835,7 @@ static cudaError_t batch(void *const *dsts, const void *const *srcs, const size_
 			 size_t count, const struct cudaMemcpyAttributes *attrs, size_t numAttrs,
 			 cudaStream_t s)
 {
-	cudaError_t e = enter();
-	if (!e)
-		e = injected(FAKE_MEMCPY);
+	cudaError_t e = enter_call(FAKE_MEMCPY);
 	if (e)
 		return e;
 	/* the documented refusals the importer must avoid: the legacy stream,
