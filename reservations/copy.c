@@ -167,7 +167,8 @@ void kva__copy_dispatch_pending(kva_engine *e)
 				         "kvadmit: importer of rank %u refused request %llu's copy: %s%s",
 				         rank, (unsigned long long)r->id, kva_strerror(rc),
 				         rc == -EIO ? " (importer dead)" : "");
-				kva__grant_report(e, g, g->attempts, rank, -1, &(bool){false}); /* the step's own queue: no wake */
+				/* on the step's own queue: never a wake */
+				kva__grant_report(e, g, g->attempts, rank, -1, &(bool){false});
 			}
 		}
 	}

@@ -263,7 +263,7 @@ bool kva__lookup_sel_forgotten(kva_engine *e, const struct kva__req *r)
 
 bool kva__lookup_host_forgotten(kva_engine *e, struct kva__req *r)
 {
-	if (!host_stale(e, kva__sel(r)))
+	if (!kva__lookup_sel_forgotten(e, r))
 		return false;
 	kva__st_sched(e, ST_REVALIDATIONS, 1);
 	kva__lookup_requeue(e, r, false);
