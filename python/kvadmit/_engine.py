@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional, Sequence
 from ._lib import ffi, lib
 from ._types import (_EVENT, _HOW, _LEVEL, _LOCATION, _REASON, _STATE, Admission, Checkpoint,
                      CopyJob, CopyToken, Ended, Fallback, Handle, Histogram, Location, LogLevel,
-                     LogRecord, LookupToken, MetricsFormat, PlanSizes, Policy, Reason,
+                     LogRecord, LookupToken, MetricsFormat, PlanSizes, Policy,
                      KvadmitError, RequestInfo, WaitingInfo, error, handle_of, handle_or_none,
                      user_of)
 

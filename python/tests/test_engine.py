@@ -363,7 +363,6 @@ def test_threads_submit_and_cancel_while_stepping(make_engine):
     e = make_engine(total_pages=4096, max_running=512)
     n_threads, per = 4, 500
     handles = [[] for _ in range(n_threads)]
-    stop = threading.Event()
     errors = []
 
     def producer(k):
