@@ -18,6 +18,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +134,7 @@ static int resolve(void *ctx, uint64_t id, uint64_t epoch, uint32_t rank, const 
 /* ---- frontends ------------------------------------------------------------------- */
 
 static kva_handle handles[TOTAL];
+static atomic_int frontend_failed; /* its remaining requests never come: stop waiting for them */
 
 static void *frontend(void *arg)
 {
@@ -143,8 +145,12 @@ static void *frontend(void *arg)
 		                 .prefix_key = k % 3 == 0 ? SHARED_KEY : 1000 + k,
 		                 .prompt_tokens = 600 + 16 * (k % 8),
 		                 .user = &handles[k]};
-		if (kva_submit(engine, &r, &handles[k]) != 0)
+		int rc = kva_submit(engine, &r, &handles[k]);
+		if (rc != 0) {
+			fprintf(stderr, "threaded_server: kva_submit: %s\n", kva_strerror(rc));
+			atomic_store(&frontend_failed, 1);
 			return (void *)1;
+		}
 		if (k % 17 == 5) /* a client goes away */
 			kva_cancel(engine, handles[k]);
 		if (i % 50 == 49) {
@@ -219,10 +225,14 @@ int main(void)
 	unsigned n_running = 0, ended_n = 0, restored = 0, bad_bytes = 0;
 	unsigned char *ended_seen = calloc(TOTAL, 1);
 	uint64_t deadline = mono_ns() + 60ull * 1000000000ull;
-	while (ended_n < TOTAL && mono_ns() < deadline) {
+	int failed = 0;
+	while (ended_n < TOTAL && mono_ns() < deadline && !atomic_load(&frontend_failed)) {
 		int n = kva_step(engine, mono_ns(), &plan);
-		if (n < 0)
-			return 1;
+		if (n < 0) {
+			fprintf(stderr, "threaded_server: kva_step: %s\n", kva_strerror(n));
+			failed = 1;
+			break;
+		}
 		for (uint32_t i = 0; i < plan.n_admitted; i++) {
 			const kva_admission *a = &adm[i];
 			if (a->how == KVA_ADMIT_RESTORE) {
@@ -255,8 +265,13 @@ int main(void)
 		if (!n && !plan.n_ended && !plan.backlog && !n_running)
 			sleep_until_woken(5);
 	}
-	for (int i = 0; i < FRONTENDS; i++)
-		pthread_join(fe[i], NULL);
+	if (ended_n < TOTAL && !failed && !atomic_load(&frontend_failed))
+		fprintf(stderr, "threaded_server: %u of %u requests ended in 60 s\n", ended_n, TOTAL);
+	for (int i = 0; i < FRONTENDS; i++) {
+		void *rc;
+		pthread_join(fe[i], &rc);
+		failed |= rc != NULL;
+	}
 	pthread_mutex_lock(&lq_mu);
 	directory_stop = 1;
 	pthread_cond_signal(&lq_cv);
@@ -265,17 +280,18 @@ int main(void)
 
 	kva_stats st;
 	kva_stats_get(engine, &st);
-	/* shutdown order: directory stopped, importer quiesced, then destroy */
-	kva_cpu_importer_wait_idle(imp, 10ull * 1000000000ull);
-	kva_engine_destroy(engine);
+	/* shutdown order (importer.h): no more steps, directory stopped, then the
+	 * importer, whose destroy reports every job it accepted to the engine (a
+	 * cancelled import's copy may still be draining), then the engine */
 	kva_cpu_importer_destroy(imp);
+	kva_engine_destroy(engine);
 	free(ended_seen);
 	printf("threaded_server: %u requests ended (%llu finished, %llu cancelled), %u restored, "
 	       "%llu steps, pages free %llu/%llu\n",
 	       ended_n, (unsigned long long)st.finished, (unsigned long long)st.cancelled, restored,
 	       (unsigned long long)st.steps, (unsigned long long)st.free_pages,
 	       (unsigned long long)st.total_pages);
-	return ended_n == TOTAL && !bad_bytes && restored > 0 && st.free_pages == st.total_pages &&
+	return !failed && ended_n == TOTAL && !bad_bytes && restored > 0 && st.free_pages == st.total_pages &&
 	               st.finished + st.cancelled == TOTAL
 	           ? 0
 	           : 1;

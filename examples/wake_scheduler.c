@@ -10,6 +10,7 @@
  * Build (installed package): cc wake_scheduler.c $(pkg-config --cflags --libs kvadmit) -lpthread
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
 #include <kvadmit/kvadmit.h>
@@ -20,6 +21,7 @@
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static int pending; /* wakeups not yet consumed by the scheduler */
+static atomic_int gave_up; /* a producer stopped early: the scheduler must not wait for its work */
 
 /* Producer's thread: must be cheap and must not call into kvadmit. */
 static void wake(void *ctx)
@@ -39,8 +41,13 @@ static void *producer(void *arg)
 	for (uint64_t i = 0; i < PER_PRODUCER; i++) {
 		kva_request r = {.id = base + i + 1, .prompt_tokens = 64};
 		kva_handle h;
-		if (kva_submit(engine, &r, &h) != 0)
+		int rc = kva_submit(engine, &r, &h);
+		if (rc != 0) {
+			fprintf(stderr, "wake_scheduler: kva_submit: %s\n", kva_strerror(rc));
+			atomic_store(&gave_up, 1);
+			wake(NULL); /* the scheduler may be asleep waiting for this work */
 			return (void *)1;
+		}
 		if (i % 1000 == 999) { /* bursts with quiet gaps: the scheduler sleeps */
 			struct timespec gap = {0, 2000000};
 			nanosleep(&gap, NULL);
@@ -73,8 +80,14 @@ int main(void)
 		pthread_create(&t[i], NULL, producer, (void *)(uintptr_t)i);
 
 	uint64_t now = 0, done = 0, steps = 0, sleeps = 0;
-	while (done < (uint64_t)PRODUCERS * PER_PRODUCER) {
+	int bad = 0;
+	while (done < (uint64_t)PRODUCERS * PER_PRODUCER && !atomic_load(&gave_up)) {
 		int n = kva_step(engine, now += 1000000, &plan);
+		if (n < 0) {
+			fprintf(stderr, "wake_scheduler: kva_step: %s\n", kva_strerror(n));
+			bad = 1;
+			break;
+		}
 		steps++;
 		for (uint32_t i = 0; i < plan.n_admitted; i++)
 			kva_finish(engine, adm[i].handle); /* "ran" */
@@ -85,14 +98,13 @@ int main(void)
 			 * `pending`. (plan.backlog: events that arrive without a
 			 * wakeup, e.g. one whose producer was still linking it.) */
 			pthread_mutex_lock(&mu);
-			while (!pending)
+			while (!pending && !atomic_load(&gave_up))
 				pthread_cond_wait(&cv, &mu);
 			pending = 0;
 			pthread_mutex_unlock(&mu);
 			sleeps++;
 		}
 	}
-	int bad = 0;
 	for (int i = 0; i < PRODUCERS; i++) {
 		void *rc;
 		pthread_join(t[i], &rc);
