@@ -194,19 +194,23 @@ static void emit(struct out *o, const char *fmt, ...) __attribute__((format(prin
 static void emit(struct out *o, const char *fmt, ...)
 {
 	char line[256];
-	va_list ap;
+	va_list ap, again;
 	va_start(ap, fmt);
+	va_copy(again, ap);
 	int n = vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	if (n < 0)
-		return;
-	if (o->buf && !o->full && o->need + (size_t)n < o->len) {
-		memcpy(o->buf + o->need, line, (size_t)n);
+	if (n >= 0 && o->buf && !o->full && o->need + (size_t)n < o->len) {
+		if ((size_t)n < sizeof(line)) /* the usual case: one copy of a short line */
+			memcpy(o->buf + o->need, line, (size_t)n);
+		else /* longer than line[]: format it again, in place (it fits) */
+			vsnprintf(o->buf + o->need, (size_t)n + 1, fmt, again);
 		o->written = o->need + (size_t)n;
 	} else {
 		o->full = true;
 	}
-	o->need += (size_t)n;
+	va_end(again);
+	if (n >= 0)
+		o->need += (size_t)n;
 }
 
 enum kind { COUNTER, GAUGE };
@@ -251,6 +255,20 @@ static void single(struct out *o, bool om, const char *name, enum kind k, const 
 	sample(o, k, name, "", v);
 }
 
+/* A bound in seconds as OpenMetrics' canonical numbers write it (and
+ * Prometheus reads it): no trailing zeros, at least one digit after the
+ * point, "0.01" and "1.0", never "0.010". `le` is compared as a string by
+ * consumers, so the same bound must always be the same text. */
+static void canonical_seconds(char *out, size_t len, uint64_t ns)
+{
+	char frac[16];
+	snprintf(frac, sizeof(frac), "%09llu", (unsigned long long)(ns % 1000000000u));
+	size_t digits = 9;
+	while (digits > 1 && frac[digits - 1] == '0')
+		digits--;
+	snprintf(out, len, "%llu.%.*s", (unsigned long long)(ns / 1000000000u), (int)digits, frac);
+}
+
 static void histogram(struct out *o, bool om, const char *name, const char *help,
                       const kva_histogram *h)
 {
@@ -258,9 +276,11 @@ static void histogram(struct out *o, bool om, const char *name, const char *help
 	emit(o, "# TYPE %s histogram\n", name);
 	if (om)
 		emit(o, "# UNIT %s seconds\n", name);
-	for (unsigned b = 0; b < KVA_HIST_BUCKETS - 1; b++)
-		emit(o, "%s_bucket{le=\"%.3f\"} %llu\n", name, (double)hist_bounds[b] / 1e9,
-		     (unsigned long long)h->buckets[b]);
+	for (unsigned b = 0; b < KVA_HIST_BUCKETS - 1; b++) {
+		char le[32];
+		canonical_seconds(le, sizeof(le), hist_bounds[b]);
+		emit(o, "%s_bucket{le=\"%s\"} %llu\n", name, le, (unsigned long long)h->buckets[b]);
+	}
 	emit(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)h->count);
 	emit(o, "%s_sum %.9f\n", name, (double)h->sum_ns / 1e9);
 	emit(o, "%s_count %llu\n", name, (unsigned long long)h->count);

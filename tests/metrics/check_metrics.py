@@ -4,6 +4,7 @@
 library's parsers, Prometheus text and OpenMetrics, and fails on any error or on a
 kva_stats field missing from the text. Exit 77 (skipped) without the library."""
 import math
+import re
 import subprocess
 import sys
 import tempfile
@@ -15,6 +16,9 @@ try:
 except ImportError:
     print("python3-prometheus-client is not installed", file=sys.stderr)
     sys.exit(77)
+
+
+CANONICAL = re.compile(r"(0|[1-9][0-9]*)\.([0-9]*[1-9]|0)")
 
 
 def families(parse, text):
@@ -42,6 +46,10 @@ def check_run(prom, om):
                 counts = [s.value for s in buckets]
                 assert counts == sorted(counts), f"{f.name}: buckets not cumulative"
                 assert math.isinf(float(buckets[-1].labels["le"])), f.name
+                # le is matched as a string: OpenMetrics' canonical numbers
+                # ("0.01", "1.0"), one text per bound
+                for s in buckets[:-1]:
+                    assert CANONICAL.fullmatch(s.labels["le"]), f"{f.name}: le={s.labels['le']}"
         hists = [f for f in fams if f.type == "histogram"]
         assert len(hists) == 4, [f.name for f in hists]
         assert any(s.value > 0 for f in hists for s in f.samples if s.name.endswith("_count"))
