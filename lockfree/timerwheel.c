@@ -3,8 +3,8 @@
  * timerwheel: placement, cascading and ordered expiry of intrusive timers.
  *
  * This file owns every list a timer can be on: the wheel slots, the
- * overflow list, the pending list (due already when armed) and, during an
- * advance, the on-stack list of timers about to fire.
+ * overflow list, the pending list (due already when armed), the ordered
+ * lane and, during an advance, the on-stack list of timers about to fire.
  *
  * Placement is relative to the current tick (now_tick): a timer whose tick
  * differs from now_tick in 6-bit group L (group 0 = the low 6 bits) and in
@@ -134,15 +134,19 @@ static struct kva_timer *sort_chain(struct kva_timer *list)
 	return out;
 }
 
-/* Sorts a chain and appends it to the firing list. */
-static void append_sorted(struct kva_timer_list *due, struct kva_timer *chain)
+static void append_chain(struct kva_timer_list *due, struct kva_timer *chain)
 {
-	chain = sort_chain(chain);
 	while (chain) {
 		struct kva_timer *next = chain->next;
 		list_append(due, chain);
 		chain = next;
 	}
+}
+
+/* Sorts a chain and appends it to the firing list. */
+static void append_sorted(struct kva_timer_list *due, struct kva_timer *chain)
+{
+	append_chain(due, sort_chain(chain));
 }
 
 /* Puts an armed, unlinked timer where it belongs relative to now. */
@@ -190,6 +194,7 @@ void kva_timerwheel_init(struct kva_timerwheel *w, uint64_t tick_ns, uint64_t no
 	}
 	list_init(&w->overflow);
 	list_init(&w->pending);
+	list_init(&w->ordered);
 	w->in_advance = false;
 }
 
@@ -202,6 +207,24 @@ void kva_timerwheel_arm(struct kva_timerwheel *w, struct kva_timer *t, uint64_t 
 	t->expires = expires_ns;
 	t->seq = w->seq++;
 	place(w, t);
+}
+
+void kva_timerwheel_arm_ordered(struct kva_timerwheel *w, struct kva_timer *t,
+                                uint64_t expires_ns)
+{
+	if (kva_timer_armed(t))
+		list_unlink(t);
+	else
+		w->count++;
+	t->expires = expires_ns;
+	t->seq = w->seq++; /* the largest: after every equal expiry */
+	struct kva_timer *at = w->ordered.head.prev;
+	while (at != &w->ordered.head && at->expires > expires_ns)
+		at = at->prev;
+	t->prev = at;
+	t->next = at->next;
+	at->next->prev = t;
+	at->next = t;
 }
 
 void kva_timerwheel_cancel(struct kva_timerwheel *w, struct kva_timer *t)
@@ -247,9 +270,9 @@ static void replace_chain(struct kva_timerwheel *w, struct kva_timer_list *due,
 	append_sorted(due, fire);
 }
 
-/* Gathers, in firing order, every timer due at now_ns onto `due` and moves
- * the wheel to now_ns. */
-static void collect(struct kva_timerwheel *w, struct kva_timer_list *due, uint64_t now_ns)
+/* Gathers, in firing order, every wheel timer due at now_ns onto `due` and
+ * moves the wheel to now_ns. */
+static void collect_wheel(struct kva_timerwheel *w, struct kva_timer_list *due, uint64_t now_ns)
 {
 	const uint64_t cur = w->now_tick, nt = tick_of(w, now_ns);
 
@@ -287,6 +310,27 @@ static void collect(struct kva_timerwheel *w, struct kva_timer_list *due, uint64
 	w->now_ns = now_ns;
 	w->now_tick = nt;
 	replace_chain(w, due, rest);
+}
+
+/* The wheel's due timers, and the lane's due head merged into them: both
+ * are sorted by (expires, seq), so the merge keeps the firing order exact.
+ * O(due timers) for the lane, however many wait on it. */
+static void collect(struct kva_timerwheel *w, struct kva_timer_list *due, uint64_t now_ns)
+{
+	collect_wheel(w, due, now_ns);
+	struct kva_timer *first = w->ordered.head.next, *last = NULL;
+	for (struct kva_timer *t = first; t != &w->ordered.head; t = t->next) {
+		if (t->expires > now_ns || t->expires == KVA_TIMER_NEVER)
+			break;
+		last = t;
+	}
+	if (!last)
+		return;
+	/* cut [first, last] off the lane into a NULL-terminated chain */
+	w->ordered.head.next = last->next;
+	last->next->prev = &w->ordered.head;
+	last->next = NULL;
+	append_chain(due, merge(list_take(due), first));
 }
 
 size_t kva_timerwheel_advance(struct kva_timerwheel *w, uint64_t now_ns, kva_timer_fn fn, void *arg)

@@ -11,6 +11,14 @@
  * timers. Timers more than 2^48 ticks ahead wait on an overflow list that is
  * rescanned only when time crosses a 2^48-tick boundary.
  *
+ * Cascading moves a whole slot at once: when time enters a level-2 slot
+ * (about 4.3 s at a 1 ms tick), every timer due in it is re-placed in that
+ * one advance. For a family of timers armed in expiry order (the same
+ * timeout from a clock that never goes back, e.g. one deadline per request)
+ * that is O(family) in one call, so such timers go on the ordered lane
+ * instead (kva_timerwheel_arm_ordered): a list kept sorted by expiry, armed
+ * at the tail in O(1), fired from the head in O(fired), never cascaded.
+ *
  * Semantics are exact, not tick-rounded: a timer fires in the first
  * kva_timerwheel_advance() whose now_ns >= its expiry. Within one advance,
  * timers fire in ascending expiry, ties in the order they were armed. The
@@ -57,6 +65,7 @@ struct kva_timerwheel {
 	struct kva_timer_list slot[KVA_TIMERWHEEL_LEVELS][KVA_TIMERWHEEL_SLOTS];
 	struct kva_timer_list overflow; /* beyond the last level */
 	struct kva_timer_list pending;  /* armed when due already: next advance */
+	struct kva_timer_list ordered;  /* ascending (expires, seq): the ordered lane */
 	bool in_advance;                /* callbacks running: advance refuses */
 };
 
@@ -75,7 +84,12 @@ static inline bool kva_timer_armed(const struct kva_timer *t) { return t->prev !
 /* Arms (or re-arms) t to fire at expires_ns. An expiry <= the wheel's now
  * fires at the next advance. */
 void kva_timerwheel_arm(struct kva_timerwheel *w, struct kva_timer *t, uint64_t expires_ns);
-/* No-op when t is not armed. */
+/* The same, on the ordered lane: O(1) when expires_ns is not before the
+ * lane's last expiry (the lane's purpose), else O(timers after it on the
+ * lane). Firing order and exactness are the wheel's: the two merge. */
+void kva_timerwheel_arm_ordered(struct kva_timerwheel *w, struct kva_timer *t,
+                                uint64_t expires_ns);
+/* No-op when t is not armed (on the wheel or the lane). */
 void kva_timerwheel_cancel(struct kva_timerwheel *w, struct kva_timer *t);
 /* Fires every timer due at now_ns (each is disarmed before its callback).
  * Returns how many fired. */

@@ -142,9 +142,12 @@ void kva__lookup_issue(kva_engine *e, struct kva__req *r, bool decisive)
 	atomic_store_explicit(&r->lookup_word, seq << 1 | KVA__LW_AWAITING, memory_order_release);
 	if (decisive) {
 		r->flags &= (uint16_t) ~(KVA__F_DECIDED | KVA__F_REFRESH);
+		/* one timeout from a clock that never goes back: deadlines are
+		 * armed in expiry order, so the ordered lane holds them in O(1)
+		 * and no step cascades every pending one at once */
 		if (e->cfg.lookup_timeout_ns)
-			kva_timerwheel_arm(&e->wheel, &r->deadline,
-			                   kva__after(e->now, e->cfg.lookup_timeout_ns));
+			kva_timerwheel_arm_ordered(&e->wheel, &r->deadline,
+			                           kva__after(e->now, e->cfg.lookup_timeout_ns));
 	} else {
 		r->flags |= KVA__F_REFRESH;
 	}

@@ -3,8 +3,8 @@
  * fuzz_lockfree: lockfree/ building blocks against reference models. The
  * first input byte picks one:
  *
- *   timerwheel  arm / cancel / advance (forwards, backwards, huge jumps past
- *               the 2^48-tick overflow), with callbacks that re-arm, cancel
+ *   timerwheel  arm (wheel or ordered lane) / cancel / advance (forwards,
+ *               backwards, huge jumps past the 2^48-tick overflow), with callbacks that re-arm, cancel
  *               or arm other timers and try a nested advance; the reference
  *               is a plain array: at each advance, every timer armed before
  *               it with expires <= now fires in (expires, arm order), minus
@@ -112,6 +112,15 @@ static uint64_t sat_add(uint64_t a, uint64_t b)
 	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
+/* Either arm: the wheel and its ordered lane promise the same firing order. */
+static void tw_arm(struct kva_timer *t, uint64_t exp, bool ordered)
+{
+	if (ordered)
+		kva_timerwheel_arm_ordered(&TW.w, t, exp);
+	else
+		kva_timerwheel_arm(&TW.w, t, exp);
+}
+
 static void ref_arm(uint32_t i, uint64_t exp)
 {
 	TW.ref[i] = (struct ref_timer){true, exp, ++TW.seq, TW.in_ref_advance ? TW.epoch : 0};
@@ -135,13 +144,13 @@ static void real_fire(struct kva_timer *t, void *arg)
 	const struct action *a = action_of(i, TW.fires_real[i]++);
 	switch (a->kind) {
 	case 1:
-		kva_timerwheel_arm(&TW.w, t, sat_add(TW.now, a->delta));
+		tw_arm(t, sat_add(TW.now, a->delta), a->other & 1);
 		break;
 	case 2:
 		kva_timerwheel_cancel(&TW.w, &TW.real[a->other].t);
 		break;
 	case 3:
-		kva_timerwheel_arm(&TW.w, &TW.real[a->other].t, sat_add(TW.now, a->delta));
+		tw_arm(&TW.real[a->other].t, sat_add(TW.now, a->delta), a->delta & 1);
 		break;
 	case 4:
 		CHECK(kva_timerwheel_advance(&TW.w, sat_add(TW.now, a->delta), real_fire, NULL) ==
@@ -221,7 +230,7 @@ static void fuzz_timerwheel(void)
 			    (sel & 0x80) ? (TW.now > d ? TW.now - d : 0) : sat_add(TW.now, d);
 			if ((sel & 0xf8) == 0x78)
 				exp = UINT64_MAX;
-			kva_timerwheel_arm(&TW.w, &TW.real[i].t, exp);
+			tw_arm(&TW.real[i].t, exp, raw & 1);
 			ref_arm(i, exp);
 			break;
 		}

@@ -400,7 +400,11 @@ static uint64_t random_deadline(struct model *m, uint64_t now)
 static void model_arm(struct model *m, size_t i, uint64_t exp)
 {
 	struct rtimer *rt = &m->tm[i];
-	kva_timerwheel_arm(&m->w, &rt->t, exp);
+	/* every other arm on the ordered lane: the same reference holds */
+	if (m->seq & 2)
+		kva_timerwheel_arm_ordered(&m->w, &rt->t, exp);
+	else
+		kva_timerwheel_arm(&m->w, &rt->t, exp);
 	if (!rt->armed)
 		m->armed++;
 	rt->armed = true;
@@ -582,6 +586,44 @@ static void test_random_schedules_match_sorted_reference(void **state)
 	run_model(3, (1ULL << 48) * 3 - 100, 5, 25000);
 }
 
+/* Per-request deadlines (one timeout, a clock that only moves forward) on
+ * the ordered lane: they never enter a wheel slot, so no advance cascades
+ * them, and they fire exactly, merged in order with wheel timers. */
+static void test_ordered_lane_never_cascades_and_merges_with_the_wheel(void **state)
+{
+	(void)state;
+	enum { N = 20000 };
+	const uint64_t timeout = 5000000000ull, tick = 1ull << 20;
+	struct kva_timerwheel w;
+	static struct kva_timer t[N];
+	struct kva_timer head_bound, head_log;
+	kva_timerwheel_init(&w, tick, 0);
+	kva_timer_init(&head_bound);
+	kva_timer_init(&head_log);
+	struct order o = {0};
+	uint64_t now = 0;
+	for (unsigned i = 0; i < N; i++) {
+		kva_timer_init(&t[i]);
+		now += 1000000; /* one submit per 1 ms step */
+		kva_timerwheel_arm_ordered(&w, &t[i], now + timeout);
+		if (i == 100)
+			kva_timerwheel_arm(&w, &head_bound, now + 2 * timeout); /* on the wheel */
+		if (i == 200)
+			kva_timerwheel_arm(&w, &head_log, now + timeout); /* ties t[200] */
+		if (i % 64 == 0)
+			kva_timerwheel_advance(&w, now, check_order, &o);
+	}
+	for (unsigned l = 0; l < KVA_TIMERWHEEL_LEVELS; l++)
+		if (l > 0) /* only the two wheel timers were ever placed in slots */
+			assert_true(__builtin_popcountll(w.occupied[l]) <= 2);
+	assert_int_equal(kva_timerwheel_count(&w), N + 2 - o.n);
+	while (kva_timerwheel_count(&w))
+		kva_timerwheel_advance(&w, now += 250000000ull, check_order, &o);
+	assert_int_equal(o.n, N + 2);
+	assert_int_equal(o.bad, 0);
+	assert_false(kva_timer_armed(&t[N - 1]));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -596,6 +638,7 @@ int main(void)
 	    cmocka_unit_test(test_advance_from_callback_is_refused),
 	    cmocka_unit_test(test_random_schedules_match_sorted_reference),
 	    cmocka_unit_test(test_timer_at_uint64_max_never_fires),
+	    cmocka_unit_test(test_ordered_lane_never_cascades_and_merges_with_the_wheel),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
