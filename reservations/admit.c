@@ -13,6 +13,8 @@
 
 /* How many heads ahead admission fetches records. */
 #define ADMIT_AHEAD 4
+/* How many waiting requests from the head a reset's recheck asks about. */
+#define RECHECK_AHEAD 32
 
 static bool plan_room(const kva_plan *p, uint32_t pages)
 {
@@ -512,7 +514,29 @@ bool kva__admit_head_recheck(kva_engine *e)
 	if (!n)
 		return false;
 	struct kva__req *r = kva__req_of_wq(n);
-	return (r->flags & KVA__F_RESTORE) && kva__lookup_host_forgotten(e, r);
+	if (!(r->flags & KVA__F_RESTORE) || !kva__lookup_host_forgotten(e, r))
+		return false;
+	/* A reset forgets every host checkpoint at once, so the requests after
+	 * the head are likely to need a new lookup too: ask about a few now,
+	 * so their answers come back together with the head's instead of one
+	 * directory round trip (and one step) each. Bounded: a step still
+	 * never walks the queue. */
+	n = kva_waitq_next(&e->waitq, n);
+	for (unsigned k = 1; n && k < RECHECK_AHEAD; k++) {
+		struct kva_waitq_node *next = kva_waitq_next(&e->waitq, n);
+		e->plan->records_touched++;
+		r = kva__req_of_wq(n);
+		if (r->flags & KVA__F_RESTORE)
+			kva__lookup_host_forgotten(e, r);
+		n = next;
+	}
+	return true;
+}
+
+void kva__admit_start(kva_engine *e)
+{
+	kva_plan *plan = e->plan;
+	e->budget_left = plan->token_budget ? plan->token_budget : UINT64_MAX;
 }
 
 void kva__admit_run(kva_engine *e)
@@ -520,7 +544,6 @@ void kva__admit_run(kva_engine *e)
 	kva_plan *plan = e->plan;
 	if (plan->hold_admissions)
 		return; /* the host preempted this step: nothing new starts */
-	e->budget_left = plan->token_budget ? plan->token_budget : UINT64_MAX;
 	/* rule 7: restores that own their capacity go first, past the head */
 	while (!cds_list_empty(&e->ready)) {
 		plan->records_touched++;

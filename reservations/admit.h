@@ -29,11 +29,14 @@ void kva__admit_on_copy(kva_engine *e, struct kva__req *r, struct kva__event *ev
 void kva__admit_head_timer(kva_engine *e, int which);
 /* rule 17: READY imports give their pages back and requeue in order. */
 void kva__admit_reset_ready(kva_engine *e);
-/* Before admission: a head restore whose host checkpoint a prefix-cache
- * reset forgot looks up again (rule 22; only the head is looked at, so a
- * reset walks no queue). true if a lookup was issued. */
+/* A head restore whose host checkpoint a prefix-cache reset forgot looks
+ * up again (rule 22; a reset walks no queue), and so do the forgotten ones
+ * among the next few behind it. true if the head's lookup was issued. */
 bool kva__admit_head_recheck(kva_engine *e);
-/* READY restores first, then FCFS from the head until one is blocked. */
+/* Once per step, before the first kva__admit_run: the step's token budget. */
+void kva__admit_start(kva_engine *e);
+/* READY restores first, then FCFS from the head until one is blocked; may
+ * run again in the same step (after a recheck's answers). */
 void kva__admit_run(kva_engine *e);
 
 #endif

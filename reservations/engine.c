@@ -612,7 +612,19 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	if (asked)
 		handle_local(e); /* answers to lookups the timers or the recheck issued */
 	emit_ended(e);
+	kva__admit_start(e);
 	kva__admit_run(e);
+	/* Admission stopped at a head whose host checkpoint a reset forgot:
+	 * it looks up now, and when the directory answers from its callback
+	 * admission goes on in this step rather than one such head per step.
+	 * Each round admits at least one request or ends the loop. */
+	while (e->head_recheck && kva__admit_head_recheck(e)) {
+		uint32_t before = plan->n_admitted;
+		handle_local(e);
+		kva__admit_run(e);
+		if (plan->n_admitted == before)
+			break;
+	}
 	kva__copy_dispatch_pending(e); /* refused ranks: handled next step */
 	kva__rec_ids_settle(e);        /* the ended ids' map misses, last */
 	kva__rec_flush_retired(e);

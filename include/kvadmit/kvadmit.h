@@ -393,7 +393,8 @@ KVA_API int kva_lookup_answer(kva_engine *e, kva_lookup_token t, const kva_manif
  * Not longer than the checkpoint already stated: changes nothing. A
  * prefix-cache reset forgets the checkpoints stated before it was called,
  * in any state (a waiting restore that selected one looks up again when it
- * reaches the head).
+ * reaches the head, and the forgotten ones among the 31 behind it with it;
+ * answers given from the lookup callback are handled in that step).
  * 0, -EINVAL (NULL, position 0, not local, not compatible), -ERANGE
  * (position past the prompt), -ENOENT (unknown or ended handle), -ENOMEM. */
 KVA_API int kva_local_checkpoint(kva_engine *e, kva_handle h, const kva_checkpoint *cp);

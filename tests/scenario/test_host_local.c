@@ -448,6 +448,48 @@ static void rule22_prefix_cache_reset_forgets_them_for_waiting_and_running(void 
 	sc_free(s);
 }
 
+/* After a reset, many waiting requests that stated full local hits need a
+ * lookup each. They are asked about together, and admission goes on in the
+ * step where the directory answers, not one request per step (10,000 such
+ * requests took 10,000 steps). */
+static void rule22_reset_rechecks_waiting_requests_together(void **st)
+{
+	(void)st;
+	enum { N = 40 }; /* 2 pages each: all fit once the hog is gone */
+	for (int async = 0; async < 2; async++) {
+		struct sc *s = sc_default();
+		uint64_t key = async ? 8 : 7; /* 7 answers from its callback, 8 later */
+		kva_manifest miss = {0};
+		s->dir[s->n_dir++] = (struct sc_dir_entry){7, miss};
+		kva_handle hog = sc_occupy(s, 1000, 100);
+		kva_handle h[N];
+		for (int i = 0; i < N; i++)
+			h[i] = submit_local(s, (uint64_t)i + 1, key, 32, sc_ckpt(32, 500 + i, 1));
+		sc_step(s, 0);
+		assert_true(s->plan.head_blocked);
+		assert_int_equal(s->n_lookups, 0); /* full local hits ask nobody */
+		assert_int_equal(kva_reset_prefix_cache(s->e), 0);
+		assert_int_equal(kva_finish(s->e, hog), 0);
+		uint32_t admitted = 0, steps = 0;
+		while (admitted < N && steps < 10) {
+			uint32_t asked = s->n_lookups;
+			admitted += (uint32_t)sc_step(s, 0);
+			steps++;
+			for (uint32_t k = asked; async && k < s->n_lookups; k++)
+				assert_int_equal(kva_lookup_answer(s->e, s->lookups[k].token, &miss), 0);
+		}
+		assert_int_equal(admitted, N);
+		/* at once: one step; answered later: the head and 31 behind it,
+		 * answered, then the other 8, answered */
+		assert_int_equal(steps, async ? 3 : 1);
+		assert_int_equal(s->n_lookups, N);
+		assert_int_equal(sc_stats(s).revalidations, N);
+		for (int i = 0; i < N; i++)
+			assert_int_equal(info_of(s, h[i]).state, KVA_STATE_RUNNING);
+		sc_free(s);
+	}
+}
+
 /* A host checkpoint the reset forgot is never the shorter checkpoint an
  * exhausted copy falls back to (rule 11): its pages are gone. */
 static void rule22_forgotten_checkpoint_is_never_the_shorter_fallback(void **st)
@@ -582,6 +624,7 @@ int main(void)
 		cmocka_unit_test(rule22_eviction_keeps_the_hosts_other_local_checkpoint),
 		cmocka_unit_test(rule22_prefix_cache_reset_forgets_stated_checkpoints),
 		cmocka_unit_test(rule22_prefix_cache_reset_forgets_them_for_waiting_and_running),
+		cmocka_unit_test(rule22_reset_rechecks_waiting_requests_together),
 		cmocka_unit_test(rule22_forgotten_checkpoint_is_never_the_shorter_fallback),
 		cmocka_unit_test(rule22_statement_queued_before_a_reset_is_forgotten),
 		cmocka_unit_test(rule22_stated_after_a_reset_survives_the_drain_requeue),
