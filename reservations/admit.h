@@ -21,7 +21,7 @@ void kva__admit_requeue_front(kva_engine *e, struct kva__req *r, bool preempted)
 /* r leaves the waiting queue (admitted or cancelled): queue link, head
  * timers, lookup deadline and index entry go. */
 void kva__admit_forget_waiting(kva_engine *e, struct kva__req *r);
-/* r leaves the READY list (cancel). */
+/* r leaves the READY heap (cancel). */
 void kva__admit_forget_ready(kva_engine *e, struct kva__req *r);
 /* A copy report: what it means for r's admission. */
 void kva__admit_on_copy(kva_engine *e, struct kva__req *r, struct kva__event *ev);

@@ -125,6 +125,9 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	if (kva_slab_init(&e->cancels, sizeof(struct kva__cancel), offsetof(struct kva__cancel, rcu),
 	                  kva__alloc_big, kva__free_big) != 0)
 		goto fail_ckpt;
+	e->ready = kva__alloc(cfg->max_running * sizeof(*e->ready));
+	if (!e->ready)
+		goto fail_cancels;
 	kva_capacity_init(&e->cap, (struct kva_credits){cfg->total_pages, cfg->copy_slots,
 	                                                cfg->max_running});
 	kva_fanin_init(&e->inbox);
@@ -133,7 +136,6 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	kva_inbox_batch_init(&e->batch);
 	kva_inbox_batch_init(&e->local_batch);
 	kva_waitq_init(&e->waitq);
-	CDS_INIT_LIST_HEAD(&e->ready);
 	CDS_INIT_LIST_HEAD(&e->ended);
 	CDS_INIT_LIST_HEAD(&e->copy_pending);
 	kva_timerwheel_init(&e->wheel, TIMER_TICK_NS, e->now);
@@ -144,6 +146,8 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	if (err)
 		*err = 0;
 	return e;
+fail_cancels:
+	kva_slab_fini(&e->cancels);
 fail_ckpt:
 	kva_idmap_fini(&e->ckpt);
 fail_ids:
@@ -210,6 +214,7 @@ void kva_engine_destroy(kva_engine *e)
 	kva__rec_free_all(e);
 	kva_slab_fini(&e->slab);
 	kva_slab_fini(&e->cancels); /* after the queues above: they held some */
+	kva__free(e->ready, e->cfg.max_running * sizeof(*e->ready));
 	kva_idmap_fini(&e->live_ids);
 	kva_idmap_fini(&e->ckpt);
 	kva_pagepool_fini(&e->pool);

@@ -56,7 +56,13 @@ struct kva_engine {
 	struct kva_inbox_batch local_batch; /* spliced from local, not yet handled */
 	struct kva_inbox deferred;          /* cancels retried next step */
 	struct kva__event *stalled;         /* needed memory: handled first next step */
-	struct cds_list_head ready;         /* READY restores, queue order (admit.c) */
+	/* READY restores, a min-heap on the order they left the queue (admit.c).
+	 * Room for max_running: each holds a running credit. */
+	struct kva__ready_ent {
+		uint64_t seq; /* the grant's queue_seq, here so a sift reads no record */
+		struct kva__req *r;
+	} *ready;
+	uint32_t n_ready;
 	struct cds_list_head ended;         /* terminal, not yet reported */
 	struct cds_list_head copy_pending;  /* need a copy job dispatched */
 	struct kva_idmap live_ids;          /* id -> slot of its live incarnation */

@@ -215,7 +215,8 @@ struct kva__req {
 			void *unarmed_[2];
 			uint32_t prev, next;
 		} ck;
-		struct cds_list_head link; /* ready, ended or copy_pending list */
+		struct cds_list_head link; /* ended or copy_pending list */
+		uint32_t ready_at;         /* READY: its index in the engine's ready heap */
 		struct kva_slab_rcu rcu;   /* retired: the slab's grace-period batch */
 	};
 	union {

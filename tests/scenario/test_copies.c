@@ -312,6 +312,71 @@ static void rule17_reset_keeps_queue_order_when_copies_finish_out_of_order(void 
 	reset_releases_ready_imports_in_queue_order(true);
 }
 
+/* Many imports whose copies finish in a scrambled order, some cancelled
+ * while READY: admission (rule 7) and a reset (rule 17) still take them in
+ * queue order. (The READY set is a heap: completions out of order used to
+ * cost a walk each, quadratic in one step.) */
+static void ready_imports_in_queue_order_whatever_the_completion_order(bool reset)
+{
+	enum { N = 32 };
+	kva_config c;
+	sc_config(&c);
+	c.copy_slots = N;
+	struct sc *s = sc_new(&c);
+	sc_dir_set(s, 8, sc_ckpt(16, 901, 0));
+	kva_handle h[N];
+	for (int i = 0; i < N; i++)
+		h[i] = sc_submit(s, (uint64_t)i + 1, 8, 32);
+	sc_step(s, 0);
+	assert_int_equal(s->plan.n_copies, N);
+	kva_copy_job jobs[N];
+	memcpy(jobs, s->copies, sizeof(jobs));
+	s->plan.hold_admissions = true; /* they pile up READY */
+	for (int k = 0; k < N; k++) { /* 7 is coprime with 32: a permutation */
+		const kva_copy_job *j = &jobs[(k * 7 + 3) % N];
+		assert_int_equal(kva_copy_done(s->e, j->token, j->rank, 0), 0);
+		if (k % 5 == 4)
+			sc_step(s, 0); /* some handled together, some alone */
+	}
+	sc_step(s, 0);
+	assert_int_equal(sc_stats(s).ready, N);
+	bool gone[N] = {false};
+	for (int i = 5; i < N; i += 7) { /* from inside the heap; one needs a sift up */
+		assert_int_equal(kva_cancel(s->e, h[i]), 0);
+		gone[i] = true;
+	}
+	if (reset)
+		assert_int_equal(kva_reset_prefix_cache(s->e), 0);
+	s->plan.hold_admissions = false;
+	sc_step(s, 0);
+	/* admitted (or requeued and copying again) in queue order */
+	uint32_t n = reset ? s->plan.n_copies : s->plan.n_admitted, at = 0;
+	for (int i = 0; i < N; i++) {
+		if (gone[i])
+			continue;
+		assert_true(at < n);
+		uint64_t id = reset ? s->copies[at].handle.id : s->admitted[at].handle.id;
+		assert_int_equal(id, h[i].id);
+		at++;
+	}
+	assert_int_equal(at, n);
+	assert_int_equal(sc_stats(s).ready, 0);
+	sc_assert_conserved(s);
+	sc_free(s);
+}
+
+static void rule7_ready_imports_are_admitted_in_queue_order_whatever_the_completion_order(void **st)
+{
+	(void)st;
+	ready_imports_in_queue_order_whatever_the_completion_order(false);
+}
+
+static void rule17_reset_requeues_many_ready_imports_in_queue_order(void **st)
+{
+	(void)st;
+	ready_imports_in_queue_order_whatever_the_completion_order(true);
+}
+
 static void rule17_reset_during_copy_requeues_after_drain(void **st)
 {
 	(void)st;
@@ -399,6 +464,8 @@ int main(void)
 		cmocka_unit_test(rule13_cancel_ready_and_running_return_everything),
 		cmocka_unit_test(rule17_reset_releases_ready_imports_to_the_front_in_order),
 		cmocka_unit_test(rule17_reset_keeps_queue_order_when_copies_finish_out_of_order),
+		cmocka_unit_test(rule7_ready_imports_are_admitted_in_queue_order_whatever_the_completion_order),
+		cmocka_unit_test(rule17_reset_requeues_many_ready_imports_in_queue_order),
 		cmocka_unit_test(rule17_reset_during_copy_requeues_after_drain),
 		cmocka_unit_test(rule19_world2_admits_only_after_both_ranks),
 		cmocka_unit_test(rule19_one_rank_failing_fails_the_attempt_and_it_is_retried),
