@@ -39,10 +39,12 @@ static void ckpt_unindex(kva_engine *e, struct kva__req *r)
 		prev->ck.next = r->ck.next;
 	} else {
 		uint64_t id = kva__sel(r)->id;
-		if (next)
+		if (next) {
 			*kva_idmap_find(&e->ckpt, id) = r->ck.next - 1;
-		else
+			next->ck.epoch_floor = r->ck.epoch_floor; /* fewer records: still a floor */
+		} else {
 			kva_idmap_remove(&e->ckpt, id);
+		}
 	}
 	r->ck.prev = r->ck.next = 0;
 }
@@ -54,10 +56,13 @@ static void ckpt_index(kva_engine *e, struct kva__req *r, uint64_t id)
 	uint32_t *first = kva_idmap_find(&e->ckpt, id);
 	r->ck.prev = 0;
 	r->ck.next = 0;
+	r->ck.epoch_floor = kva__sel(r)->epoch;
 	if (first) {
 		struct kva__req *old = kva_slab_get(&e->slab, *first);
 		old->ck.prev = me + 1;
 		r->ck.next = *first + 1;
+		if (old->ck.epoch_floor < r->ck.epoch_floor)
+			r->ck.epoch_floor = old->ck.epoch_floor;
 		*first = me;
 	} else {
 		(void)kva_idmap_insert(&e->ckpt, id, me);
@@ -514,6 +519,12 @@ void kva__lookup_on_evict(kva_engine *e, struct kva__evict *ev)
 {
 	uint32_t *first = kva_idmap_find(&e->ckpt, ev->checkpoint_id);
 	struct kva__req *r = first ? kva_slab_get(&e->slab, *first) : NULL;
+	/* A repeated or stale eviction (a directory resending its events)
+	 * finds nothing older: one record read, not one per sharer. */
+	if (r && ev->epoch <= r->ck.epoch_floor) {
+		kva__touched(e);
+		r = NULL;
+	}
 	while (r) {
 		struct kva__req *next = at_slot(e, r->ck.next);
 		kva__touched(e);
@@ -525,6 +536,12 @@ void kva__lookup_on_evict(kva_engine *e, struct kva__evict *ev)
 			kva__lookup_begin(e, r, false);
 		}
 		r = next;
+	}
+	/* Those left selected this epoch or a later one. */
+	if ((first = kva_idmap_find(&e->ckpt, ev->checkpoint_id))) {
+		r = kva_slab_get(&e->slab, *first);
+		if (r->ck.epoch_floor < ev->epoch)
+			r->ck.epoch_floor = ev->epoch;
 	}
 	kva__free(ev, sizeof(*ev));
 }

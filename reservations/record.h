@@ -214,6 +214,11 @@ struct kva__req {
 		struct {
 			void *unarmed_[2];
 			uint32_t prev, next;
+			/* On the list's first record only: no record on the
+			 * list selected an epoch below it, so an eviction up to
+			 * it changes nothing and walks nobody. Over the timer's
+			 * seq, which an unarmed timer never reads. */
+			uint64_t epoch_floor;
 		} ck;
 		struct cds_list_head link; /* ended or copy_pending list */
 		uint32_t ready_at;         /* READY: its index in the engine's ready heap */

@@ -252,6 +252,48 @@ static void rule15_unrelated_or_older_eviction_touches_nobody(void **st)
 	sc_free(s);
 }
 
+/* Many requests share one checkpoint (a system prompt). An eviction that
+ * is not newer than any of their copies, repeated or stale, reads one
+ * record, not one per sharer; a newer one revalidates exactly those older. */
+static void rule15_repeated_eviction_of_a_shared_checkpoint_walks_nobody(void **st)
+{
+	(void)st;
+	enum { N = 20 };
+	struct sc *s = sc_default();
+	kva_checkpoint c = sc_ckpt(320, 500, 1);
+	c.epoch = 7;
+	sc_dir_set(s, KEY, c);
+	sc_occupy(s, 1, 90);
+	for (int i = 0; i < N; i++)
+		sc_submit(s, 2 + (uint64_t)i, KEY, 480);
+	sc_step(s, 0);
+	c.epoch = 9; /* the directory's copy is newer for those that ask now */
+	sc_dir_clear(s);
+	sc_dir_set(s, KEY, c);
+	for (int i = 0; i < N; i++)
+		sc_submit(s, 100 + (uint64_t)i, KEY, 480);
+	sc_step(s, 0);
+	assert_true(s->plan.head_blocked);
+
+	assert_int_equal(kva_checkpoint_evicted(s->e, 500, 7), 0); /* older than all */
+	sc_step(s, 0);
+	assert_int_equal(sc_stats(s).revalidations, 0);
+	assert_true(s->plan.records_touched <= 2); /* the list's first + the head */
+
+	assert_int_equal(kva_checkpoint_evicted(s->e, 500, 8), 0); /* the first N only */
+	sc_step(s, 0);
+	assert_int_equal(sc_stats(s).revalidations, N); /* they reselect epoch 9 */
+	assert_int_equal(kva_checkpoint_evicted(s->e, 500, 8), 0); /* resent */
+	sc_step(s, 0);
+	assert_int_equal(sc_stats(s).revalidations, N);
+	assert_true(s->plan.records_touched <= 2);
+
+	assert_int_equal(kva_checkpoint_evicted(s->e, 500, 10), 0); /* newer than all */
+	sc_step(s, 0);
+	assert_int_equal(sc_stats(s).revalidations, 3 * N);
+	sc_free(s);
+}
+
 static void rule15_local_selection_is_admitted_without_a_copy(void **st)
 {
 	(void)st;
@@ -457,6 +499,7 @@ int main(void)
 		cmocka_unit_test(rule15_evicted_partial_local_selection_relooks_up_and_restores),
 		cmocka_unit_test(rule15_evicted_external_selection_relooks_up),
 		cmocka_unit_test(rule15_unrelated_or_older_eviction_touches_nobody),
+		cmocka_unit_test(rule15_repeated_eviction_of_a_shared_checkpoint_walks_nobody),
 		cmocka_unit_test(rule15_local_selection_is_admitted_without_a_copy),
 		cmocka_unit_test(rule18_wait_logs_at_most_once_per_interval_and_refreshes),
 		cmocka_unit_test(rule18_capacity_wait_status_in_stats_metrics_and_log),
