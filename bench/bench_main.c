@@ -31,6 +31,7 @@ int main(int argc, char **argv)
 	bm_register_local();
 	bm_register_lifecycle();
 	bm_register_churn();
+	bm_register_stalls();
 	int ran = gb_run(argc, argv);
 	bm_cleanup_step();
 	bm_cleanup_events();
