@@ -3,12 +3,16 @@
  * capacity.pml: the paired reservation on the packed capacity word
  * (lockfree/capacity.{h,c}). The word holds three lanes, as in C but
  * narrower: pages (4 bits, 6 credits), copy slots (2 bits, 2), run slots
- * (2 bits, 2). THREADS threads each pick one caller of the library and run
+ * (2 bits, 2). THREADS threads each pick one kind of reservation and run
  * it once: a restore reservation {3 pages, 1 slot, 1 run} above the decode
- * watermark (admit.c:259), a recompute {2, 0, 1} above it, a decode growth
- * {1, 0, 0} with floor 0 (intake.c:296, rule 6), or a copy slot {0, 1, 0}
- * (no pages: not held back by the floor); a thread that got its credits
- * gives exactly those back with one fetch_add (kva_capacity_release).
+ * watermark (admit.c admit_head, rules 4 and 5), a recompute {2, 0, 1}
+ * above it (admit.c admit_head, the first chunk), a decode growth
+ * {1, 0, 0} with floor 0 (intake.c grow_owned, rule 6), or a slot-only
+ * reservation {0, 1, 0} (no pages: not held back by the floor, as stated in
+ * capacity.h; no caller in the library reserves one today, but
+ * admit.c make_ready gives the copy slot back alone). A thread that got its
+ * credits gives exactly those back with one fetch_add
+ * (capacity.c kva_capacity_release).
  * try_reserve is modelled as in C: a relaxed load, then a loop of fits()
  * and a CAS of the whole word that refreshes the expected value on failure.
  *
@@ -57,7 +61,7 @@ inline check_word()
 	assert(word >= 0 && PAGES(word) <= TP && SLOTS(word) <= TS && RUNS(word) <= TR)
 }
 
-/* capacity.c:107 fits() */
+/* capacity.c fits */
 inline fits(w, p, s, r, floor, ok)
 {
 #ifdef MUTANT_NO_SLOT_CHECK
@@ -77,9 +81,9 @@ proctype caller()
 	:: p = 3; s = 1; r = 1; floor = FLOOR /* restore */
 	:: p = 2; s = 0; r = 1; floor = FLOOR /* recompute */
 	:: p = 1; s = 0; r = 0; floor = 0     /* decode growth */
-	:: p = 0; s = 1; r = 0; floor = FLOOR /* a copy slot only */
+	:: p = 0; s = 1; r = 0; floor = FLOOR /* a slot only */
 	fi;
-	/* capacity.c:114 kva_capacity_try_reserve */
+	/* capacity.c kva_capacity_try_reserve: relaxed load */
 	old = word; /* relaxed */
 	do
 	:: fits(old, p, s, r, floor, ok);
@@ -91,7 +95,7 @@ proctype caller()
 		d_step { word = word - PACK(p, s, r); hp = hp + p; hs = hs + s; hr = hr + r; done = 1 };
 		break
 #else
-		/* capacity.c:127 CAS, A1 */
+		/* capacity.c kva_capacity_try_reserve, A1: CAS */
 		atomic {
 			if
 			:: word == old ->
@@ -114,7 +118,7 @@ proctype caller()
 #ifdef MUTANT_CHECK_THEN_SUB
 		d_step { assert(p == 0 || PAGES(word) >= floor); check_word() };
 #endif
-		/* capacity.c:142 kva_capacity_release: fetch_add, R1 */
+		/* capacity.c kva_capacity_release, R1: fetch_add */
 		d_step { word = word + PACK(p, s, r); hp = hp - p; hs = hs - s; hr = hr - r; check_word() }
 	:: else -> skip
 	fi

@@ -3,6 +3,7 @@
 # Model-checks kvadmit's cross-thread protocols with Spin (docs/model-checking.md).
 #
 #   tests/model/check.sh [--verify] [MODEL...]
+#   tests/model/check.sh --refs
 #
 # For each model (default: all): the model itself must pass — no assertion
 # violation, no invalid end state, and the search complete (not truncated by
@@ -10,15 +11,31 @@
 # counterexample (its trail is replayed into the log). --verify checks with
 # the larger bounds of `make verify`. Exit 0 only if everything holds.
 #
+# C references: the models and docs/model-checking.md cite the C code they
+# stand for as `file.c function` (or file.h), never by line number. Before
+# any model runs, every such pair in the models checked (and, when all run or
+# with --refs, in docs/model-checking.md) must name a function defined in
+# that file, and no `file.c:LINE` reference may remain. --refs checks only
+# that (ctest: model_refs).
+#
+# At the end a table of the model runs (bounds, states, depth, pan's time)
+# and the range of the mutants' trail lengths is printed in the form of
+# docs/model-checking.md's table, to refresh it.
+#
 # Environment: MODEL_WORKDIR (default: a temporary directory, removed),
 # MODEL_MEMLIM (MiB for pan, default 1024; verify 4096), SPIN, CC.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 SPIN=${SPIN:-spin}
 CC=${CC:-gcc}
+root=$(cd "$here/../.." && pwd)
+doc=$root/docs/model-checking.md
 mode=test
 if [ "${1:-}" = "--verify" ]; then
   mode=verify
+  shift
+elif [ "${1:-}" = "--refs" ]; then
+  mode=refs
   shift
 fi
 
@@ -58,6 +75,59 @@ known_failure() {
   done
   return 1
 }
+
+# The C file a reference names: a path under the source tree, or a file name
+# looked up in the library's source directories (names are unique there).
+ref_file() {
+  local f=$1 d hits=()
+  if [[ $f == */* ]]; then
+    if [ -f "$root/$f" ]; then echo "$root/$f"; fi
+    return 0
+  fi
+  for d in lockfree reservations cuda include/kvadmit examples; do
+    [ -f "$root/$d/$f" ] && hits+=("$root/$d/$f")
+  done
+  if [ ${#hits[@]} -eq 1 ]; then echo "${hits[0]}"; fi
+}
+
+# Whether FILE defines function NAME: a line at column 0 (not a comment, not
+# a preprocessor line) with NAME( on it, whose declaration reaches a `{`
+# before a `;` (a prototype or forward declaration does not count).
+defines() {
+  awk -v fn="$2" '
+    !cand && /^[A-Za-z_]/ && $0 ~ ("(^|[^A-Za-z0-9_])" fn "[(]") { cand = 1 }
+    cand { if (index($0, "{")) { found = 1; exit } if ($0 ~ /;[ \t]*$/) cand = 0 }
+    END { exit !found }' "$1"
+}
+
+# check_refs FILE...: every `file.[ch] name` pair names a function defined
+# in that file; no `file.[ch]:LINE` reference. Prints each bad one.
+check_refs() {
+  local bad=0 n=0 src ln ref cf name path
+  while IFS=: read -r src ln ref; do
+    echo "FAIL  refs: ${src#"$root"/}:$ln: $ref: a line number (cite the function instead)"
+    bad=1
+  done < <(grep -HnoE '[A-Za-z0-9_]+\.[ch]:[0-9]+' "$@" || true)
+  while IFS=: read -r src ln ref; do
+    n=$((n + 1))
+    cf=${ref%% *}
+    name=${ref#* }
+    path=$(ref_file "$cf")
+    if [ -z "$path" ]; then
+      echo "FAIL  refs: ${src#"$root"/}:$ln: \`$ref\`: no source file $cf"
+      bad=1
+    elif ! defines "$path" "$name"; then
+      echo "FAIL  refs: ${src#"$root"/}:$ln: \`$ref\`: ${path#"$root"/} defines no function $name"
+      bad=1
+    fi
+  done < <(grep -HnoE '[A-Za-z0-9_/]+\.[ch] [A-Za-z_][A-Za-z0-9_]*' "$@" || true)
+  if [ $bad = 0 ]; then echo "PASS  refs: $n C references in ${*##*/}"; fi
+  return $bad
+}
+
+if [ "$mode" = refs ]; then
+  if check_refs "$here"/*.pml "$doc"; then exit 0; else exit 1; fi
+fi
 
 if [ "$mode" = verify ]; then
   memlim=${MODEL_MEMLIM:-4096}
@@ -105,10 +175,23 @@ stat_line() {
 }
 
 models=("$@")
-[ ${#models[@]} -eq 0 ] && models=("${ALL[@]}")
 fail=0
+if [ ${#models[@]} -eq 0 ]; then
+  models=("${ALL[@]}")
+  check_refs "$here"/*.pml "$doc" || fail=1
+else
+  pmls=()
+  for m in "${models[@]}"; do
+    [ -f "$here/$m.pml" ] || { echo "check.sh: no model $m" >&2; exit 2; }
+    pmls+=("$here/$m.pml")
+  done
+  check_refs "${pmls[@]}" || fail=1
+fi
+# One row per model for the table at the end; trail lengths of the mutants.
+rows=()
+trail_min='' trail_max=''
+thousands() { sed -E ':a; s/([0-9])([0-9]{3})($| )/\1 \2\3/; ta'; }
 for m in "${models[@]}"; do
-  [ -f "$here/$m.pml" ] || { echo "check.sh: no model $m" >&2; exit 2; }
   if [ "$mode" = verify ]; then defs=${VERIFY_DEFS[$m]}; else defs=${TEST_DEFS[$m]}; fi
   # shellcheck disable=SC2086
   run_pan "$m" model $defs || { echo "FAIL  $m: spin or cc failed"; fail=1; continue; }
@@ -118,6 +201,7 @@ for m in "${models[@]}"; do
     truncated=1
   if [ "${errs:-x}" = 0 ] && [ $truncated = 0 ]; then
     echo "PASS  $m ($defs): $(stat_line)"
+    rows+=("$m|$defs|$(stat_line)")
   elif reason=$(known_failure "$m"); then
     echo "KNOWN $m ($defs): fails as listed in KNOWN_FAIL: $reason"
   else
@@ -136,10 +220,28 @@ for m in "${models[@]}"; do
       (cd "$DIR" && mapfile -t d <defs.txt && "$SPIN" "${d[@]}" -t -p "$m.pml" >trail.txt 2>&1) || true
       steps=$(grep -Ec '^ *[0-9]+:[[:space:]]+proc' "$DIR/trail.txt" || true)
       echo "PASS  $m/$mu rejected: $what (trail: $steps steps) $(stat_line)"
+      if [ -z "$trail_min" ] || [ "$steps" -lt "$trail_min" ]; then trail_min=$steps; fi
+      if [ -z "$trail_max" ] || [ "$steps" -gt "$trail_max" ]; then trail_max=$steps; fi
     else
       echo "FAIL  $m/$mu: Spin found no counterexample (errors=${errs:-?})"
       fail=1
     fi
   done
 done
+
+# The table of docs/model-checking.md ("Bounds, state counts and run times"),
+# this run's columns: model | bounds | states | depth | time.
+echo
+echo "| model | $mode bounds | states | depth | time |"
+echo "|---|---|---|---|---|"
+for row in "${rows[@]+"${rows[@]}"}"; do
+  IFS='|' read -r m defs st <<<"$row"
+  states=${st#states=}; states=${states%% *}
+  depth=${st#*depth=}; depth=${depth%% *}
+  secs=${st#*time=}; secs=${secs%s}
+  echo "| $m | \`$defs\` | $(thousands <<<"$states") | $depth | $secs s |"
+done
+if [ -n "$trail_min" ]; then
+  echo "mutant counterexamples: $trail_min–$trail_max steps (spin -t -p)"
+fi
 exit $fail

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * copy.pml: collective copy completion (rules 12, 19): reservations/copy.c
- * (copy_start, dispatch, on_report, cancel) and record.c kva__grant_report.
+ * copy.pml: collective copy completion (rules 12, 19): copy.c kva__copy_start,
+ * copy.c kva__copy_dispatch_pending, copy.c kva__copy_on_report,
+ * copy.c kva__copy_cancel (reservations/) and record.c kva__grant_report.
  * WORLD importer ranks copy into the request's destination pages; each
  * reports into copy_word = attempt << 8 | mask with a CAS (the C word is
  * attempt << 32 | mask). A rank may report success or failure, report its
@@ -12,7 +13,7 @@
  * and the grant leaves the record with copy_word as the last attempt left
  * it (a rank that matched the handle just before may still report into it;
  * the grant is reset only when it is reused, a grace period later, after
- * every such rank is done: record.c, grant reuse).
+ * every such rank is done: record.c grant_reuse).
  *
  * Properties:
  *   - destination pages go back only after every rank of the submitted
@@ -77,13 +78,13 @@ inline pages_return()
 	}
 }
 
-/* record.c:147 kva__grant_report (after kva_copy_done's find) */
+/* record.c kva__grant_report (after intake.c kva_copy_done's lookup) */
 inline report(a, st, rc)
 {
 	if
-	:: !live -> rc = 1 /* -ENOENT: intake.c:221 find */
+	:: !live -> rc = 1 /* -ENOENT: intake.c kva_copy_done, kva__rec_find */
 	:: else ->
-		w = copy_word; /* A3 */
+		w = copy_word; /* record.c kva__grant_report, A3 */
 		do
 		::
 #ifdef MUTANT_NO_ATTEMPT_CHECK
@@ -102,7 +103,7 @@ inline report(a, st, rc)
 					fi
 				};
 				if
-				:: rc == 0 -> reports ! me, st; break /* record.c:173 */
+				:: rc == 0 -> reports ! me, st; break /* record.c kva__grant_report: rank_ev */
 				:: else -> skip
 				fi
 			fi
@@ -143,15 +144,15 @@ active proctype scheduler()
 	byte r, i;
 	bit st, c;
 	do
-	:: copy_queued && state == IMPORTING -> /* copy.c:121 dispatch_pending */
+	:: copy_queued && state == IMPORTING -> /* copy.c kva__copy_dispatch_pending */
 		copy_queued = 0;
-		copy_word = attempts * 256; /* copy.c:142 R1 */
+		copy_word = attempts * 256; /* copy.c kva__copy_dispatch_pending, R1 */
 		r = 0;
 		do
 		:: r < WORLD -> jobs[r] ! attempts; r++
 		:: else -> break
 		od
-	:: reports ? r, st -> /* copy.c:51 kva__copy_on_report */
+	:: reports ? r, st -> /* copy.c kva__copy_on_report */
 		n_reported++;
 		assert(n_reported <= WORLD);
 		any_failed = any_failed || st;
@@ -160,11 +161,11 @@ active proctype scheduler()
 		:: else ->
 			copying = 0;
 			if
-			:: state == CANCELLED -> /* copy.c:63 rule 12: drained */
+			:: state == CANCELLED -> /* copy.c kva__copy_on_report: rule 12, drained */
 				pages_return();
 				live = 0 /* record.c kva__rec_retire */
 			:: state == IMPORTING && any_failed && retries < RETRIES ->
-				retries++; /* copy.c:85 retry: copy_start */
+				retries++; /* copy.c kva__copy_on_report: retry, copy.c kva__copy_start */
 				attempts++;
 				n_reported = 0;
 				any_failed = 0;
@@ -182,7 +183,7 @@ active proctype scheduler()
 				state = READY
 			fi
 		fi
-	:: cancel_lane ? c -> /* copy.c:28 kva__copy_cancel */
+	:: cancel_lane ? c -> /* copy.c kva__copy_cancel */
 		if
 		:: state == IMPORTING ->
 			if

@@ -5,14 +5,15 @@
  * nodes' hdr.next / ticket.next), 3 nodes, POPPERS threads each popping a
  * node, using it, and giving it back, ROUNDS times.
  *
- * Default: the slab's shared free stacks (slab.c:241 push_batches,
- * slab.c:256 pop_stack), which have no tag by design: a pop runs inside an
- * RCU read-side section (slab.c:424), and a node is pushed back only by a
- * call_rcu callback, a grace period after it was retired (slab.c:464,
- * modelled as a synchronize_rcu before the push).
+ * Default: the slab's shared free stacks (slab.c push_batches,
+ * slab.c pop_stack), which have no tag by design: a pop runs inside an
+ * RCU read-side section (slab.c kva_slab_alloc, around pop_batch), and a
+ * node is pushed back only by a call_rcu callback, a grace period after it
+ * was retired (slab.c reclaim_ticket, then slab.c reclaim_chain; modelled
+ * as a synchronize_rcu before the push).
  *
- * -DTICKETS (tickets.pml): the reclaim-ticket free list (slab.c:88
- * ticket_push, slab.c:125 ticket_get), whose top carries a tag bumped by
+ * -DTICKETS (tickets.pml): the reclaim-ticket free list
+ * (slab.c ticket_push, slab.c ticket_get), whose top carries a tag bumped by
  * every pop (C: 32 bits; here TAG_BITS, 4 by default, more than the model's
  * pops between one popper's load and its CAS can wrap) and no RCU.
  *
@@ -66,18 +67,18 @@ proctype popper(byte me)
 		k++;
 		got = 0;
 #ifndef TICKETS
-		rcu_ctr[me]++; /* slab.c:424 kva_rcu_read_lock */
+		rcu_ctr[me]++; /* slab.c kva_slab_alloc: kva_rcu_read_lock */
 #endif
-		w = top; /* A4 / A6 */
+		w = top; /* slab.c pop_stack, A4 / slab.c ticket_get, A6 */
 		do
 		:: IDX(w) == 0 -> break
 		:: else ->
-			nx = next[IDX(w)]; /* slab.c:264 / slab.c:134 */
+			nx = next[IDX(w)]; /* slab.c pop_stack / slab.c ticket_get: relaxed load of next */
 			atomic {
 				if
 				:: top == w ->
 #ifdef TICKETS
-					top = ((TAG(w) + 1) % TAGS) * 8 + nx; /* slab.c:135 */
+					top = ((TAG(w) + 1) % TAGS) * 8 + nx; /* slab.c ticket_get: tag + 1 */
 #else
 					top = nx;
 #endif
@@ -94,7 +95,7 @@ proctype popper(byte me)
 			fi
 		od;
 #ifndef TICKETS
-		rcu_ctr[me]++; /* kva_rcu_read_unlock */
+		rcu_ctr[me]++; /* slab.c kva_slab_alloc: kva_rcu_read_unlock */
 #endif
 		if
 		:: got ->
@@ -114,7 +115,7 @@ proctype popper(byte me)
 			:: else -> break
 			od;
 #endif
-			/* slab.c:241 push_batches / slab.c:88 ticket_push */
+			/* slab.c push_batches, R4 / slab.c ticket_push, R6 */
 			w = top;
 			do
 			:: next[t] = IDX(w);

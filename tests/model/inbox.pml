@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * inbox.pml: submit -> inbox -> ingest. Producers push onto per-thread lanes
- * (lockfree/fanin.c over lockfree/inbox.c over liburcu cds_wfcq); the
+ * (lockfree/fanin.c, over lockfree/inbox.c, over liburcu's cds_wfcq); the
  * scheduler's step splices the marked lanes without waiting and pops its
  * private batch without waiting; the host sleeps until `wake` when the step
- * reports no backlog (engine.c:586, record.c:57).
+ * reports no backlog (engine.c kva_step, plan->backlog; the producer's wake:
+ * record.c kva__event_enqueue, then record.c kva__wake).
  *
  * Modelled: lanes 0 and 1; producers A and B share lane 0 (threads beyond
  * KVA_FANIN_LANES share lanes), C uses lane 1. Each pushes PUSHES nodes (A)
@@ -36,8 +37,8 @@
  * of the steps below, so SC is enough.
  *
  * State space (spin 6.5.2, -DSAFETY -DCOLLAPSE): make test (PUSHES=1):
- * 3 nodes, see docs/model-checking.md for states and time; make verify
- * (PUSHES=2): 4 nodes.
+ * 3 nodes; make verify (PUSHES=3, tests/model/check.sh VERIFY_DEFS):
+ * 5 nodes. States and times: docs/model-checking.md.
  *
  * Mutants: MUTANT_CLEAR_AFTER_SPLICE (the consumer clears the lane bits
  * after splicing instead of exchanging them first: a push that finds its
@@ -78,22 +79,22 @@ proctype producer(byte l; byte first; byte count)
 	byte n = first, old, oldmask;
 	do
 	:: n < first + count ->
-		/* inbox.c:148 cds_wfcq_node_init */
+		/* inbox.c kva_inbox_push: cds_wfcq_node_init */
 		next[n] = 0;
-		/* inbox.c:153 cds_wfcq_enqueue: uatomic_xchg(&tail->p, node) */
+		/* inbox.c kva_inbox_push, R1: cds_wfcq_enqueue's uatomic_xchg(&tail->p, node) */
 		atomic { old = tail[l]; tail[l] = n };
 		/* the link store CMM_STORE_SHARED(old_tail->next, node) */
 		next[old] = n;
 		if
 		:: old == D0 || old == D1 ->
-			/* fanin.c:294 R1: release fetch_or of the lane's bit */
+			/* fanin.c kva_fanin_push, R1: release fetch_or of the lane's bit */
 			atomic { oldmask = mask; mask = mask | (1 << l) };
-			/* record.c:57: wake the host when the fan-in was empty */
+			/* record.c kva__event_enqueue: wake the host when the fan-in was empty */
 			if
 			:: oldmask == 0 -> wake = 1
 			:: else -> skip
 			fi
-		:: else -> skip /* fanin.c:292: lane not empty, its bit is set or being set */
+		:: else -> skip /* fanin.c kva_fanin_push: lane not empty, its bit is set or being set */
 		fi;
 		n++
 	:: else -> break
@@ -115,7 +116,7 @@ inline consume(node)
 	}
 }
 
-/* inbox.c:183 kva_inbox_splice_nonblocking(lane l -> batch), i.e.
+/* inbox.c kva_inbox_splice_nonblocking (lane l -> batch), i.e.
  * ___cds_wfcq_splice(..., blocking = 0). moved: anything appended. */
 inline splice(D, l, moved)
 {
@@ -136,7 +137,7 @@ inline splice(D, l, moved)
 	fi
 }
 
-/* inbox.c:190 kva_inbox_batch_pop_nonblocking, i.e.
+/* inbox.c kva_inbox_batch_pop_nonblocking, i.e.
  * ___cds_wfcq_dequeue_with_state(batch, blocking = 0). got: node or 0. */
 inline pop(got)
 {
@@ -176,14 +177,15 @@ proctype host()
 	byte m, l, h, t, old, node, nx, got;
 	bit moved, e;
 	do
-	:: /* one kva_step: engine.c:508 kva_fanin_splice_nonblocking */
+	:: /* one kva_step: engine.c handle_events calls
+	    * fanin.c kva_fanin_splice_nonblocking */
 		if
-		:: mask == 0 -> skip /* fanin.c:300: relaxed hint, nothing marked */
+		:: mask == 0 -> skip /* fanin.c kva_fanin_splice_nonblocking: relaxed hint, nothing marked */
 		:: else ->
 #ifdef MUTANT_CLEAR_AFTER_SPLICE
 			m = mask;
 #else
-			atomic { m = mask; mask = 0 }; /* fanin.c:303 A1: exchange */
+			atomic { m = mask; mask = 0 }; /* fanin.c kva_fanin_splice_nonblocking, A1: exchange */
 #endif
 			l = 0;
 			do
@@ -196,7 +198,7 @@ proctype host()
 					fi;
 					if
 					:: !moved ->
-						/* fanin.c:310: never lose a lane */
+						/* fanin.c kva_fanin_splice_nonblocking: never lose a lane */
 						if
 						:: l == 0 -> lane_empty(D0, 0, e)
 						:: else -> lane_empty(D1, 1, e)
@@ -216,7 +218,7 @@ proctype host()
 			atomic { mask = mask & ~m }
 #endif
 		fi;
-		/* engine.c:459 handle_batch: pop until NULL (empty or WOULDBLOCK) */
+		/* engine.c handle_batch: pop until NULL (empty or WOULDBLOCK) */
 		do
 		:: pop(got);
 			if
@@ -224,7 +226,7 @@ proctype host()
 			:: else -> break
 			fi
 		od;
-		/* engine.c:586: backlog when the batch still holds nodes */
+		/* engine.c kva_step: plan->backlog when the batch still holds nodes */
 		if
 		:: next[DB] != 0 || btail != DB -> skip /* step again */
 		:: else ->

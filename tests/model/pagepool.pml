@@ -61,7 +61,8 @@ byte lastl[NPAGES + 1];  /* link[id].last */
 byte owner[NPAGES + 1];
 byte finished;
 
-/* pagepool.c:175 install(first, last, count) */
+/* pagepool.c install(first, last, count): R1 CAS onto an empty top; A2 takes
+ * over a chain found there */
 inline install(first, last0, count)
 {
 	lst = last0;
@@ -110,7 +111,7 @@ proctype taker(byte me)
 		:: n = 1
 		:: n = 2
 		fi;
-		/* pagepool.c:226 claim n, take the chain if one is on top (A1) */
+		/* pagepool.c kva_pagepool_take_n, A1: claim n, take the chain if one is on top */
 		w = top;
 		do
 		:: AVAIL(w) < n -> ok = 0; break
@@ -153,7 +154,8 @@ proctype taker(byte me)
 				:: else -> head = 0
 				fi
 			:: head == 0 ->
-				/* pagepool.c:253: ids are on top or in transit: wait (A3) */
+				/* pagepool.c kva_pagepool_take_n, A3: ids are on top or in
+				 * transit: wait (pagepool.c wait_for_transit) */
 				HEAD(top) != 0;
 				w = top;
 				atomic {
@@ -163,7 +165,7 @@ proctype taker(byte me)
 					fi
 				}
 			od;
-			/* used, then put back: pagepool.c:274 put_n keeps the order */
+			/* used, then put back: pagepool.c kva_pagepool_put_n keeps the order */
 			i = 0;
 			do
 			:: i < n -> owner[ids[i]] = 0; i++

@@ -9,7 +9,7 @@
  * kva_lookup_answer do: inside an RCU read-side section they look the slot
  * up (bounds, generation, id), then read and write the record they matched,
  * and may hand the scheduler an event naming the handle, which the step
- * looks up again (engine.c:336).
+ * looks up again (engine.c dispatch_event, record.c kva__rec_find).
  *
  * Properties:
  *   - a stale handle never touches a later incarnation: whatever a reader
@@ -29,7 +29,8 @@
  * Memory model: the argument uses R2/A2 of slab.c (publish is a release
  * store of the odd generation, lookup an acquire load: a matching reader
  * sees the filled record), the release store of the even generation at
- * retire (record.c:254, slab.c:484) followed by call_rcu, and the RCU
+ * retire (record.c kva__rec_retire, slab.c kva_slab_retire) followed by
+ * call_rcu (slab.c kva_slab_flush), and the RCU
  * guarantee above (urcu-memb: read_lock/unlock with smp_mb vs
  * synchronize_rcu's membarrier). A reader that loads the old odd
  * generation inside its section is one whose section started before the
@@ -68,8 +69,8 @@ bit cancel_requested[INCARNATIONS + 1];
 
 inline lookup(g, found)
 {
-	/* slab.h:179 kva_slab_lookup: (gen & 1) && hdr.gen == gen (A2), then
-	 * record.c:35 r->id == id: every incarnation has the same id here */
+	/* slab.h kva_slab_lookup, A2: (gen & 1) && hdr.gen == gen, then
+	 * record.c kva__rec_find: r->id == id; every incarnation has the same id here */
 #ifdef MUTANT_NO_GEN_CHECK
 	found = (gen & 1)
 #else
@@ -90,12 +91,12 @@ proctype reader(byte me)
 		lookup(g, found);
 		if
 		:: found ->
-			/* intake.c:108 reads the matched record's state... */
+			/* intake.c kva_cancel, A2: reads the matched record's state... */
 			assert(inc == 1);
-			/* ...and intake.c:115 writes to it */
+			/* ...and intake.c kva_cancel writes to it (cancel_requested) */
 			d_step { assert(inc == 1); old = cancel_requested[inc]; cancel_requested[inc] = 1 };
 			if
-			:: !old -> pending++ /* intake.c:126: an event naming the handle */
+			:: !old -> pending++ /* intake.c kva_cancel: an event naming the handle */
 			:: else -> skip
 			fi
 		:: else -> assert(retired_upto >= 1) /* -ENOENT: it was retired */
@@ -111,10 +112,10 @@ active proctype owner()
 	bit found;
 	do
 	:: k <= INCARNATIONS ->
-		slot_free; /* kva_slab_alloc: a free slot (from the shared stack) */
+		slot_free; /* slab.c kva_slab_alloc: a free slot (from the shared stack) */
 		slot_free = 0;
 		inc = k; /* the submitter fills the record */
-		/* slab.c:439 kva_slab_publish: next odd generation, R2 */
+		/* slab.c kva_slab_publish, R2: next odd generation */
 		g = (gen + ((gen & 1) -> 2 : 1)) & GEN_MASK;
 		gen = g;
 		if
@@ -125,16 +126,16 @@ active proctype owner()
 		do
 		:: pending > 0 ->
 			pending--;
-			lookup(h1gen, found); /* engine.c:336 kva__rec_find */
+			lookup(h1gen, found); /* engine.c dispatch_event: record.c kva__rec_find */
 			if
-			:: found -> assert(inc == 1) /* handle_cancel on the named record */
+			:: found -> assert(inc == 1) /* engine.c handle_cancel on the named record */
 			:: else -> skip
 			fi
 		:: break
 		od;
-		/* slab.c:484 kva_slab_retire: even generation, release */
+		/* record.c kva__rec_retire -> slab.c kva_slab_retire: even generation, release */
 		atomic { gen = (gen + (gen & 1)) & GEN_MASK; retired_upto = k };
-		/* slab.c:493 flush -> call_rcu; reclaim after a grace period */
+		/* slab.c kva_slab_flush -> call_rcu; slab.c reclaim_ticket after a grace period */
 #ifndef MUTANT_NO_GRACE_PERIOD
 		r = 0;
 		do
@@ -148,7 +149,7 @@ active proctype owner()
 		:: else -> break
 		od;
 #endif
-		slot_free = 1; /* slab.c:461 push_batches: on a free stack again */
+		slot_free = 1; /* slab.c reclaim_chain -> push_batches: on a free stack again */
 		k++
 	:: else -> break
 	od;

@@ -5,9 +5,10 @@
  * the scheduler's transitions (admit, copy done -> READY, READY -> RUNNING,
  * requeue after preemption) and its handling of their events.
  *
- * Threads: the scheduler (engine.c step), a host thread calling kva_finish
- * or kva_preempt twice (any order), a kva_grow thread, a kva_cancel thread.
- * Events travel in per-thread lanes with no order between them (fanin.c):
+ * Threads: the scheduler (engine.c kva_step), a host thread calling
+ * kva_finish or kva_preempt twice (any order), a kva_grow thread, a
+ * kva_cancel thread. Events travel in per-thread lanes with no order
+ * between them (lockfree/fanin.c):
  * the scheduler takes from any non-empty lane. Credits: the request's held
  * credits (grant npages + reserved, one number) and the capacity word's free
  * pages (TOTAL). A reservation takes 2 above a floor; a grow takes 1 more
@@ -49,7 +50,7 @@
 #define TOTAL 4
 #define FLOOR 1
 
-/* enum kva_state / KVA__STATE_* (record.h:38) */
+/* enum kva_state (include/kvadmit/kvadmit.h) and KVA__STATE_* (record.h) */
 #define WAITING 1
 #define IMPORTING 2
 #define READY 3
@@ -75,8 +76,9 @@ bit deferred;        /* the cancel event waits in e->deferred */
 chan host_lane = [2] of { byte };   /* ev_main: EV_FINISHED / EV_PREEMPTED */
 chan cancel_lane = [1] of { byte }; /* struct kva__cancel */
 
-/* record.c:211 kva__rec_give_back: loads npages/reserved, zeroes them, then
- * puts the ids back and releases the credits (capacity.c:142). */
+/* record.c kva__rec_give_back: loads npages/reserved, zeroes them, then
+ * puts the ids back and releases the credits (record.c kva__pages_return,
+ * capacity.c kva_capacity_release). */
 inline give_back()
 {
 	t = held;
@@ -84,26 +86,28 @@ inline give_back()
 	d_step { free = free + t; assert(free <= TOTAL) }
 }
 
-/* record.c:233 kva__rec_end: the one terminal outcome */
+/* record.c kva__rec_end: the one terminal outcome */
 inline rec_end(terminal_state)
 {
 	d_step { assert(ends == 0); ends++ };
-	state = terminal_state /* record.c:201 R2 */
+	state = terminal_state /* record.c kva__rec_set_state, R2 */
 }
 
-/* engine.c:259 handle_cancel; ok: handled (false: retried next step) */
+/* engine.c handle_cancel; ok: handled (false: retried next step) */
 inline handle_cancel(ok)
 {
-	s = state; /* engine.c:261, acquire */
+	s = state; /* engine.c handle_cancel: acquire load */
 	if
-	:: s == WAITING -> rec_end(CANCELLED); ok = 1 /* admit_forget_waiting */
+	:: s == WAITING -> rec_end(CANCELLED); ok = 1 /* admit.c kva__admit_forget_waiting */
 	:: s == IMPORTING || s == READY ->
-		give_back(); rec_end(CANCELLED); ok = 1 /* copy.c:28 copy_cancel / engine.c:274 */
+		/* copy.c kva__copy_cancel (IMPORTING) / engine.c handle_cancel:
+		 * record.c kva__rec_give_back (READY) */
+		give_back(); rec_end(CANCELLED); ok = 1
 	:: s == RUNNING ->
 #ifdef MUTANT_CANCEL_NO_CAS
 		state = CANCELLING; won = 1;
 #else
-		/* engine.c:279 CAS RUNNING -> CANCELLING (A4 of intake.c) */
+		/* engine.c handle_cancel: CAS RUNNING -> CANCELLING (acquire, pairs with R4 of intake.c) */
 		atomic {
 			if
 			:: state == RUNNING -> state = CANCELLING; won = 1
@@ -113,9 +117,9 @@ inline handle_cancel(ok)
 #endif
 		if
 		:: won -> give_back(); rec_end(CANCELLED); ok = 1
-		:: else -> ok = (s != GROWING) /* engine.c:287 */
+		:: else -> ok = (s != GROWING) /* engine.c handle_cancel: retry only under a grow */
 		fi
-	:: s == GROWING -> ok = 0 /* engine.c:289 */
+	:: s == GROWING -> ok = 0 /* engine.c handle_cancel: KVA__STATE_GROWING, retry */
 	:: else -> ok = 1 /* PREEMPTED: handled with its requeue; terminal: nothing */
 	fi
 }
@@ -125,34 +129,34 @@ active proctype scheduler()
 	byte s, t, ev;
 	bit ok, won;
 	do
-	:: host_lane ? ev -> /* engine.c:298 handle_life_event */
+	:: host_lane ? ev -> /* engine.c handle_life_event */
 		if
-		:: ev == FINISHED -> rec_end(FINISHED) /* engine.c:302 */
+		:: ev == FINISHED -> rec_end(FINISHED) /* engine.c handle_life_event: EV_FINISHED */
 		:: else ->
 #ifndef MUTANT_PREEMPT_DROPS_CANCEL
 			if
-			:: cancel_requested -> rec_end(CANCELLED) /* engine.c:313 */
+			:: cancel_requested -> rec_end(CANCELLED) /* engine.c handle_life_event: cancelled */
 			:: else ->
 #endif
-				state = WAITING /* engine.c:317 admit_requeue_front */
+				state = WAITING /* admit.c kva__admit_requeue_front */
 #ifndef MUTANT_PREEMPT_DROPS_CANCEL
 			fi
 #endif
 		fi
-	:: cancel_lane ? ev -> /* engine.c:334 EV_CANCEL */
+	:: cancel_lane ? ev -> /* engine.c dispatch_event: KVA__EV_CANCEL */
 		handle_cancel(ok);
 		if
-		:: !ok -> deferred = 1 /* engine.c:338 */
+		:: !ok -> deferred = 1 /* engine.c dispatch_event: pushed on e->deferred */
 		:: else -> skip
 		fi
-	:: deferred -> /* engine.c:503 the deferred cancel, once per step */
+	:: deferred -> /* engine.c handle_events: the deferred cancel, once per step */
 		deferred = 0;
 		handle_cancel(ok);
 		if
 		:: !ok -> deferred = 1
 		:: else -> skip
 		fi
-	:: state == WAITING && admits < ADMITS -> /* admit.c:252 rules 4, 5 */
+	:: state == WAITING && admits < ADMITS -> /* admit.c admit_head: rules 4, 5 */
 		atomic {
 			if
 			:: free >= 2 + FLOOR -> free = free - 2; held = held + 2; ok = 1
@@ -163,13 +167,13 @@ active proctype scheduler()
 		:: ok ->
 			admits++;
 			if
-			:: state = RUNNING /* admit.c:59 plan_admit */
-			:: state = IMPORTING /* admit.c:269 */
+			:: state = RUNNING /* admit.c plan_admit */
+			:: state = IMPORTING /* admit.c admit_head: copy.c kva__copy_start */
 			fi
 		:: else -> skip
 		fi
-	:: state == IMPORTING -> state = READY /* admit.c:383 make_ready */
-	:: state == READY -> state = RUNNING /* admit.c:59 via the READY bypass */
+	:: state == IMPORTING -> state = READY /* admit.c kva__admit_on_copy -> make_ready */
+	:: state == READY -> state = RUNNING /* admit.c admit_ready -> plan_admit (the READY bypass) */
 	:: timeout -> break
 	od;
 	/* quiescent */
@@ -181,7 +185,7 @@ active proctype scheduler()
 	fi
 }
 
-/* intake.c:263 take_running: the CAS out of RUNNING */
+/* intake.c take_running, A4: the CAS out of RUNNING */
 inline take_running(to, won, s)
 {
 	atomic {
@@ -192,7 +196,7 @@ inline take_running(to, won, s)
 	}
 }
 
-/* kva_finish / kva_preempt (intake.c:332 release_running), twice */
+/* kva_finish / kva_preempt (intake.c release_running), twice */
 active proctype host()
 {
 	byte calls, to, s, t;
@@ -207,15 +211,15 @@ active proctype host()
 		take_running(to, won, s);
 		if
 		:: won ->
-			give_back(); /* intake.c:341 */
-			host_lane ! (to == ENDING -> FINISHED : PREEMPTED) /* intake.c:345 */
+			give_back(); /* intake.c release_running: kva__rec_give_back */
+			host_lane ! (to == ENDING -> FINISHED : PREEMPTED) /* release_running: ev_main */
 		:: else -> skip /* -EALREADY, -EBUSY (GROWING; CANCELLING: the step cancels it), -ENOENT */
 		fi
 	:: break
 	od
 }
 
-/* kva_grow (intake.c:312) of one page */
+/* intake.c kva_grow of one page */
 active proctype grower()
 {
 	byte s, t;
@@ -227,37 +231,37 @@ active proctype grower()
 #endif
 	if
 	:: won ->
-		t = held; /* intake.c:286 grow_owned: loads npages / reserved */
-		atomic { /* intake.c:296: growth may dip below the watermark (floor 0) */
+		t = held; /* intake.c grow_owned: loads npages / reserved */
+		atomic { /* intake.c grow_owned: growth may dip below the watermark (floor 0) */
 			if
 			:: free >= 1 -> free--; ok = 1
 			:: else -> ok = 0
 			fi
 		};
 		if
-		:: ok -> held = t + 1 /* intake.c:304 */
+		:: ok -> held = t + 1 /* intake.c grow_owned: stores npages / reserved */
 		:: else -> skip
 		fi;
 #ifndef MUTANT_GROW_UNOWNED
-		state = RUNNING /* intake.c:324 R4 */
+		state = RUNNING /* intake.c kva_grow, R4 */
 #endif
 	:: else -> skip
 	fi
 }
 
-/* kva_cancel (intake.c:99) */
+/* intake.c kva_cancel */
 active proctype canceller()
 {
 	byte s;
 	bit old;
-	s = state; /* intake.c:108 A2 */
+	s = state; /* intake.c kva_cancel, A2 */
 	if
 	:: terminal(s) -> skip /* -ENOENT */
 	:: else ->
-		atomic { old = cancel_requested; cancel_requested = 1 }; /* intake.c:115 */
+		atomic { old = cancel_requested; cancel_requested = 1 }; /* intake.c kva_cancel: exchange */
 		if
 		:: old -> skip /* -EALREADY */
-		:: else -> cancel_accepted = 1; cancel_lane ! 1 /* intake.c:126 */
+		:: else -> cancel_accepted = 1; cancel_lane ! 1 /* intake.c kva_cancel: kva__event_push */
 		fi
 	fi
 }
