@@ -197,10 +197,12 @@ void kva__admit_head_timer(kva_engine *e, int which)
 		                   kva__after(e->now, e->cfg.wait_log_interval_ns));
 		break;
 	case HT_REFRESH:
-		if (!(r->flags & KVA__F_REFRESH)) {
-			kva__st_sched(e, ST_REFRESHES, 1);
-			kva__lookup_issue(e, r, false);
-		}
+		/* One refresh per interval. One still out after a whole interval
+		 * was lost (a refresh has no deadline): the new one supersedes
+		 * it (its answer, if it ever comes, is refused as late), or a
+		 * single lost answer would end refreshing for the whole wait. */
+		kva__st_sched(e, ST_REFRESHES, 1);
+		kva__lookup_issue(e, r, false);
 		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_REFRESH],
 		                   kva__after(e->now, e->cfg.lookup_refresh_ns));
 		break;

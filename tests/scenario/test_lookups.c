@@ -451,6 +451,49 @@ static void rule18_refresh_that_no_longer_lists_the_checkpoint_ends_the_restore_
 	sc_free(s);
 }
 
+/* A refresh has no deadline: one the directory never answers is superseded
+ * by the next interval's, so a checkpoint that vanishes later is still
+ * noticed (one lost answer used to end refreshing for the whole wait, and
+ * the request then copied the vanished checkpoint). Found by mutation
+ * testing. */
+static void rule18_unanswered_refresh_does_not_stop_later_refreshes(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.max_restore_wait_ns = 0;
+	c.wait_log_interval_ns = 0;
+	c.lookup_refresh_ns = 20 * SC_SEC;
+	struct sc *s = sc_new(&c);
+	sc_dir_set(s, KEY, sc_ckpt(320, 900, 0));
+	kva_handle hog = sc_occupy(s, 1, 90);
+	kva_handle h = sc_submit(s, 2, KEY, 480); /* 30 pages: blocked */
+	sc_step(s, 0);
+	sc_dir_clear(s); /* the first refresh (20 s) is never answered */
+	for (int i = 0; i < 25; i++)
+		sc_step(s, SC_SEC);
+	assert_int_equal(sc_stats(s).refreshes, 1);
+	uint32_t lost = s->n_lookups - 1;
+	kva_manifest gone = {.count = 0}; /* back, and 900 is gone */
+	s->dir[s->n_dir++] = (struct sc_dir_entry){KEY, gone};
+	for (int i = 0; i < 20; i++) /* the 40 s refresh */
+		sc_step(s, SC_SEC);
+	assert_int_equal(sc_stats(s).refreshes, 2);
+	kva_request_info info;
+	assert_int_equal(kva_query(s->e, h, &info), 0);
+	assert_false(info.has_selection); /* left the restore wait */
+	/* the lost refresh's answer, arriving now, is refused as superseded */
+	kva_manifest back = {.count = 1, .entries = {sc_ckpt(320, 900, 0)}};
+	assert_int_equal(kva_lookup_answer(s->e, s->lookups[lost].token, &back), -ESTALE);
+	assert_int_equal(sc_stats(s).late_answers, 1);
+	assert_int_equal(kva_finish(s->e, hog), 0);
+	for (int i = 0; i < 3; i++)
+		sc_step(s, SC_MS);
+	assert_int_equal(sc_stats(s).copy_jobs, 0); /* never copies the vanished checkpoint */
+	assert_int_equal(sc_state(s, h), KVA_STATE_RUNNING);
+	sc_free(s);
+}
+
 static void rule18_refresh_that_finds_only_incompatible_checkpoints_recomputes(void **st)
 {
 	(void)st;
@@ -504,6 +547,7 @@ int main(void)
 		cmocka_unit_test(rule18_wait_logs_at_most_once_per_interval_and_refreshes),
 		cmocka_unit_test(rule18_capacity_wait_status_in_stats_metrics_and_log),
 		cmocka_unit_test(rule18_refresh_that_no_longer_lists_the_checkpoint_ends_the_restore_wait),
+		cmocka_unit_test(rule18_unanswered_refresh_does_not_stop_later_refreshes),
 		cmocka_unit_test(rule18_refresh_that_finds_only_incompatible_checkpoints_recomputes),
 		cmocka_unit_test(rule18_refresh_listing_another_checkpoint_reselects_and_keeps_waiting),
 	};
