@@ -2,12 +2,12 @@
 /*
  * slab: indexed slots with generations (see slab.h for the contract).
  *
- * Owns the chunks, the shared free stack, the per-thread caches and the
- * process-wide registry of live slabs, which only the cold paths (a thread
- * attaching or leaving a cache, init, fini) lock.
+ * Owns the chunks, the range of never-used slots, the shared free stack, the
+ * per-thread caches and the process-wide registry of live slabs, which only
+ * the cold paths (a thread attaching or leaving a cache, init, fini) lock.
  *
  * Memory-order labels:
- *   R1/A1  chunk published with its slot headers -> kva_slab_get
+ *   R1/A1  chunk published (its zeroed memory) -> kva_slab_get, fresh_extend
  *   R2/A2  slot filled, generation made odd -> kva_slab_lookup
  *   R3/A3  a thread leaves its cache -> the thread that adopts it
  *   R4/A4  a chain pushed on the free stack -> the thread that pops it
@@ -15,6 +15,8 @@
  *   R6/A6  a ticket pushed on the ticket free list -> the thread that pops it
  *   R7/A7  a ticket segment published -> a thread reading a ticket by index
  *   R8/A8  a flush's grace period passed -> kva_slab_flush_done (slab.h)
+ *   R9/A9  the fresh range moved over a published chunk -> a thread taking
+ *          slots from it (their chunk is published, nchunks covers it)
  */
 #include "slab.h"
 
@@ -202,11 +204,13 @@ void kva_slab_fini(struct kva_slab *s)
 		s->mem_free(c, sizeof(*c));
 		c = next;
 	}
-	uint32_t n = atomic_load_explicit(&s->nchunks, memory_order_relaxed);
-	for (uint32_t i = 0; i < n && i < KVA_SLAB_MAX_CHUNKS; i++) {
+	/* Published chunks are a prefix: each is published only after those
+	 * before it (grow). */
+	for (uint32_t i = 0; i < KVA_SLAB_MAX_CHUNKS; i++) {
 		char *base = atomic_load_explicit(&s->chunk[i], memory_order_relaxed);
-		if (base)
-			s->mem_free(base, (size_t)chunk_slots(i) * s->slot_size);
+		if (!base)
+			break;
+		s->mem_free(base, (size_t)chunk_slots(i) * s->slot_size);
 	}
 }
 
@@ -288,47 +292,161 @@ static uint32_t pop_batch(struct kva_slab *s, uint32_t *out)
 	return 0;
 }
 
-/* Claims the next chunk number, allocates and publishes it; its first slots
- * fill the caller's cache and the rest go on the caller's stack in batches.
- * Lock-free: two threads that grow at once each add a chunk. 0 or -ENOMEM. */
-static int grow(struct kva_slab *s, struct kva_slab_cache *c)
+/* ---- never-used slots -------------------------------------------------------- */
+
+static uint32_t fresh_next(uint64_t f)
 {
+	return (uint32_t)f;
+}
+
+static uint32_t fresh_end(uint64_t f)
+{
+	return (uint32_t)(f >> 32);
+}
+
+/* Moves the fresh range's end over the chunks published after it, in order,
+ * and returns the range as last seen. Any thread helps: each move is one CAS
+ * that only raises end, so no publisher has to wait for another. */
+static uint64_t fresh_extend(struct kva_slab *s, uint64_t f)
+{
+	for (;;) {
+		uint32_t end = fresh_end(f), off;
+		if (end >= KVA_SLAB_INDEX_END)
+			return f;
+		uint32_t c = kva__slab_chunk_of(end, &off); /* end is a chunk's base: off 0 */
+		/* A1: pairs with R1 in grow() — chunk c is there. */
+		if (!atomic_load_explicit(&s->chunk[c], memory_order_acquire))
+			return f;
+		/* Walks at fini (kva_slab_end) cover chunk c before any of its slots
+		 * is handed out. */
+		uint32_t n = atomic_load_explicit(&s->nchunks, memory_order_relaxed);
+		while (n <= c && !atomic_compare_exchange_weak_explicit(&s->nchunks, &n, c + 1,
+		                                                        memory_order_relaxed,
+		                                                        memory_order_relaxed))
+			;
+		uint64_t want = (uint64_t)(end + chunk_slots(c)) << 32 | fresh_next(f);
+		/* R9: chunk c published and nchunks past it, to the takers (A9). */
+		if (atomic_compare_exchange_weak_explicit(&s->fresh, &f, want, memory_order_acq_rel,
+		                                          memory_order_acquire))
+			f = want;
+	}
+}
+
+/* Up to KVA_SLAB_REFILL never-used slots into the empty cache c, with one
+ * CAS and no slot touched; 0 when none is left. */
+static uint32_t take_fresh(struct kva_slab *s, struct kva_slab_cache *c)
+{
+	/* A9: pairs with R9 in fresh_extend — the range's chunks are published. */
+	uint64_t f = atomic_load_explicit(&s->fresh, memory_order_acquire);
+	for (;;) {
+		if (fresh_next(f) == fresh_end(f)) {
+			f = fresh_extend(s, f); /* a chunk its publisher has not passed yet */
+			if (fresh_next(f) == fresh_end(f))
+				return 0;
+		}
+		uint32_t next = fresh_next(f), m = fresh_end(f) - next;
+		if (m > KVA_SLAB_REFILL)
+			m = KVA_SLAB_REFILL;
+		/* A9 (see above). */
+		if (atomic_compare_exchange_weak_explicit(&s->fresh, &f, f + m, memory_order_acquire,
+		                                          memory_order_acquire)) {
+			/* the lowest index first (alloc takes from the top): pages
+			 * are touched in order */
+			for (uint32_t j = 0; j < m; j++)
+				c->idx[j] = next + m - 1 - j;
+			return m;
+		}
+	}
+}
+
+/* Publishes the next chunk, zeroed and untouched, and moves the fresh range
+ * over it. Lock-free: of two threads that grow at once, the one whose CAS
+ * publishes the chunk wins and the other frees its memory (both return 0: a
+ * chunk was added). 0 or -ENOMEM; a failure claims nothing, so no chunk
+ * number is ever a hole. */
+static int grow(struct kva_slab *s)
+{
+	/* Where to look only: the CAS below decides. */
 	uint32_t k = atomic_load_explicit(&s->nchunks, memory_order_relaxed);
-	do {
-		if (k >= KVA_SLAB_MAX_CHUNKS)
-			return -ENOMEM;
-	} while (!atomic_compare_exchange_weak_explicit(&s->nchunks, &k, k + 1, memory_order_relaxed,
-	                                                memory_order_relaxed));
-	uint32_t n = chunk_slots(k), base = kva__slab_chunk_base(k);
-	char *mem = s->mem_alloc((size_t)n * s->slot_size);
+	while (k < KVA_SLAB_MAX_CHUNKS && atomic_load_explicit(&s->chunk[k], memory_order_relaxed))
+		k++;
+	if (k >= KVA_SLAB_MAX_CHUNKS)
+		return -ENOMEM;
+	size_t bytes = (size_t)chunk_slots(k) * s->slot_size;
+	char *mem = s->mem_alloc(bytes), *none = NULL;
 	if (!mem)
-		return -ENOMEM; /* chunk k stays a hole: its indices are never handed out */
-	for (uint32_t i = 0; i < n; i++) {
-		struct kva_slab_hdr *h = (struct kva_slab_hdr *)(mem + (size_t)i * s->slot_size);
-		atomic_init(&h->gen, 0);
-		atomic_init(&h->next, 0);
-	}
-	uint32_t keep = KVA_SLAB_CACHE - c->n;
-	if (keep > n)
-		keep = n;
-	for (uint32_t i = 0; i < keep; i++)
-		c->idx[c->n++] = base + i;
-	/* R1: the headers above, to every reader of this chunk (A1). */
-	atomic_store_explicit(&s->chunk[k], mem, memory_order_release);
-	atomic_fetch_add_explicit(&s->slots, n, memory_order_relaxed);
-	if (keep == n)
-		return 0;
-	/* the rest in batches of consecutive slots, each linked before the last */
-	uint32_t idx[KVA_SLAB_REFILL], next_head = 0, last_head = base + keep;
-	for (uint32_t i = keep; i < n; i += s->batch_cap) {
-		uint32_t m = n - i < s->batch_cap ? n - i : s->batch_cap;
-		for (uint32_t j = 0; j < m; j++)
-			idx[j] = base + i + j;
-		batch_make(s, idx, m, next_head);
-		next_head = base + i + 1;
-	}
-	push_batches(s, kva_thread_index(), next_head - 1, last_head);
+		return -ENOMEM;
+	/* R1: the chunk's memory, zeroed by the allocator, to every reader of
+	 * this chunk (A1). */
+	if (atomic_compare_exchange_strong_explicit(&s->chunk[k], &none, mem, memory_order_release,
+	                                            memory_order_relaxed))
+		atomic_fetch_add_explicit(&s->slots, chunk_slots(k), memory_order_relaxed);
+	else
+		s->mem_free(mem, bytes);
+	/* A9: pairs with R9 in fresh_extend. */
+	fresh_extend(s, atomic_load_explicit(&s->fresh, memory_order_acquire));
 	return 0;
+}
+
+/* Never-used slots into the empty cache c, growing the slab when none is
+ * left (as often as others drain the new chunk first); 0 when no memory or
+ * no chunk number is left. */
+static uint32_t refill_fresh(struct kva_slab *s, struct kva_slab_cache *c)
+{
+	for (;;) {
+		uint32_t n = take_fresh(s, c);
+		if (n)
+			return n;
+		if (grow(s) != 0)
+			return take_fresh(s, c); /* a racer's chunk may have come meanwhile */
+	}
+}
+
+/* Warms the never-used slots [next, next + want) of range f that no call
+ * warmed before; a CAS on `warmed` gives each slot to one warmer. */
+static void warm_ahead(struct kva_slab *s, uint64_t f, uint32_t want)
+{
+	uint32_t from = fresh_next(f), to = fresh_end(f);
+	if (to - from > want)
+		to = from + want;
+	uint32_t w = atomic_load_explicit(&s->warmed, memory_order_relaxed);
+	do {
+		if (w >= to)
+			return;
+		if (w > from)
+			from = w;
+	} while (!atomic_compare_exchange_weak_explicit(&s->warmed, &w, to, memory_order_relaxed,
+	                                                memory_order_relaxed));
+	while (from < to) {
+		uint32_t off, c = kva__slab_chunk_of(from, &off);
+		uint32_t n = chunk_slots(c) - off;
+		if (n > to - from)
+			n = to - from;
+		/* a chunk the range has passed: published (A9 of the caller) */
+		s->warm((char *)hdr(s, from), (size_t)n * s->slot_size);
+		from += n;
+	}
+}
+
+int kva_slab_grow_ahead(struct kva_slab *s, uint32_t low)
+{
+	/* A9: pairs with R9 in fresh_extend. */
+	uint64_t f = fresh_extend(s, atomic_load_explicit(&s->fresh, memory_order_acquire));
+	while (fresh_end(f) - fresh_next(f) < low) {
+		int rc = grow(s);
+		if (rc)
+			return rc;
+		/* A9 (see above). */
+		f = atomic_load_explicit(&s->fresh, memory_order_acquire);
+	}
+	if (s->warm)
+		warm_ahead(s, f, low);
+	return 0;
+}
+
+void kva_slab_set_warm(struct kva_slab *s, kva_slab_warm_fn warm)
+{
+	s->warm = warm;
 }
 
 /* ---- per-thread caches ------------------------------------------------------ */
@@ -426,7 +544,9 @@ void *kva_slab_alloc(struct kva_slab *s, uint32_t *idx)
 		kva_rcu_read_lock();
 		c->n = pop_batch(s, c->idx);
 		kva_rcu_read_unlock();
-		if (!c->n && grow(s, c) != 0)
+		/* Retired slots first (their pages are touched already), then
+		 * never-used ones; a new chunk only when both are gone. */
+		if (!c->n && !(c->n = refill_fresh(s, c)))
 			return NULL;
 	}
 	*idx = c->idx[--c->n];

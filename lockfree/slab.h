@@ -7,7 +7,10 @@
  * Memory: slots live in chunks (256 slots first, doubling up to 64 Ki slots,
  * then 64 Ki each) that are never returned while the slab lives, so a stale
  * index always points at valid memory. Every slot starts with a
- * struct kva_slab_hdr owned by the slab.
+ * struct kva_slab_hdr owned by the slab. Chunk memory comes zeroed from the
+ * allocator hook and the slab writes none of it up front: a zero header is a
+ * free slot (generation 0, no link), so a slot never handed out matches no
+ * handle, and its page is first touched by whoever fills it.
  *
  * Generations: even = free, odd = a live incarnation. kva_slab_publish()
  * makes a filled slot live (odd), kva_slab_retire() makes it free again
@@ -26,16 +29,26 @@
  * by design, without a tag: each is popped only inside an RCU
  * read-side section and pushed only by call_rcu callbacks (retired slots),
  * so a slot a popper saw on top cannot come back to the top before that
- * popper's section ends. Fresh chunks are pushed directly: their slots were
- * never on the stack. A thread that exits (or uses more than
+ * popper's section ends. A thread that exits (or uses more than
  * KVA_SLAB_TLS_CACHES slabs at once) leaves its cache, slots included, for
  * the next thread to adopt: nothing is lost, nothing passes through the
  * shared stack early.
+ *
+ * Never-used slots never go on a stack: the published chunks' slots not yet
+ * handed out are one range of indices, [next, end), in one word; a refill
+ * that finds the stacks empty takes up to 32 from it with one CAS (a bump of
+ * next), touching no slot. Chunks are published in order, and end moves over
+ * each one published. A refill that finds the range empty too grows the slab
+ * by a chunk on the calling thread (an allocation, no more); the slab's owner
+ * avoids that by calling kva_slab_grow_ahead, e.g. once per scheduler step,
+ * which can also fault in the pages of the next never-used slots (a warm
+ * hook), so that neither a chunk nor a page fault lands on a producer.
  *
  * Synchronisation table:
  *   call                         | may run concurrently with
  *   -----------------------------+---------------------------------------
  *   kva_slab_alloc / _publish    | everything but init/fini (any threads)
+ *   kva_slab_grow_ahead          | everything but init/fini (any threads)
  *   kva_slab_unalloc             | everything but init/fini (the allocating thread)
  *   kva_slab_lookup / _get       | everything but init/fini (RCU reader)
  *   kva_slab_retire / _flush     | everything but itself (one retirer)
@@ -96,8 +109,12 @@ struct kva_slab_retired {
 
 struct kva_slab_cache; /* a thread's free slots, in slab.c */
 
+/* Chunk memory: zeroed, as calloc gives it (fresh pages untouched). */
 typedef void *(*kva_slab_alloc_fn)(size_t bytes);
 typedef void (*kva_slab_free_fn)(void *p, size_t bytes);
+/* Makes chunk bytes resident without changing them (other threads may be
+ * using the slots around them), e.g. madvise(MADV_POPULATE_WRITE). */
+typedef void (*kva_slab_warm_fn)(void *p, size_t bytes);
 
 struct kva_slab {
 	uint32_t slot_size;
@@ -106,8 +123,13 @@ struct kva_slab {
 	uint64_t serial;  /* unique per slab in the process: names it in thread caches */
 	kva_slab_alloc_fn mem_alloc;
 	kva_slab_free_fn mem_free;
+	kva_slab_warm_fn warm;      /* optional (kva_slab_set_warm) */
 	struct kva_slab *live_next; /* registry of live slabs (slab.c) */
-	alignas(64) _Atomic uint32_t nchunks;       /* chunk numbers claimed */
+	/* Never-used slots: end << 32 | next (R9/A9 of slab.c). Both halves
+	 * only grow, so the word never takes a value twice: no ABA. */
+	alignas(64) _Atomic uint64_t fresh;
+	_Atomic uint32_t nchunks;                   /* chunks the fresh range has passed */
+	_Atomic uint32_t warmed;                    /* never-used slots below it were warmed */
 	_Atomic(struct kva_slab_cache *) caches;    /* every cache of this slab */
 	struct {
 		alignas(64) _Atomic uint32_t top; /* index + 1, 0 = empty */
@@ -121,7 +143,7 @@ struct kva_slab {
 
 /* 0, -EINVAL (slot_size too small for the header or rcu_off misplaced),
  * -EAGAIN (kva_rcu_init: no pthread key for reader threads' exit hook). The
- * allocator hooks provide chunk memory (e.g. a dedicated arena). */
+ * allocator hooks provide chunk memory (e.g. a dedicated arena), zeroed. */
 int kva_slab_init(struct kva_slab *s, size_t slot_size, size_t rcu_off, kva_slab_alloc_fn a,
                   kva_slab_free_fn f);
 /* Frees every chunk. No other thread may use the slab; retired slots not yet
@@ -132,8 +154,20 @@ void kva_slab_fini(struct kva_slab *s);
 
 /* Any thread. A free slot (its generation even), its index in *idx; NULL
  * when no memory is left for a new chunk. Owned by the caller until it is
- * published or retired. */
+ * published or retired. From the thread's cache; a refill takes a batch of
+ * retired slots, else never-used ones, else grows the slab by a chunk. */
 void *kva_slab_alloc(struct kva_slab *s, uint32_t *idx);
+/* Any thread; meant for the slab's owner, off the allocating threads' path
+ * (a scheduler at the end of each step). Publishes chunks until at least
+ * `low` never-used slots are ready, so that kva_slab_alloc does not have to
+ * grow, and with a warm hook warms the next `low` of them (only those not
+ * warmed before). Retired slots are not counted: they are reused first, and
+ * a ready chunk nobody needs is address space only, its pages never
+ * touched. 0, or -ENOMEM (no memory, or no chunk number left): alloc grows
+ * as before. */
+int kva_slab_grow_ahead(struct kva_slab *s, uint32_t low);
+/* Before the slab is shared: the hook kva_slab_grow_ahead warms with. */
+void kva_slab_set_warm(struct kva_slab *s, kva_slab_warm_fn warm);
 /* Gives back a slot the calling thread took with kva_slab_alloc and never
  * published, before it takes another from s: straight back into the
  * thread's cache (the alloc made room there). No grace period: no
@@ -163,8 +197,8 @@ static inline uint32_t kva__slab_chunk_base(uint32_t c)
 	               : KVA_SLAB_SMALL_TOTAL + ((c - KVA_SLAB_DOUBLINGS) << KVA_SLAB_BIG_SHIFT);
 }
 
-/* One past the highest index ever handed out (indices of chunks that failed
- * to allocate in between: kva_slab_get returns NULL). For walks at fini. */
+/* One past the highest index ever handed out (and never-used slots after
+ * it: zero, generation even). For walks at fini. */
 static inline uint32_t kva_slab_end(const struct kva_slab *s)
 {
 	uint32_t n = atomic_load_explicit(&((struct kva_slab *)s)->nchunks, memory_order_relaxed);
@@ -178,7 +212,7 @@ static inline void *kva_slab_get(const struct kva_slab *s, uint32_t idx)
 	if (idx >= KVA_SLAB_INDEX_END)
 		return NULL;
 	uint32_t off, c = kva__slab_chunk_of(idx, &off);
-	/* A1: pairs with R1 in grow() — the chunk's headers are initialised. */
+	/* A1: pairs with R1 in grow() — the chunk's (zeroed) memory. */
 	char *base = atomic_load_explicit(&((struct kva_slab *)s)->chunk[c], memory_order_acquire);
 	return base ? base + (size_t)off * s->slot_size : NULL;
 }
@@ -230,6 +264,14 @@ void kva_slab_atfork_child(void);
 static inline uint32_t kva_slab_slots(const struct kva_slab *s)
 {
 	return atomic_load_explicit(&((struct kva_slab *)s)->slots, memory_order_relaxed);
+}
+
+/* Never-used slots the fresh range holds now (a statistic: chunks
+ * published but not yet passed by the range are not counted). */
+static inline uint32_t kva_slab_fresh(const struct kva_slab *s)
+{
+	uint64_t f = atomic_load_explicit(&((struct kva_slab *)s)->fresh, memory_order_relaxed);
+	return (uint32_t)(f >> 32) - (uint32_t)f;
 }
 
 #endif

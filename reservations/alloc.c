@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #ifdef KVA_FAULT_INJECTION
 static _Atomic uint64_t fault_count;  /* allocations seen since arming */
@@ -73,16 +74,43 @@ static void hint_huge(void *p, size_t size)
 #endif
 }
 
-/* malloc's flavour of a big block: aligned, hinted before it is touched. */
+void kva__warm(void *p, size_t size)
+{
+#ifdef MADV_POPULATE_WRITE
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = (uintptr_t)p & ~(pg - 1), hi = ((uintptr_t)p + size + pg - 1) & ~(pg - 1);
+	(void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE); /* EINVAL before Linux 5.14 */
+#else
+	(void)p;
+	(void)size;
+#endif
+}
+
+/* malloc's flavour of a big block: aligned, hinted before it is touched.
+ * calloc, not memset: calloc leaves memory fresh from the kernel untouched
+ * (it is zero), so a slab chunk's pages are faulted in only as its slots
+ * are used, not all 10 MiB in one call (lockfree/slab.h). calloc has no
+ * alignment, so the block is 2 MB larger and keeps its start in the word
+ * below the aligned address. */
 static void *plain_big_alloc(size_t size, int zero)
 {
-	void *p;
-	if (posix_memalign(&p, KVA__HUGE, size) != 0)
+	if (size > SIZE_MAX - KVA__HUGE)
 		return NULL;
+	char *raw = zero ? calloc(1, size + KVA__HUGE) : malloc(size + KVA__HUGE);
+	if (!raw)
+		return NULL;
+	uintptr_t at = ((uintptr_t)raw + sizeof(raw) + KVA__HUGE - 1) & ~(uintptr_t)(KVA__HUGE - 1);
+	char *p = raw + (at - (uintptr_t)raw);
+	memcpy(p - sizeof(raw), &raw, sizeof(raw));
 	hint_huge(p, size);
-	if (zero)
-		memset(p, 0, size);
 	return p;
+}
+
+static void plain_big_free(void *p)
+{
+	char *raw;
+	memcpy(&raw, (char *)p - sizeof(raw), sizeof(raw));
+	free(raw);
 }
 
 #ifdef KVA_WITH_JEMALLOC
@@ -244,7 +272,7 @@ void kva__free_big(void *p, size_t size)
 	}
 	int f = jflags();
 	if (!kj_present)
-		free(p);
+		plain_big_free(p);
 	else
 		kj_sdallocx(p, size, f | MALLOCX_ALIGN(KVA__HUGE));
 }
@@ -287,8 +315,12 @@ static void *big_alloc(size_t size, int zero)
 }
 void kva__free_big(void *p, size_t size)
 {
-	(void)size;
-	free(p);
+	if (!p)
+		return;
+	if (size < KVA__HUGE)
+		free(p);
+	else
+		plain_big_free(p);
 }
 uint64_t kva__alloc_arena_bytes(void) { return 0; }
 int kva__alloc_thread_tcache(void) { return -1; }

@@ -34,6 +34,11 @@ void kva__free(void *p, size_t size);
 void *kva__alloc_big(size_t size);
 void *kva__calloc_big(size_t size);
 void kva__free_big(void *p, size_t size);
+/* Faults in the pages of [p, p + size), part of a block from the functions
+ * above, without changing a byte (MADV_POPULATE_WRITE; nothing where the
+ * kernel lacks it): the slabs' warm hook, so the scheduler takes the faults
+ * (and any huge-page compaction) instead of the submitting threads. */
+void kva__warm(void *p, size_t size);
 
 /* Tests: the calling thread's explicit tcache index, -1 when it has none
  * (never created, destroyed at thread exit, or no jemalloc). */

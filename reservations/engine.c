@@ -90,6 +90,22 @@ int kva_plan_min_sizes(const kva_config *cfg, kva_plan_sizes *out)
 	return 0;
 }
 
+/* Never-used slots kept ready (and their pages faulted in) for the
+ * producers between two steps, so that kva_submit and kva_cancel take a
+ * slot instead of growing a slab (an allocation of up to 10 MiB) or
+ * faulting in a huge page on the caller's thread. Ready chunks past these
+ * are address space only. A burst past this between two steps grows and
+ * faults on the submitting thread, as without it. */
+#define RECORDS_AHEAD 16384u
+#define CANCELS_AHEAD 1024u
+
+static void grow_ahead(kva_engine *e)
+{
+	/* On failure a producer grows on demand (or gets -ENOMEM). */
+	(void)kva_slab_grow_ahead(&e->slab, RECORDS_AHEAD);
+	(void)kva_slab_grow_ahead(&e->cancels, CANCELS_AHEAD);
+}
+
 kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 {
 	int rc = cfg ? config_check(cfg) : -EINVAL;
@@ -123,11 +139,14 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	if (kva_idmap_init(&e->ckpt, kva__alloc, kva__free, 64) != 0)
 		goto fail_ids;
 	if (kva_slab_init(&e->cancels, sizeof(struct kva__cancel), offsetof(struct kva__cancel, rcu),
-	                  kva__alloc_big, kva__free_big) != 0)
+	                  kva__calloc_big, kva__free_big) != 0)
 		goto fail_ckpt;
 	e->ready = kva__alloc(cfg->max_running * sizeof(*e->ready));
 	if (!e->ready)
 		goto fail_cancels;
+	kva_slab_set_warm(&e->slab, kva__warm);
+	kva_slab_set_warm(&e->cancels, kva__warm);
+	grow_ahead(e); /* the first submits and cancels find slots too */
 	kva_capacity_init(&e->cap, (struct kva_credits){cfg->total_pages, cfg->copy_slots,
 	                                                cfg->max_running});
 	kva_fanin_init(&e->inbox);
@@ -633,6 +652,7 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	kva__copy_dispatch_pending(e); /* refused ranks: handled next step */
 	kva__rec_ids_settle(e);        /* the ended ids' map misses, last */
 	kva__rec_flush_retired(e);
+	grow_ahead(e);
 	plan->backlog = e->stalled || e->head_recheck || !kva_inbox_batch_empty(&e->batch) ||
 	                !kva_inbox_empty(&e->local) || !kva_inbox_batch_empty(&e->local_batch) ||
 	                !kva_inbox_empty(&e->deferred) ||

@@ -205,6 +205,8 @@ struct sim_agent {
 	bool has_first_token;
 	uint32_t submits, ended_reports;
 	kva_handle last_ended; /* the last ended report (double-report check) */
+	uint32_t dir_draws;    /* the modelled directory's latency draws so far */
+	uint32_t copy_draws;   /* the importer's failure draws so far */
 
 	/* running state (the GPU's view) */
 	uint32_t kv;		 /* tokens whose KV is in pages */

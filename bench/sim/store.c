@@ -46,11 +46,17 @@ static uint64_t ns_of(double s)
 void sim_dir_lookup_cb(void *ctx, uint64_t key, uint32_t prompt, kva_lookup_token t)
 {
 	struct sim *s = ((struct sim_node *)ctx)->s;
-	/* round trips vary: uniform in [0.5, 1.5) x the mean latency */
-	double jitter =
-	    0.5 + sim_uniform(s->sc->w.seed ^ 0x100C0B5ull, t.id, (uint64_t)t.gen << 32 | t.seq, 0);
-	if (s->fleetdir) /* its threads make slots and generations vary: drawn per agent */
-		jitter = 0.5 + sim_fleetdir_draw(s, key);
+	/* round trips vary: uniform in [0.5, 1.5) x the mean latency, drawn per
+	 * agent: a request's slot and generation depend on when the call_rcu
+	 * thread hands retired slots back (and on the fleet's threads), so they
+	 * must not seed the draw. The same draws as the fleet directory's. */
+	uint32_t idx = (uint32_t)(key & 0xffffffffu) - 1;
+	double jitter = 0.5;
+	if (s->fleetdir)
+		jitter += sim_fleetdir_draw(s, key);
+	else if (idx < s->sc->w.agents)
+		jitter += sim_uniform(s->sc->w.seed ^ 0x100C0B5ull, idx + 1,
+				      (uint64_t)1 << 63 | s->agents[idx].dir_draws++, 0);
 	struct sim_event ev = {.t_ns = s->now_ns + ns_of(s->sc->m.lookup_latency_s * jitter),
 			       .kind = SIM_EV_ANSWER};
 	ev.u.lookup.token = t;
@@ -133,8 +139,11 @@ int sim_import_cb(void *ctx, kva_engine *e, const struct kva_copy_job *job)
 	uint64_t start = n->import_free_ns[r] > s->now_ns ? n->import_free_ns[r] : s->now_ns;
 	uint64_t done = start + ns_of(sc->m.copy_setup_s + bytes / sc->m.import_bytes_s);
 	n->import_free_ns[r] = done;
-	double u = sim_uniform(sc->w.seed ^ 0xC0917EAFull, job->token.id,
-			       (uint64_t)job->token.gen << 32 | job->token.attempt, r);
+	/* drawn per agent, not from the token's generation (see
+	 * sim_dir_lookup_cb); request ids are agent index + 1 */
+	uint32_t idx = (uint32_t)job->token.id - 1;
+	uint64_t k = idx < sc->w.agents ? s->agents[idx].copy_draws++ : 0;
+	double u = sim_uniform(sc->w.seed ^ 0xC0917EAFull, job->token.id, (uint64_t)1 << 63 | k, r);
 	struct sim_event ev = {.t_ns = done, .kind = SIM_EV_COPY, .node = n->index};
 	ev.u.copy.token = job->token;
 	ev.u.copy.rank = r;

@@ -39,13 +39,14 @@ elif [ "${1:-}" = "--refs" ]; then
   shift
 fi
 
-ALL=(inbox state slab capacity copy freelist tickets pagepool)
+ALL=(inbox state slab fresh capacity copy freelist tickets pagepool)
 
 # Mutants: each must fail. -DMUTANT_<name> is passed to spin.
 declare -A MUTANTS=(
   [inbox]="CLEAR_AFTER_SPLICE POP_UNCHECKED"
   [state]="CANCEL_NO_CAS PREEMPT_DROPS_CANCEL GROW_UNOWNED"
   [slab]="NO_GEN_CHECK NO_GRACE_PERIOD GEN_WRAPS"
+  [fresh]="EXTEND_UNCHECKED TAKE_NO_CAS CLAIM_ON_FAILURE NO_RETAKE"
   [capacity]="CHECK_THEN_SUB NO_SLOT_CHECK"
   [copy]="RETURN_BEFORE_DRAIN NO_ATTEMPT_CHECK"
   [freelist]="PUSH_BEFORE_GRACE"
@@ -55,11 +56,13 @@ declare -A MUTANTS=(
 # Bounds: make test, make verify.
 declare -A TEST_DEFS=(
   [inbox]="-DPUSHES=1" [state]="-DADMITS=2" [slab]="-DINCARNATIONS=3 -DREADERS=1"
+  [fresh]="-DTHREADS=2 -DALLOCS=2 -DOWNER=1 -DCHUNKS=2"
   [capacity]="-DTHREADS=3" [copy]="-DWORLD=2 -DRETRIES=1" [freelist]="-DPOPPERS=3 -DROUNDS=1" [tickets]="-DPOPPERS=3 -DROUNDS=1"
   [pagepool]="-DNPAGES=3 -DTAKERS=2 -DROUNDS=2"
 )
 declare -A VERIFY_DEFS=(
   [inbox]="-DPUSHES=3" [state]="-DADMITS=3" [slab]="-DINCARNATIONS=4 -DREADERS=2"
+  [fresh]="-DTHREADS=2 -DALLOCS=3 -DOWNER=1 -DCHUNKS=3"
   [capacity]="-DTHREADS=4" [copy]="-DWORLD=2 -DRETRIES=2" [freelist]="-DPOPPERS=3 -DROUNDS=2" [tickets]="-DPOPPERS=3 -DROUNDS=2"
   [pagepool]="-DNPAGES=3 -DTAKERS=3 -DROUNDS=1"
 )

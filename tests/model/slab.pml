@@ -38,6 +38,11 @@
  * coherence of `gen` and the grace period's ordering), so it is one the
  * grace period waits for; that is exactly the SC interleaving modelled.
  *
+ * A slot's first incarnation starts from a never-used slot: chunk memory
+ * comes zeroed and the slab writes none of it (fresh.pml models how such
+ * slots are handed out), so its generation is 0 and the slot free, which is
+ * this model's initial state (gen = 0, slot_free = 1).
+ *
  * Mutants: MUTANT_NO_GEN_CHECK (lookup compares only the id: a stale
  * handle matches the next incarnation of the same id), MUTANT_NO_GRACE_PERIOD
  * (retired slots are reusable at once: a reader that matched sees the slot
@@ -112,7 +117,7 @@ active proctype owner()
 	bit found;
 	do
 	:: k <= INCARNATIONS ->
-		slot_free; /* slab.c kva_slab_alloc: a free slot (from the shared stack) */
+		slot_free; /* slab.c kva_slab_alloc: a free slot (from a free stack; the first time from the never-used range) */
 		slot_free = 0;
 		inc = k; /* the submitter fills the record */
 		/* slab.c kva_slab_publish, R2: next odd generation */

@@ -9,6 +9,8 @@
 #include "scenario.h"
 
 #include <stdbool.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "alloc.h"
 #include "engine_state.h"
@@ -118,12 +120,46 @@ static void engine_tables_use_big_blocks(void **state)
 	sc_free(s);
 }
 
+/* kva__warm, the slabs' warm hook, makes a range of a block resident
+ * without changing it: a zeroed block stays zero. Where the kernel has no
+ * MADV_POPULATE_WRITE (before 5.14) it does nothing. */
+static void warm_faults_in_without_writing(void **state)
+{
+	(void)state;
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = 3 * KVA__HUGE;
+	uint8_t *p = kva__calloc_big(n);
+	assert_non_null(p);
+	uint8_t *from = p + KVA__HUGE + 5, *to = from + 100 * pg;
+	kva__warm(from, (size_t)(to - from));
+	uintptr_t lo = (uintptr_t)from & ~(pg - 1);
+	size_t len = (((uintptr_t)to + pg - 1) & ~(pg - 1)) - lo;
+	unsigned char *v = malloc(len / pg);
+	assert_non_null(v);
+	assert_int_equal(mincore((void *)lo, len, v), 0);
+	size_t in = 0;
+	for (size_t i = 0; i < len / pg; i++)
+		in += v[i] & 1;
+	free(v);
+#ifdef MADV_POPULATE_WRITE
+	void *probe = mmap(NULL, pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(probe != MAP_FAILED);
+	bool supported = madvise(probe, pg, MADV_POPULATE_WRITE) == 0;
+	munmap(probe, pg);
+	if (supported)
+		assert_int_equal(in, len / pg);
+#endif
+	for (uint8_t *q = p; q < p + n; q += 509)
+		assert_int_equal(*q, 0);
+	kva__free_big(p, n);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(small_blocks_are_ordinary),
 	    cmocka_unit_test(big_blocks_are_aligned_zeroed_and_hinted),
 	    cmocka_unit_test(engine_tables_use_big_blocks),
+	    cmocka_unit_test(warm_faults_in_without_writing),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

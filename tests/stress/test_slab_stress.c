@@ -14,6 +14,8 @@
  * then waits for its grace periods, which bounds the slots in use. At the end,
  * after a barrier, every slot is free again: the main thread can allocate
  * all of them but what other threads' caches may hold without a new chunk.
+ * A variant adds an owner thread that grows the slab ahead of the producers
+ * meanwhile (kva_slab_grow_ahead), racing their own grows and refills.
  * Workers count; the main thread asserts.
  */
 #include <setjmp.h>
@@ -50,18 +52,20 @@ static uint64_t in_use_max(uint64_t barrier_every)
 	       PRODUCERS * (RING + HOLD + 1 + KVA_SLAB_CACHE);
 }
 
-/* A thread grows the slab only when it finds no free slot (its cache and the
- * shared stack empty): then the published slots are all in use, at most
- * in_use_max. So no grow starts once the published chunks hold more; each
- * allocating thread has at most one chunk claim in flight, so at most
- * PRODUCERS chunks are claimed beyond the last count m whose chunks hold no
- * more than in_use_max. */
-static uint32_t slots_bound(uint64_t in_use)
+/* A producer grows the slab only when it finds no free slot (its cache, the
+ * shared stack and the never-used range empty): then the published slots
+ * are all in use, at most in_use_max. The owner grows only while fewer than
+ * `low` never-used slots are ready, so only while in use + low exceeds the
+ * published slots. So no grow starts once the published chunks hold more
+ * than in_use + low; each growing thread has at most one chunk in flight,
+ * so at most `growers` chunks are published beyond the last count m whose
+ * chunks hold no more than that. */
+static uint32_t slots_bound(uint64_t in_use, uint32_t low, uint32_t growers)
 {
 	uint32_t m = 0;
-	while (kva__slab_chunk_base(m + 1) <= in_use)
+	while (kva__slab_chunk_base(m + 1) <= in_use + low)
 		m++;
-	return kva__slab_chunk_base(m + PRODUCERS);
+	return kva__slab_chunk_base(m + growers);
 }
 
 struct slot {
@@ -119,13 +123,15 @@ struct shared {
 	uint64_t iters;		/* per producer */
 	uint64_t barrier_every; /* retirements between the retirer's barriers */
 	uint32_t segments;	/* threads per producer, one after another */
+	uint32_t grow_low;	/* the owner keeps this many never-used slots ready; 0: no owner */
 	_Atomic uint32_t producers_done;
+	uint64_t grow_calls, grow_failed; /* the owner's */
 	struct producer prod[PRODUCERS];
 };
 
 static void *t_alloc(size_t n)
 {
-	return malloc(n);
+	return calloc(1, n); /* the slab's contract: zeroed */
 }
 
 static void t_free(void *p, size_t n)
@@ -256,6 +262,19 @@ static void *retirer(void *arg)
 	return NULL;
 }
 
+/* The slab's owner, as the engine's step: grows ahead now and then. */
+static void *grower(void *arg)
+{
+	struct shared *sh = arg;
+	while (atomic_load_explicit(&sh->producers_done, memory_order_relaxed) < PRODUCERS) {
+		sh->grow_calls++;
+		if (kva_slab_grow_ahead(&sh->slab, sh->grow_low) != 0)
+			sh->grow_failed++;
+		sched_yield();
+	}
+	return NULL;
+}
+
 static void *reader(void *arg)
 {
 	struct reader *r = arg;
@@ -289,16 +308,17 @@ static void *reader(void *arg)
 	return NULL;
 }
 
-static void run(uint64_t iters, uint32_t segments)
+static void run(uint64_t iters, uint32_t segments, uint32_t grow_low)
 {
 	static struct shared sh; /* large: rings and recent handles */
 	struct reader rd[READERS];
 	struct retirer rt = {.sh = &sh};
-	pthread_t tp[PRODUCERS], tr[READERS], trt;
+	pthread_t tp[PRODUCERS], tr[READERS], trt, tg;
 
 	memset(&sh, 0, sizeof(sh));
 	assert_int_equal(kva_rcu_enter(), 0);
 	sh.iters = iters;
+	sh.grow_low = grow_low;
 	/* About 16 barriers per run (each waits ~10 ms for liburcu's thread). */
 	sh.barrier_every = PRODUCERS * iters / 16 > 1024 ? PRODUCERS * iters / 16 : 1024;
 	sh.segments = segments;
@@ -319,10 +339,17 @@ static void run(uint64_t iters, uint32_t segments)
 		rd[i] = (struct reader){.sh = &sh, .id = i};
 		assert_int_equal(pthread_create(&tr[i], NULL, reader, &rd[i]), 0);
 	}
+	if (grow_low)
+		assert_int_equal(pthread_create(&tg, NULL, grower, &sh), 0);
 	for (uint32_t p = 0; p < PRODUCERS; p++)
 		assert_int_equal(pthread_create(&tp[p], NULL, producer, &sh.prod[p]), 0);
 	for (uint32_t p = 0; p < PRODUCERS; p++)
 		pthread_join(tp[p], NULL);
+	if (grow_low) {
+		pthread_join(tg, NULL);
+		assert_int_equal(sh.grow_failed, 0);
+		assert_true(sh.grow_calls > 0);
+	}
 	pthread_join(trt, NULL);
 	for (uint32_t i = 0; i < READERS; i++)
 		pthread_join(tr[i], NULL);
@@ -362,7 +389,8 @@ static void run(uint64_t iters, uint32_t segments)
 	 * is in use at once (at most 130 816 slots for 600 000 items at full scale). */
 	urcu_memb_barrier();
 	uint32_t slots = kva_slab_slots(&sh.slab);
-	uint32_t bound = slots_bound(in_use_max(sh.barrier_every));
+	uint32_t bound =
+	    slots_bound(in_use_max(sh.barrier_every), grow_low, PRODUCERS + (grow_low ? 1 : 0));
 	if (slots > bound)
 		fail_msg("%u slots for %llu items, bound %u", slots, (unsigned long long)allocs,
 			 bound);
@@ -388,7 +416,16 @@ static void run(uint64_t iters, uint32_t segments)
 static void test_readers_never_see_a_reused_slot_and_every_item_retires_once(void **state)
 {
 	(void)state;
-	run(kva_test_scaled(ITERS_FULL), 1);
+	run(kva_test_scaled(ITERS_FULL), 1, 0);
+}
+
+/* An owner grows the slab ahead while the producers allocate (and grow
+ * themselves when they outrun it): every slot still has one owner at a time,
+ * and the chunks stay bounded. */
+static void test_growing_ahead_while_producers_allocate(void **state)
+{
+	(void)state;
+	run(kva_test_scaled(ITERS_FULL), 1, 4096);
 }
 
 /* Producers as a chain of short-lived threads: caches are left and adopted
@@ -396,7 +433,7 @@ static void test_readers_never_see_a_reused_slot_and_every_item_retires_once(voi
 static void test_short_lived_threads_hand_their_caches_on(void **state)
 {
 	(void)state;
-	run(kva_test_scaled(ITERS_FULL / 4), 64);
+	run(kva_test_scaled(ITERS_FULL / 4), 64, 0);
 }
 
 int main(void)
@@ -404,6 +441,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_readers_never_see_a_reused_slot_and_every_item_retires_once),
 	    cmocka_unit_test(test_short_lived_threads_hand_their_caches_on),
+	    cmocka_unit_test(test_growing_ahead_while_producers_allocate),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,9 +13,12 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kva_test.h"
 #include "rcu_thread.h"
@@ -35,6 +38,7 @@ struct slot {
 #define CHUNK_MIN 4096 /* smaller: a thread's cache */
 static _Atomic size_t bytes_out;
 static _Atomic int fail_next, fail_chunks;
+static _Atomic unsigned chunks_made; /* chunk allocations that succeeded */
 
 static void *t_alloc(size_t n)
 {
@@ -46,9 +50,12 @@ static void *t_alloc(size_t n)
 		atomic_fetch_sub(&fail_chunks, 1);
 		return NULL;
 	}
-	void *p = malloc(n);
-	if (p)
+	void *p = calloc(1, n); /* the slab's contract: zeroed */
+	if (p) {
 		atomic_fetch_add(&bytes_out, n);
+		if (n >= CHUNK_MIN)
+			atomic_fetch_add(&chunks_made, 1);
+	}
 	return p;
 }
 
@@ -65,6 +72,7 @@ static int setup(void **state)
 	atomic_store(&bytes_out, 0);
 	atomic_store(&fail_next, 0);
 	atomic_store(&fail_chunks, 0);
+	atomic_store(&chunks_made, 0);
 	return 0;
 }
 
@@ -448,8 +456,9 @@ static void test_growth_then_full_reuse_does_not_grow(void **state)
 	slab_free(s);
 }
 
-/* A chunk whose memory cannot be had is a hole: alloc says NULL, the slab
- * stays usable and later chunks go on. */
+/* A chunk whose memory cannot be had is not claimed: alloc says NULL, the
+ * slab stays usable and the next grow publishes that same chunk, so no
+ * range of indices is ever a hole. */
 static void test_allocation_failure_leaves_a_usable_slab(void **state)
 {
 	(void)state;
@@ -462,16 +471,234 @@ static void test_allocation_failure_leaves_a_usable_slab(void **state)
 	assert_null(kva_slab_alloc(s, &idx));
 	assert_int_equal(atomic_load(&fail_chunks), 0);
 	assert_int_equal(kva_slab_slots(s), 0);
+	assert_int_equal(kva_slab_end(s), 0);
+	atomic_store(&fail_chunks, 1); /* grow_ahead fails alike */
+	assert_int_equal(kva_slab_grow_ahead(s, 1), -ENOMEM);
+	assert_int_equal(kva_slab_slots(s), 0);
 	struct slot *p = kva_slab_alloc(s, &idx);
 	assert_non_null(p);
-	assert_true(idx >= 256 && idx < 768);
-	assert_null(kva_slab_get(s, 0));
-	assert_null(kva_slab_lookup(s, 0, 1));
-	assert_int_equal(kva_slab_slots(s), 512);
-	assert_int_equal(kva_slab_end(s), 768);
+	assert_int_equal(idx, 0);
+	assert_int_equal(kva_slab_slots(s), 256);
+	assert_int_equal(kva_slab_end(s), 256);
 	uint32_t g = kva_slab_publish(s, p);
 	assert_ptr_equal(kva_slab_lookup(s, idx, g), p);
+	assert_int_equal(atomic_load(&chunks_made), 1);
 	slab_free(s);
+}
+
+struct producer_arg {
+	struct kva_slab *s;
+	uint32_t n;
+	uint32_t *idx;
+	unsigned chunks; /* chunk allocations while this producer allocated */
+	int nulls;
+};
+
+static void *produce(void *arg)
+{
+	struct producer_arg *a = arg;
+	unsigned before = atomic_load(&chunks_made);
+	for (uint32_t i = 0; i < a->n; i++) {
+		struct slot *p = kva_slab_alloc(a->s, &a->idx[i]);
+		if (!p) {
+			a->nulls++;
+			continue;
+		}
+		p->stamp = a->idx[i];
+		kva_slab_publish(a->s, p);
+	}
+	a->chunks = atomic_load(&chunks_made) - before;
+	return NULL;
+}
+
+/* The owner grows ahead between batches, as the engine's step does: a
+ * producer thread then never allocates a chunk itself, also past the
+ * doubling chunks into the 64 Ki ones, and every slot it takes is distinct.
+ * Counted, not timed: the producer's batches see no chunk allocation. */
+static void test_grow_ahead_keeps_producers_from_growing(void **state)
+{
+	(void)state;
+	struct kva_slab *s = slab_new();
+	enum { STEPS = 300, BATCH = 700, LOW = 1024 };
+	uint32_t *idx = malloc(STEPS * BATCH * sizeof(*idx));
+	unsigned char *seen = calloc(KVA_SLAB_SMALL_TOTAL + 2 * 65536, 1);
+	assert_non_null(idx);
+	assert_non_null(seen);
+
+	unsigned grown = 0;
+	for (int step = 0; step < STEPS; step++) {
+		unsigned c0 = atomic_load(&chunks_made);
+		assert_int_equal(kva_slab_grow_ahead(s, LOW), 0);
+		assert_true(kva_slab_fresh(s) >= LOW);
+		grown += atomic_load(&chunks_made) - c0;
+		/* enough ready: a second call allocates nothing */
+		c0 = atomic_load(&chunks_made);
+		assert_int_equal(kva_slab_grow_ahead(s, LOW), 0);
+		assert_int_equal(atomic_load(&chunks_made), c0);
+
+		struct producer_arg a = {.s = s, .n = BATCH, .idx = idx + step * BATCH};
+		pthread_t t;
+		assert_int_equal(pthread_create(&t, NULL, produce, &a), 0);
+		pthread_join(t, NULL);
+		assert_int_equal(a.nulls, 0);
+		if (a.chunks)
+			fail_msg("step %d: the producer allocated %u chunks", step, a.chunks);
+	}
+	/* 210 000 slots: chunks 0..8 and two of 64 Ki, all grown by the owner */
+	assert_int_equal(grown, KVA_SLAB_DOUBLINGS + 2);
+	assert_int_equal(kva_slab_slots(s), KVA_SLAB_SMALL_TOTAL + 2 * 65536);
+	for (int i = 0; i < STEPS * BATCH; i++) {
+		assert_true(idx[i] < KVA_SLAB_SMALL_TOTAL + 2 * 65536);
+		assert_int_equal(seen[idx[i]]++, 0);
+		assert_int_equal(((struct slot *)kva_slab_get(s, idx[i]))->stamp, idx[i]);
+	}
+	free(idx);
+	free(seen);
+	slab_free(s);
+}
+
+/* Without grow_ahead the allocating thread still grows the slab on demand,
+ * one chunk whenever no free or never-used slot is left, and all of it is
+ * handed out before the next chunk (as before grow_ahead existed). */
+static void test_alloc_grows_on_demand_without_grow_ahead(void **state)
+{
+	(void)state;
+	struct kva_slab *s = slab_new();
+	uint32_t n = KVA_SLAB_SMALL_TOTAL + 65536 + 1;
+	uint32_t *idx = malloc(n * sizeof(*idx));
+	assert_non_null(idx);
+	struct producer_arg a = {.s = s, .n = n, .idx = idx};
+	pthread_t t;
+
+	assert_int_equal(pthread_create(&t, NULL, produce, &a), 0);
+	pthread_join(t, NULL);
+	assert_int_equal(a.nulls, 0);
+	assert_int_equal(a.chunks, KVA_SLAB_DOUBLINGS + 2);
+	assert_int_equal(kva_slab_slots(s), KVA_SLAB_SMALL_TOTAL + 2 * 65536);
+	unsigned char *seen = calloc(kva_slab_slots(s), 1);
+	assert_non_null(seen);
+	for (uint32_t i = 0; i < n; i++) {
+		assert_true(idx[i] < kva_slab_slots(s));
+		assert_int_equal(seen[idx[i]]++, 0);
+	}
+	free(seen);
+	free(idx);
+	slab_free(s);
+}
+
+/* Chunk memory straight from mmap, so that mincore() tells which pages were
+ * touched; no huge pages, so a touch faults in one page. */
+static size_t page_round(size_t n)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	return (n + pg - 1) & ~(pg - 1);
+}
+
+static void *m_alloc(size_t n)
+{
+	void *p =
+	    mmap(NULL, page_round(n), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+#ifdef MADV_NOHUGEPAGE
+	(void)madvise(p, page_round(n), MADV_NOHUGEPAGE);
+#endif
+	atomic_fetch_add(&bytes_out, n);
+	return p;
+}
+
+static void m_free(void *p, size_t n)
+{
+	atomic_fetch_sub(&bytes_out, n);
+	munmap(p, page_round(n));
+}
+
+static size_t resident_pages(const struct kva_slab *s)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE), in = 0;
+	for (uint32_t c = 0; c < KVA_SLAB_MAX_CHUNKS; c++) {
+		char *base = atomic_load(&((struct kva_slab *)s)->chunk[c]);
+		if (!base)
+			break;
+		size_t len = page_round(
+		    (size_t)(kva__slab_chunk_base(c + 1) - kva__slab_chunk_base(c)) * s->slot_size);
+		unsigned char *v = malloc(len / pg);
+		assert_non_null(v);
+		assert_int_equal(mincore(base, len, v), 0);
+		for (size_t i = 0; i < len / pg; i++)
+			in += v[i] & 1;
+		free(v);
+	}
+	return in;
+}
+
+/* Slots are handed out lazily: neither growing nor allocating writes a
+ * slot, so only the pages of slots their owners filled are resident (the
+ * eager grow wrote every header of a chunk when it was added). A slot never
+ * handed out, in a published chunk, is free under generation 0 and matches
+ * no handle; one handed out starts at generation 0 and counts up as
+ * before. */
+static void test_fresh_slots_are_touched_only_by_their_owner(void **state)
+{
+	(void)state;
+	struct kva_slab *s = malloc(sizeof(*s));
+	assert_non_null(s);
+	assert_int_equal(
+	    kva_slab_init(s, sizeof(struct slot), offsetof(struct slot, rcu), m_alloc, m_free), 0);
+	const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	enum { N = KVA_SLAB_SMALL_TOTAL + 100 }; /* into the first 64 Ki chunk */
+	uint32_t idx = 0, *order = malloc(N * sizeof(*order));
+	assert_non_null(order);
+
+	for (uint32_t i = 0; i < N; i++) {
+		struct slot *p = kva_slab_alloc(s, &order[i]);
+		assert_non_null(p);
+		if (i >= N - 100)
+			p->stamp = i; /* the owners of the last 100 fill theirs */
+	}
+	assert_int_equal(kva_slab_slots(s), KVA_SLAB_SMALL_TOTAL + 65536);
+	/* the pages of the last 100 slots (one more where they straddle) */
+	size_t want = (100 * sizeof(struct slot) + pg - 1) / pg + 1, in = resident_pages(s);
+	if (in > want)
+		fail_msg("%zu pages resident after %u allocations, 100 filled (%zu pages): %zu in "
+			 "the chunks",
+			 in, (unsigned)N, want,
+			 page_round((size_t)kva_slab_slots(s) * sizeof(struct slot)) / pg);
+
+	/* One thread, nothing retired: the lowest index first, so pages are
+	 * touched in order. */
+	for (uint32_t i = 0; i < N; i++)
+		assert_int_equal(order[i], i);
+	free(order);
+
+	/* The rest of the 64 Ki chunk: in a published chunk, never handed out. */
+	kva_rcu_read_lock();
+	for (uint32_t i = N; i < kva_slab_slots(s); i += 97) {
+		struct slot *q = kva_slab_get(s, i);
+		assert_non_null(q);
+		assert_int_equal(atomic_load(&q->h.gen), 0);
+		assert_null(kva_slab_lookup(s, i, 1));
+		assert_null(kva_slab_lookup(s, i, 3));
+		assert_null(kva_slab_lookup(s, i, 0));
+	}
+	kva_rcu_read_unlock();
+	/* A slot handed out lazily counts its generations as any other. */
+	struct slot *p = kva_slab_alloc(s, &idx);
+	assert_int_equal(idx, N);
+	assert_int_equal(atomic_load(&p->h.gen), 0);
+	assert_null(kva_slab_lookup(s, idx, 1));
+	uint32_t g = kva_slab_publish(s, p);
+	assert_int_equal(g, 1);
+	assert_ptr_equal(kva_slab_lookup(s, idx, 1), p);
+	struct kva_slab_retired b = {0, 0, 0};
+	kva_slab_retire(s, &b, idx);
+	assert_int_equal(atomic_load(&p->h.gen), 2);
+	assert_null(kva_slab_lookup(s, idx, 1));
+	kva_slab_flush(s, &b);
+	urcu_memb_barrier();
+	kva_slab_fini(s);
+	free(s);
+	assert_int_equal(atomic_load(&bytes_out), 0);
 }
 
 struct thread_arg {
@@ -586,6 +813,77 @@ static void test_fini_with_callbacks_pending_needs_no_barrier(void **state)
 	}
 }
 
+static _Atomic size_t warmed_bytes;
+
+/* MADV_POPULATE_WRITE (Linux 5.14) works here. */
+static bool populate_supported(void)
+{
+#ifdef MADV_POPULATE_WRITE
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	void *p = mmap(NULL, pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(p != MAP_FAILED);
+	bool ok = madvise(p, pg, MADV_POPULATE_WRITE) == 0;
+	munmap(p, pg);
+	return ok;
+#else
+	return false;
+#endif
+}
+
+static void count_warm(void *p, size_t n)
+{
+	atomic_fetch_add(&warmed_bytes, n);
+#ifdef MADV_POPULATE_WRITE
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = (uintptr_t)p & ~(pg - 1), hi = ((uintptr_t)p + n + pg - 1) & ~(pg - 1);
+	(void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+#endif
+}
+
+/* With a warm hook, grow_ahead warms the next `low` never-used slots, each
+ * slot once however often it is called: their pages are resident before a
+ * producer fills them, and what producers took meanwhile is not warmed
+ * again. */
+static void test_grow_ahead_warms_the_next_slots_once(void **state)
+{
+	(void)state;
+	struct kva_slab *s = malloc(sizeof(*s));
+	assert_non_null(s);
+	assert_int_equal(
+	    kva_slab_init(s, sizeof(struct slot), offsetof(struct slot, rcu), m_alloc, m_free), 0);
+	kva_slab_set_warm(s, count_warm);
+	atomic_store(&warmed_bytes, 0);
+	enum { LOW = 3000 }; /* across chunks 0..3 */
+	const size_t sz = sizeof(struct slot);
+
+	assert_int_equal(kva_slab_grow_ahead(s, LOW), 0);
+	assert_int_equal(atomic_load(&warmed_bytes), LOW * sz);
+	assert_int_equal(kva_slab_grow_ahead(s, LOW), 0); /* nothing new to warm */
+	assert_int_equal(atomic_load(&warmed_bytes), LOW * sz);
+	if (populate_supported()) {
+		/* the pages of slots 0..LOW-1 are resident, nothing written */
+		size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+		for (uint32_t i = 0; i < LOW; i += 37) {
+			struct slot *q = kva_slab_get(s, i);
+			unsigned char v = 0;
+			assert_int_equal(mincore((void *)((uintptr_t)q & ~(pg - 1)), pg, &v), 0);
+			assert_int_equal(v & 1, 1);
+			assert_int_equal(atomic_load(&q->h.gen), 0);
+		}
+	}
+	uint32_t idx;
+	for (int i = 0; i < 500; i++)
+		assert_non_null(kva_slab_alloc(s, &idx));
+	assert_int_equal(kva_slab_grow_ahead(s, LOW), 0);
+	/* warmed up to next + LOW, next being what the refills (of 32) took */
+	size_t taken = (500 + KVA_SLAB_REFILL - 1) / KVA_SLAB_REFILL * KVA_SLAB_REFILL;
+	assert_int_equal(atomic_load(&warmed_bytes), (taken + LOW) * sz);
+	urcu_memb_barrier();
+	kva_slab_fini(s);
+	free(s);
+	assert_int_equal(atomic_load(&bytes_out), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -600,6 +898,10 @@ int main(void)
 	    cmocka_unit_test_setup(test_chunk_geometry, setup),
 	    cmocka_unit_test_setup(test_growth_then_full_reuse_does_not_grow, setup),
 	    cmocka_unit_test_setup(test_allocation_failure_leaves_a_usable_slab, setup),
+	    cmocka_unit_test_setup(test_grow_ahead_keeps_producers_from_growing, setup),
+	    cmocka_unit_test_setup(test_alloc_grows_on_demand_without_grow_ahead, setup),
+	    cmocka_unit_test_setup(test_fresh_slots_are_touched_only_by_their_owner, setup),
+	    cmocka_unit_test_setup(test_grow_ahead_warms_the_next_slots_once, setup),
 	    cmocka_unit_test_setup(test_an_exited_threads_cache_goes_to_the_next_thread, setup),
 	    cmocka_unit_test_setup(test_many_slabs_and_a_recreated_slab_per_thread, setup),
 	    cmocka_unit_test_setup(test_fini_with_callbacks_pending_needs_no_barrier, setup),
