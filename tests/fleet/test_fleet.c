@@ -102,6 +102,9 @@ static uint64_t fx_drop_after_ns;    /* 0: the default */
 static uint64_t fx_replay_timeout_ns; /* 0: the default */
 static uint64_t fx_max_blocks;        /* 0: the default */
 static uint32_t fx_max_pending;       /* 0: the default */
+static uint32_t fx_max_chains;        /* 0: the default */
+static uint32_t fx_state_groups;      /* 0: the default (none) */
+static uint64_t fx_watch_ns;          /* 0: the default */
 
 /* Publishers: ntp C ones, plus endpoints given by the caller (the Python
  * one); publisher `self` is this engine's own. */
@@ -138,6 +141,12 @@ static struct fx *fx_new(int ntp, const char *extra_pub, const char *extra_rep,
 		fc.max_blocks = fx_max_blocks;
 	if (fx_max_pending)
 		fc.max_pending = fx_max_pending;
+	if (fx_max_chains)
+		fc.max_chains = fx_max_chains;
+	if (fx_state_groups)
+		fc.state_groups = fx_state_groups;
+	if (fx_watch_ns)
+		fc.watch_ns = fx_watch_ns;
 	if (max_msg)
 		fc.max_message_bytes = max_msg;
 	int err = 1;
@@ -1020,6 +1029,167 @@ static void oversized_near_a_gap_counted_once(void **st)
 	fx_free(x);
 }
 
+/* ---- answers: locality, many candidates, state groups, chains ------------- */
+
+/* Another node (publisher 0) and this engine (publisher 1) hold the same
+ * prefix: at one position the local copy is the checkpoint answered, even
+ * though the other publisher comes first. */
+static void local_copy_wins_at_an_equal_position(void **st)
+{
+	(void)st;
+	struct fx *x = fx_new(2, NULL, NULL, 0, 1);
+	fx_sync(x, 0);
+	fx_sync(x, 1);
+	register_chain(x);
+	uint64_t b0 = stats(x).batches;
+	tp_store(x->tp[0], CHAIN, 4, BS, "GPU", -1, 0); /* another node: external */
+	tp_store(x->tp[1], CHAIN, 4, BS, "GPU", -1, 0); /* this engine: local */
+	fx_settle(x, b0 + 2);
+	fx_hog(x);
+	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
+	WAIT_UNTIL(x, info(x, h).has_selection);
+	assert_int_equal(info(x, h).selected_position, 4 * BS);
+	assert_int_equal(info(x, h).selected_location, KVA_LOC_LOCAL);
+	fx_free(x);
+}
+
+/* More candidate positions than a manifest holds (KVA_MAX_CHECKPOINTS): the
+ * longest are kept, whatever order the media were seen in. Twelve media hold
+ * prefixes of 1..12 blocks, the shortest seen first. */
+static void longest_candidates_fill_the_manifest(void **st)
+{
+	(void)st;
+	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
+	fx_sync(x, 0);
+	uint64_t chain[12];
+	for (int i = 0; i < 12; i++)
+		chain[i] = 301 + (uint64_t)i;
+	assert_int_equal(kva_fleet_chain_register(x->f, KEY + 1, chain, 12), 0);
+	char name[8];
+	for (uint32_t n = 1; n <= 12; n++) {
+		snprintf(name, sizeof name, "m%u", n);
+		tp_store(x->tp[0], chain, n, BS, name, -1, 0);
+	}
+	fx_quiet(x, 0);
+	assert_int_equal(stats(x).blocks, 12 * 13 / 2);
+	fx_hog(x);
+	kva_handle h = fx_submit(x, 2, KEY + 1, 13 * BS);
+	WAIT_UNTIL(x, info(x, h).has_selection);
+	assert_int_equal(info(x, h).selected_position, 12 * BS);
+	assert_int_equal(info(x, h).selected_location, KVA_LOC_EXTERNAL);
+	fx_free(x);
+}
+
+/* state_groups (group 1 here): a checkpoint also needs its last block in
+ * every state group. Group 0 (full) holds 6 blocks, group 1 only blocks 2
+ * and 4 of them: the longest checkpoint is 4 blocks. */
+static void state_groups_need_the_last_block(void **st)
+{
+	(void)st;
+	fx_state_groups = 1u << 1;
+	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
+	fx_state_groups = 0;
+	fx_sync(x, 0);
+	register_chain(x);
+	tp_store(x->tp[0], CHAIN, 6, BS, NULL, -1, 0);
+	tp_store(x->tp[0], &CHAIN[1], 1, BS, NULL, 1, 0);
+	tp_store(x->tp[0], &CHAIN[3], 1, BS, NULL, 1, 0);
+	fx_quiet(x, 0);
+	assert_int_equal(stats(x).blocks, 6 + 2);
+	assert_int_equal(stats(x).ignored_groups, 0);
+	fx_hog(x);
+	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
+	WAIT_UNTIL(x, info(x, h).has_selection);
+	assert_int_equal(info(x, h).selected_position, 4 * BS);
+	fx_free(x);
+}
+
+/* Groups past 31 (no mask bit) and groups configured in neither mask are
+ * ignored and counted, never stored. */
+static void groups_outside_the_masks_are_ignored(void **st)
+{
+	(void)st;
+	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
+	fx_sync(x, 0);
+	tp_store(x->tp[0], CHAIN, 2, BS, NULL, 32, 0); /* 32 & 31 == 0: not group 0 */
+	tp_store(x->tp[0], CHAIN, 3, BS, NULL, 33, 0);
+	tp_store(x->tp[0], CHAIN, 1, BS, NULL, 5, 0);
+	tp_store(x->tp[0], CHAIN, 4, BS, NULL, 0, 0);
+	fx_quiet(x, 0);
+	kva_fleet_stats s = stats(x);
+	assert_int_equal(s.ignored_groups, 2 + 3 + 1);
+	assert_int_equal(s.blocks, 4);
+	assert_int_equal(s.malformed, 0);
+	fx_free(x);
+}
+
+/* The chains kept are the max_chains newest (FIFO); a lookup of an evicted
+ * key is unregistered and answered as a miss. A chain of max_chain_blocks
+ * is taken, one longer refused. */
+static void oldest_chain_gives_way_and_chain_length_limit(void **st)
+{
+	(void)st;
+	fx_max_chains = 2;
+	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
+	fx_max_chains = 0;
+	fx_sync(x, 0);
+	for (uint64_t k = 0; k < 3; k++)
+		assert_int_equal(kva_fleet_chain_register(x->f, KEY + 10 + k, CHAIN, 8), 0);
+	tp_store(x->tp[0], CHAIN, 4, BS, NULL, -1, 0);
+	fx_quiet(x, 0);
+	fx_hog(x);
+	kva_handle old = fx_submit(x, 2, KEY + 10, 8 * BS); /* pushed out */
+	kva_handle kept = fx_submit(x, 3, KEY + 12, 8 * BS);
+	WAIT_UNTIL(x, info(x, kept).has_selection && info(x, old).lookups == 1 &&
+	                  stats(x).lookups == 2 && kva_fleet_lookups_done(x->f) == 2);
+	assert_int_equal(info(x, kept).selected_position, 4 * BS);
+	assert_false(info(x, old).has_selection);
+	kva_fleet_stats s = stats(x);
+	assert_int_equal(s.chains, 2);
+	assert_int_equal(s.chains_evicted, 1);
+	assert_int_equal(s.unregistered, 1);
+	assert_int_equal(s.misses, 1);
+	assert_int_equal(s.answered, 2);
+
+	kva_fleet_config dc;
+	kva_fleet_config_default(&dc);
+	uint32_t n = dc.max_chain_blocks; /* fx_new keeps the default */
+	uint64_t *big = calloc(n + 1, sizeof(*big));
+	assert_non_null(big);
+	assert_int_equal(kva_fleet_chain_register(x->f, KEY + 20, big, n), 0);
+	assert_int_equal(kva_fleet_chain_register(x->f, KEY + 21, big, n + 1), -E2BIG);
+	free(big);
+	fx_free(x);
+}
+
+/* An answered checkpoint is watched for watch_ns: a removal after that is
+ * not reported (the watch is gone), and the request keeps its selection. */
+static void watches_end_after_watch_ns(void **st)
+{
+	(void)st;
+	fx_watch_ns = 200ull * 1000000ull;
+	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
+	fx_watch_ns = 0;
+	fx_sync(x, 0);
+	register_chain(x);
+	tp_store(x->tp[0], CHAIN, 4, BS, NULL, -1, 0);
+	fx_quiet(x, 0);
+	fx_hog(x);
+	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
+	WAIT_UNTIL(x, info(x, h).has_selection);
+	assert_int_equal(info(x, h).selected_position, 4 * BS);
+	uint64_t past = mono() + 600ull * 1000000ull; /* watch_ns and a few ticks */
+	WAIT_UNTIL(x, mono() > past); /* the I/O thread's tick lets the watch go */
+	tp_remove(x->tp[0], &CHAIN[3], 1, NULL, -1);
+	fx_quiet(x, 0);
+	kva_fleet_stats s = stats(x);
+	assert_int_equal(s.blocks, 3);
+	assert_int_equal(s.blocks_removed, 1);
+	assert_int_equal(s.evictions_reported, 0);
+	assert_int_equal(info(x, h).lookups, 1);
+	fx_free(x);
+}
+
 /* ---- the Python publisher -------------------------------------------------- */
 
 static int py_cmd(struct fx *x, const char *fmt, ...)
@@ -1176,6 +1346,12 @@ int main(void)
 		cmocka_unit_test(entry_counts_follow_cap_evictions),
 		cmocka_unit_test(media_stay_apart),
 		cmocka_unit_test(oversized_near_a_gap_counted_once),
+		cmocka_unit_test(local_copy_wins_at_an_equal_position),
+		cmocka_unit_test(longest_candidates_fill_the_manifest),
+		cmocka_unit_test(state_groups_need_the_last_block),
+		cmocka_unit_test(groups_outside_the_masks_are_ignored),
+		cmocka_unit_test(oldest_chain_gives_way_and_chain_length_limit),
+		cmocka_unit_test(watches_end_after_watch_ns),
 		cmocka_unit_test(python_publisher_beside_a_c_one),
 		cmocka_unit_test(bad_config_is_refused),
 	};

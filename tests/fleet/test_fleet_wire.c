@@ -280,8 +280,17 @@ static void broken_payloads_are_refused(void **st)
 		{"map count past the end", "\x92\x00\x91\xdf\x7f\xff\xff\xff", 8},
 		{"string past the end", "\x92\x00\x91\x91\xdb\x7f\xff\xff\xff", 9},
 		{"batch of four", "\x94\x00\x90\xc0\xc0", 5},
+		{"batch of four, two there", "\x94\xcb\x3f\xf8\x00\x00\x00\x00\x00\x00\x90", 11},
 		{"map batch without events", "\x81\xa2" "ts\x00", 5},
 		{"negative rank", "\x93\x00\x90\xff", 4},
+		{"rank past INT64_MAX", "\x93\x00\x90\xcf\x80\x00\x00\x00\x00\x00\x00\x00", 12},
+		{"hash count past the end", "\x92\x00\x91\x92\xab" "BlockStored\xdd\x7f\xff\xff\xff", 21},
+		{"block_size past 32 bits", "\x92\x00\x91\x95\xab" "BlockStored\x91\x01\xc0\x90"
+		 "\xcf\x00\x00\x00\x01\x00\x00\x00\x00", 29},
+		{"group_idx past 32 bits", "\x92\x00\x91\x84\xa4type\xac" "BlockRemoved\xac" "block_hashes"
+		 "\x91\x01\xa6medium\xc0\xa9group_idx\xcf\x00\x00\x00\x01\x00\x00\x00\x00", 64},
+		{"block_hashes twice", "\x92\x00\x91\x83\xa4type\xac" "BlockRemoved\xac" "block_hashes"
+		 "\x91\x01\xac" "block_hashes\x91\x02", 52},
 	};
 	struct kvf_batch b;
 	kvf_batch_init(&b, 0, 0);
@@ -301,6 +310,76 @@ static void broken_payloads_are_refused(void **st)
 	kvf_batch_fini(&b);
 }
 
+/* Details of the reader: int8..int32 hashes sign-extended as int64 ones
+ * are; a medium longer than KVF_MEDIUM_MAX truncated; an unknown map event
+ * leaves no hashes behind; a count is checked against the bytes left before
+ * anything is allocated for it. */
+static void narrow_ints_long_media_and_counts(void **st)
+{
+	(void)st;
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_array(&pk, 2);
+	msgpack_pack_int(&pk, 7);
+	msgpack_pack_array(&pk, 3);
+	/* a future event kind with hashes, skipped: they go with it */
+	msgpack_pack_map(&pk, 2);
+	str(&pk, "type");
+	str(&pk, "BlockMoved");
+	str(&pk, "block_hashes");
+	msgpack_pack_array(&pk, 2);
+	msgpack_pack_int(&pk, 11);
+	msgpack_pack_int(&pk, 12);
+	msgpack_pack_map(&pk, 3);
+	str(&pk, "type");
+	str(&pk, "BlockRemoved");
+	str(&pk, "block_hashes");
+	msgpack_pack_array(&pk, 4);
+	msgpack_pack_int(&pk, -100);    /* int8 */
+	msgpack_pack_int(&pk, -200);    /* int16 */
+	msgpack_pack_int(&pk, -70000);  /* int32 */
+	msgpack_pack_int64(&pk, -5000000000ll); /* int64 */
+	str(&pk, "medium");
+	str(&pk, "a-medium-name-of-forty-bytes-0123456789");
+	msgpack_pack_map(&pk, 2);
+	str(&pk, "block_hashes");
+	msgpack_pack_array(&pk, 1);
+	msgpack_pack_int(&pk, 13);
+	str(&pk, "type");
+	str(&pk, "BlockMoved");
+	struct kvf_batch b;
+	kvf_batch_init(&b, 0, 0);
+	assert_int_equal(kvf_decode(&b, sb.data, sb.size), 0);
+	assert_int_equal(b.nevents, 1);
+	assert_int_equal(b.unknown_events, 2);
+	assert_int_equal(b.nhashes, 4); /* the skipped events' hashes are not kept */
+	assert_int_equal(b.events[0].first_hash, 0);
+	assert_int_equal(b.events[0].nhashes, 4);
+	assert_int_equal(b.hashes[0], (uint64_t)-100);
+	assert_int_equal(b.hashes[1], (uint64_t)-200);
+	assert_int_equal(b.hashes[2], (uint64_t)-70000);
+	assert_int_equal(b.hashes[3], (uint64_t)-5000000000ll);
+	assert_int_equal(b.events[0].medium_len, KVF_MEDIUM_MAX);
+	assert_int_equal(strlen(b.events[0].medium), KVF_MEDIUM_MAX);
+	assert_memory_equal(b.events[0].medium, "a-medium-name-of-forty-bytes-0123456789",
+	                    KVF_MEDIUM_MAX);
+
+	/* a million hashes announced in a 30-byte payload: refused before the
+	 * hash array grows for them */
+	static const unsigned char many[] = {0x92, 0x00, 0x91, 0x92, 0xab, 'B', 'l', 'o', 'c', 'k',
+	                                     'S', 't', 'o', 'r', 'e', 'd', 0xdd, 0x00, 0x10,
+	                                     0x00, 0x00, 0x01, 0x02};
+	struct kvf_batch fresh;
+	kvf_batch_init(&fresh, 0, 0);
+	assert_int_equal(kvf_decode(&fresh, many, sizeof many), -EBADMSG);
+	assert_true(fresh.hashes_cap <= 16);
+	kvf_batch_fini(&fresh);
+	kvf_batch_fini(&b);
+	msgpack_sbuffer_destroy(&sb);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -308,6 +387,7 @@ int main(void)
 		cmocka_unit_test(array_like_form_old_vllm_and_trtllm),
 		cmocka_unit_test(mooncake_store_layout),
 		cmocka_unit_test(broken_payloads_are_refused),
+		cmocka_unit_test(narrow_ints_long_media_and_counts),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

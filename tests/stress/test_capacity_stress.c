@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -377,6 +378,61 @@ static void test_random_reserve_release_returns_to_start(void **state)
 	assert_int_equal(atomic_load(&sh.cap.overreleases), 0);
 }
 
+/* --- credits hand over what their releaser wrote (A1/R1) -------------------
+ *
+ * One slot of credit passes between two threads; whoever holds it owns a
+ * plain buffer: it checks what the other wrote, writes its own, and gives
+ * the credit back. Only the reserve's acquire and the release's release
+ * order these plain accesses (ThreadSanitizer reports a race without them;
+ * other builds check the values). */
+struct handoff {
+	struct kva_capacity cap;
+	uint64_t rounds;
+	uint64_t buf[8]; /* plain: owned by the credit's holder */
+	atomic_int turn; /* whose turn, relaxed: it orders nothing */
+	uint64_t bad;
+};
+
+static void handoff_side(struct handoff *h, int me)
+{
+	for (uint64_t i = 0; i < h->rounds; i++) {
+		while (atomic_load_explicit(&h->turn, memory_order_relaxed) != me)
+			sched_yield(); /* the other side may need this CPU */
+		while (!kva_capacity_try_reserve(&h->cap, cr(0, 1, 0), 0))
+			sched_yield();
+		uint64_t want = 2 * i + (uint64_t)me; /* what the other side wrote last */
+		for (int k = 0; k < 8; k++)
+			if (h->buf[k] != want)
+				h->bad++;
+		for (int k = 0; k < 8; k++)
+			h->buf[k] = want + 1;
+		atomic_store_explicit(&h->turn, !me, memory_order_relaxed);
+		kva_capacity_release(&h->cap, cr(0, 1, 0));
+	}
+}
+
+static void *handoff_other(void *arg)
+{
+	handoff_side(arg, 1);
+	return NULL;
+}
+
+static void test_credits_hand_over_the_releasers_writes(void **state)
+{
+	(void)state;
+	static struct handoff h;
+	memset(&h, 0, sizeof(h));
+	h.rounds = kva_test_scaled(20000);
+	kva_capacity_init(&h.cap, cr(0, 1, 0));
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, handoff_other, &h), 0);
+	handoff_side(&h, 0);
+	pthread_join(t, NULL);
+	assert_int_equal(h.bad, 0);
+	assert_int_equal(h.buf[0], 2 * h.rounds);
+	assert_int_equal(kva_capacity_free(&h.cap).slots, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -384,6 +440,7 @@ int main(void)
 	    cmocka_unit_test(test_reservations_never_cross_the_floor),
 	    cmocka_unit_test(test_contended_credits_are_granted_exactly_once),
 	    cmocka_unit_test(test_random_reserve_release_returns_to_start),
+	    cmocka_unit_test(test_credits_hand_over_the_releasers_writes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -132,6 +132,26 @@ static void test_overrelease_is_counted_in_debug_builds(void **state)
 	assert_int_equal(atomic_load(&c.overreleases), KVA_DEBUG ? 1 : 0);
 }
 
+/* Every lane is checked, each against its own total: an over-release in
+ * any one of them is counted, a release that fills a lane exactly is not. */
+static void test_overrelease_is_counted_in_every_lane(void **state)
+{
+	(void)state;
+	struct kva_capacity c;
+	kva_capacity_init(&c, cr(10, 2, 2));
+	assert_true(kva_capacity_try_reserve(&c, cr(10, 2, 2), 0));
+	kva_capacity_release(&c, cr(10, 2, 2)); /* exactly back to the totals */
+	assert_int_equal(atomic_load(&c.overreleases), 0);
+	kva_capacity_release(&c, cr(1, 0, 0)); /* pages not held */
+	assert_int_equal(atomic_load(&c.overreleases), KVA_DEBUG ? 1 : 0);
+	kva_capacity_init(&c, cr(10, 2, 2));
+	kva_capacity_release(&c, cr(0, 0, 1)); /* a run not held */
+	assert_int_equal(atomic_load(&c.overreleases), KVA_DEBUG ? 1 : 0);
+	kva_capacity_init(&c, cr(10, 2, 2));
+	kva_capacity_release(&c, cr(0, 1, 0)); /* a slot not held */
+	assert_int_equal(atomic_load(&c.overreleases), KVA_DEBUG ? 1 : 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -142,6 +162,7 @@ int main(void)
 	    cmocka_unit_test(test_release_restores_exactly),
 	    cmocka_unit_test(test_zero_reservation_always_succeeds),
 	    cmocka_unit_test(test_overrelease_is_counted_in_debug_builds),
+	    cmocka_unit_test(test_overrelease_is_counted_in_every_lane),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,6 +26,17 @@ static void mem_free(void *p, size_t n)
 	free(p);
 }
 
+/* An allocator that can be told to refuse: a growth the map cannot have. */
+static int refuse_alloc;
+static unsigned allocs;
+static void *maybe_alloc(size_t n)
+{
+	if (refuse_alloc)
+		return NULL;
+	allocs++;
+	return malloc(n);
+}
+
 /* Every occupied entry is reachable from its home: no empty slot lies
  * between the two (what lookups and the backward shift rely on). */
 static void check_runs(const struct kva_idmap *m)
@@ -80,6 +91,58 @@ static void test_edges(void **state)
 	kva_idmap_fini(&m);
 	assert_null(m.ents);
 	assert_int_equal(m.count, 0);
+}
+
+/* kva_idmap_init(initial) leaves room for `initial` entries: they go in
+ * without another allocation, the table at most 3/4 full. */
+static void test_init_leaves_room_for_initial_entries(void **state)
+{
+	(void)state;
+	static const uint32_t initial[] = {1, 48, 49, 100, 1000, 3000};
+	for (size_t k = 0; k < sizeof initial / sizeof initial[0]; k++) {
+		struct kva_idmap m;
+		refuse_alloc = 0;
+		allocs = 0;
+		assert_int_equal(kva_idmap_init(&m, maybe_alloc, mem_free, initial[k]), 0);
+		assert_int_equal(allocs, 1);
+		for (uint32_t i = 0; i < initial[k]; i++)
+			assert_int_equal(kva_idmap_insert(&m, (uint64_t)i * 7919, i), 0);
+		assert_int_equal(allocs, 1); /* no growth on the way */
+		assert_true((uint64_t)m.count * 4 <= (uint64_t)m.cap * 3);
+		check_runs(&m);
+		kva_idmap_fini(&m);
+	}
+}
+
+/* Without memory to grow, inserts go on while one slot stays empty (every
+ * probe ends there) and are refused after: the map stays whole, and a probe
+ * for an absent id still ends. */
+static void test_full_table_without_memory_keeps_one_slot_empty(void **state)
+{
+	(void)state;
+	struct kva_idmap m;
+	refuse_alloc = 0;
+	assert_int_equal(kva_idmap_init(&m, maybe_alloc, mem_free, 0), 0);
+	assert_int_equal(m.cap, 64);
+	refuse_alloc = 1;
+	for (uint64_t id = 0; id < 63; id++)
+		assert_int_equal(kva_idmap_insert(&m, id, (uint32_t)id), 0);
+	assert_int_equal(m.cap, 64);
+	assert_int_equal(m.count, 63);
+	assert_int_equal(kva_idmap_insert(&m, 63, 63), -ENOMEM);
+	assert_int_equal(kva_idmap_reserve(&m, 1), -ENOMEM);
+	assert_int_equal(m.count, 63);
+	assert_null(kva_idmap_find(&m, 63)); /* ends at the empty slot */
+	for (uint64_t id = 0; id < 63; id++)
+		assert_int_equal(*kva_idmap_find(&m, id), (uint32_t)id);
+	check_runs(&m);
+	/* a removal makes room again */
+	assert_true(kva_idmap_remove(&m, 5));
+	assert_int_equal(kva_idmap_insert(&m, 63, 63), 0);
+	assert_int_equal(kva_idmap_insert(&m, 64, 64), -ENOMEM);
+	check_runs(&m);
+	refuse_alloc = 0;
+	kva_idmap_fini(&m);
 }
 
 /* Random operations against the reference; keys from [0, keys) so the
@@ -151,6 +214,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_edges),
+		cmocka_unit_test(test_init_leaves_room_for_initial_entries),
+		cmocka_unit_test(test_full_table_without_memory_keeps_one_slot_empty),
 		cmocka_unit_test(test_random_against_reference),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -8,6 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifndef KVA_DEBUG
+#define KVA_DEBUG 0
+#endif
+
 #include "pagepool.h"
 #include "kva_test.h"
 
@@ -254,6 +258,34 @@ static void test_takes_follow_the_chain_exactly(void **state)
 	kva_pagepool_fini(&p);
 }
 
+/* Debug builds drop a put of an id outside 0 .. n-1 whole (a caller bug that
+ * would write past the link array): the pool is unchanged, and its ids
+ * still come out exactly once. Release builds do not check. */
+static void test_put_of_an_id_out_of_range_is_dropped_in_debug_builds(void **state)
+{
+	(void)state;
+	if (!KVA_DEBUG)
+		skip();
+	struct kva_pagepool p;
+	uint32_t ids[4], id;
+	assert_int_equal(kva_pagepool_init(&p, 4), 0);
+	assert_true(kva_pagepool_take(&p, &id));
+	kva_pagepool_put(&p, 4); /* one past the last id */
+	assert_int_equal(kva_pagepool_count(&p), 3);
+	const uint32_t mixed[2] = {id, 4};
+	kva_pagepool_put_n(&p, mixed, 2); /* the whole call goes */
+	assert_int_equal(kva_pagepool_count(&p), 3);
+	kva_pagepool_put(&p, id);
+	assert_int_equal(kva_pagepool_count(&p), 4);
+	assert_true(kva_pagepool_take_n(&p, ids, 4));
+	unsigned char seen[4] = {0};
+	for (int i = 0; i < 4; i++) {
+		assert_true(ids[i] < 4);
+		assert_int_equal(seen[ids[i]]++, 0);
+	}
+	kva_pagepool_fini(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -266,6 +298,7 @@ int main(void)
 	    cmocka_unit_test(test_empty_pool),
 	    cmocka_unit_test(test_random_sequence_matches_a_set),
 	    cmocka_unit_test(test_takes_follow_the_chain_exactly),
+	    cmocka_unit_test(test_put_of_an_id_out_of_range_is_dropped_in_debug_builds),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -183,8 +183,11 @@ static void test_publish_makes_the_handle_match_and_nothing_else(void **state)
 	assert_non_null(p);
 	assert_non_null(kva_slab_alloc(s, &other));
 
-	/* Allocated but not published: no generation matches. */
+	/* Allocated but not published: no generation matches, not even the
+	 * slot's own (even, free) one: a zeroed handle names nothing. */
 	assert_null(kva_slab_lookup(s, idx, 1));
+	assert_int_equal(atomic_load(&p->h.gen), 0);
+	assert_null(kva_slab_lookup(s, idx, 0));
 	p->stamp = 42;
 	uint32_t g = kva_slab_publish(s, p);
 	assert_int_equal(g & 1, 1);
@@ -236,6 +239,7 @@ static void test_retire_stops_the_handle_matching_at_once(void **state)
 	kva_slab_retire(s, &b, idx);
 	assert_null(kva_slab_lookup(s, idx, g));
 	assert_int_equal(atomic_load(&p->h.gen), g + 1);
+	assert_null(kva_slab_lookup(s, idx, g + 1)); /* the free generation matches nothing */
 	/* A reader that matched before still has the slot's memory. */
 	assert_int_equal(b.n, 1);
 	kva_rcu_read_unlock();
@@ -371,6 +375,35 @@ static void test_flush_grace_periods_are_numbered(void **state)
 	urcu_memb_barrier();
 	assert_true(kva_slab_flush_done(s, 2));
 	assert_int_equal(kva_slab_next_flush(&b), 3);
+	slab_free(s);
+}
+
+/* A retire batch is flushed when it holds KVA_SLAB_RETIRE_BATCH slots: the
+ * retire that fills it hands it to call_rcu (flush number 1, whose grace
+ * period passes), and the next retire starts a new batch. */
+static void test_a_full_retire_batch_is_flushed(void **state)
+{
+	(void)state;
+	struct kva_slab *s = slab_new();
+	struct kva_slab_retired b = {0, 0, 0};
+	enum { N = KVA_SLAB_RETIRE_BATCH };
+	uint32_t idx[N + 1];
+	for (int i = 0; i <= N; i++)
+		kva_slab_publish(s, kva_slab_alloc(s, &idx[i]));
+	for (int i = 0; i < N - 1; i++)
+		kva_slab_retire(s, &b, idx[i]);
+	assert_int_equal(b.n, N - 1);
+	assert_int_equal(kva_slab_next_flush(&b), 1);
+	kva_slab_retire(s, &b, idx[N - 1]); /* the batch is full */
+	assert_int_equal(b.n, 0);
+	assert_int_equal(b.first, 0);
+	assert_int_equal(kva_slab_next_flush(&b), 2);
+	kva_slab_retire(s, &b, idx[N]); /* a new batch */
+	assert_int_equal(b.n, 1);
+	urcu_memb_barrier();
+	assert_true(kva_slab_flush_done(s, 1));
+	assert_false(kva_slab_flush_done(s, 2));
+	kva_slab_flush(s, &b);
 	slab_free(s);
 }
 
@@ -895,6 +928,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_retired_slots_come_back_only_after_a_grace_period, setup),
 	    cmocka_unit_test_setup(test_a_reused_slot_gets_a_new_generation, setup),
 	    cmocka_unit_test_setup(test_flush_grace_periods_are_numbered, setup),
+	    cmocka_unit_test_setup(test_a_full_retire_batch_is_flushed, setup),
 	    cmocka_unit_test_setup(test_chunk_geometry, setup),
 	    cmocka_unit_test_setup(test_growth_then_full_reuse_does_not_grow, setup),
 	    cmocka_unit_test_setup(test_allocation_failure_leaves_a_usable_slab, setup),

@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The fleet's (block hash, location) table (fleet/index.c) on its own: its
+ * size for a cap, backward-shift deletion (entries sharing a home, runs
+ * that wrap), CLOCK eviction by the cap, deletion by publisher, and random
+ * operations checked against a plain reference. No sockets.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "index.h"
+#include "kva_test.h"
+
+/* Where (hash, loc) sits in an empty table: its home. */
+static size_t home_of(struct kvf_index *ix, uint64_t hash, uint32_t loc)
+{
+	assert_int_equal(ix->count, 0);
+	assert_true(kvf_index_put(ix, hash, loc, NULL, NULL));
+	size_t h = (size_t)(kvf_index_find(ix, hash, loc) - ix->slots);
+	assert_int_equal(kvf_index_del(ix, hash, loc), KVF_E_REF + 1);
+	return h;
+}
+
+/* The table holds its cap at no more than 3/4 load (a probe always meets an
+ * empty slot, and runs stay short). */
+static void table_holds_the_cap_at_three_quarters(void **st)
+{
+	(void)st;
+	static const size_t caps[] = {1, 11, 12, 13, 16, 24, 25, 48, 100, 1000, 1 << 16};
+	for (size_t k = 0; k < sizeof caps / sizeof caps[0]; k++) {
+		struct kvf_index ix;
+		assert_int_equal(kvf_index_init(&ix, caps[k]), 0);
+		size_t slots = ix.mask + 1;
+		assert_int_equal(slots & ix.mask, 0); /* a power of two */
+		assert_true(slots >= 16);
+		assert_true(slots / 4 * 3 >= caps[k]);
+		assert_true(slots / 2 / 4 * 3 < caps[k] || slots == 16); /* the smallest such */
+		assert_int_equal(kvf_index_bytes(&ix), slots * sizeof(struct kvf_slot));
+		/* filled to the cap and past it (evicting): every probe still ends */
+		for (uint64_t h = 0; h < caps[k] + 8 && h < 4096; h++)
+			kvf_index_put(&ix, h, 0, NULL, NULL);
+		assert_null(kvf_index_find(&ix, UINT64_MAX, 0));
+		kvf_index_fini(&ix);
+	}
+}
+
+/* Two entries with one home: removing the first moves the second into its
+ * home slot (its home is the hole itself), so it is still found. Then the
+ * same with a run that wraps past the table's last slot. */
+static void removal_moves_an_entry_whose_home_is_the_hole(void **st)
+{
+	(void)st;
+	struct kvf_index ix;
+	assert_int_equal(kvf_index_init(&ix, 12), 0); /* 16 slots */
+	size_t want[2] = {3, ix.mask}; /* a home inside, and the last slot */
+	for (int c = 0; c < 2; c++) {
+		uint64_t same[3];
+		int n = 0;
+		for (uint64_t h = 1; n < 3; h++)
+			if (home_of(&ix, h, 7) == want[c])
+				same[n++] = h;
+		for (int i = 0; i < 3; i++)
+			assert_true(kvf_index_put(&ix, same[i], 7, NULL, NULL));
+		assert_int_equal(kvf_index_find(&ix, same[1], 7) - ix.slots,
+		                 (want[c] + 1) & ix.mask);
+		assert_int_not_equal(kvf_index_del(&ix, same[0], 7), 0);
+		assert_null(kvf_index_find(&ix, same[0], 7));
+		struct kvf_slot *s1 = kvf_index_find(&ix, same[1], 7);
+		assert_non_null(s1);
+		assert_int_equal(s1 - ix.slots, want[c]); /* moved back home */
+		assert_non_null(kvf_index_find(&ix, same[2], 7));
+		assert_int_equal(ix.count, 2);
+		assert_int_not_equal(kvf_index_del(&ix, same[1], 7), 0);
+		assert_int_not_equal(kvf_index_del(&ix, same[2], 7), 0);
+		assert_int_equal(ix.count, 0);
+	}
+	kvf_index_fini(&ix);
+}
+
+/* CLOCK: the cap evicts an entry whose reference bit is clear; a store (new
+ * or refreshed) sets the bit, and the hand clears bits as it passes. With
+ * every entry but one referenced, that one goes, wherever the hand is. */
+static void cap_evicts_the_entry_without_a_reference(void **st)
+{
+	(void)st;
+	for (uint64_t spare = 0; spare < 4; spare++) {
+		struct kvf_index ix;
+		assert_int_equal(kvf_index_init(&ix, 4), 0);
+		for (uint64_t h = 0; h < 4; h++)
+			assert_true(kvf_index_put(&ix, 100 + h, 1, NULL, NULL));
+		struct kvf_slot out;
+		bool ev = false;
+		/* every bit set: the hand clears them all, then takes one */
+		assert_true(kvf_index_put(&ix, 200, 1, &out, &ev));
+		assert_true(ev);
+		assert_int_equal(ix.evicted, 1);
+		assert_int_equal(ix.count, 4);
+		uint64_t first = out.hash;
+		/* refresh every survivor but one, the newest has its bit already */
+		uint64_t left = UINT64_MAX;
+		int k = 0;
+		for (uint64_t h = 100; h < 104; h++) {
+			if (h == first)
+				continue;
+			if (k++ == (int)(spare % 3))
+				left = h;
+			else
+				assert_false(kvf_index_put(&ix, h, 1, NULL, NULL)); /* known: refreshed */
+		}
+		assert_true(kvf_index_put(&ix, 201, 1, &out, &ev));
+		assert_true(ev);
+		assert_int_equal(out.hash, left);
+		assert_int_equal(out.loc1, 1 + 1);
+		assert_null(kvf_index_find(&ix, left, 1));
+		assert_non_null(kvf_index_find(&ix, 200, 1));
+		assert_non_null(kvf_index_find(&ix, 201, 1));
+		assert_int_equal(ix.count, 4);
+		kvf_index_fini(&ix);
+	}
+}
+
+/* Random puts, removals, finds and removals by publisher against a plain
+ * reference, in a small table (runs meet, wrap and shift back) with a cap
+ * (evictions: the reported entry was present and is gone). */
+#define NH 40
+#define NL 4
+static const uint32_t LOCS[NL] = {KVF_LOC(0, 0, 0), KVF_LOC(0, 1, 0), KVF_LOC(1, 0, 0),
+                                  KVF_LOC(1, 0, 1)};
+
+static void random_operations_match_a_reference(void **st)
+{
+	(void)st;
+	struct kvf_index ix;
+	assert_int_equal(kvf_index_init(&ix, 20), 0); /* 32 slots */
+	bool ref[NH][NL];
+	memset(ref, 0, sizeof ref);
+	size_t live = 0;
+	uint64_t s = 7;
+	uint32_t ops = (uint32_t)kva_test_scaled(200000);
+	for (uint32_t op = 0; op < ops; op++) {
+		uint64_t r = kva_test_rand(&s);
+		uint32_t h = (uint32_t)(r % NH), l = (uint32_t)(r >> 8) % NL;
+		switch ((r >> 16) % 8) {
+		case 0: case 1: case 2: { /* put */
+			struct kvf_slot out;
+			bool ev = false;
+			bool added = kvf_index_put(&ix, h, LOCS[l], &out, &ev);
+			assert_int_equal(added, !ref[h][l]);
+			if (ev) {
+				assert_true(added);
+				assert_int_equal(live, 20);
+				uint32_t el = 0;
+				while (el < NL && LOCS[el] + 1 != out.loc1)
+					el++;
+				assert_true(el < NL && out.hash < NH);
+				assert_true(ref[out.hash][el]);
+				assert_false(out.hash == h && el == l);
+				ref[out.hash][el] = false;
+				live--;
+			}
+			if (added) {
+				ref[h][l] = true;
+				live++;
+			}
+			break;
+		}
+		case 3: case 4: /* remove */
+			assert_int_equal(kvf_index_del(&ix, h, LOCS[l]) != 0, ref[h][l]);
+			live -= ref[h][l];
+			ref[h][l] = false;
+			break;
+		case 5: { /* every entry of a publisher, or of a (publisher, medium) */
+			unsigned shift = r >> 20 & 1 ? 16 : 8;
+			size_t want = 0;
+			for (uint32_t i = 0; i < NH; i++)
+				for (uint32_t j = 0; j < NL; j++)
+					if (ref[i][j] && LOCS[j] >> shift == LOCS[l] >> shift) {
+						ref[i][j] = false;
+						want++;
+					}
+			assert_int_equal(kvf_index_del_matching(&ix, LOCS[l], shift, NULL), want);
+			live -= want;
+			break;
+		}
+		default:
+			assert_int_equal(kvf_index_find(&ix, h, LOCS[l]) != NULL, ref[h][l]);
+		}
+		assert_int_equal(ix.count, live);
+		if (op % 64 == 0)
+			for (uint32_t i = 0; i < NH; i++)
+				for (uint32_t j = 0; j < NL; j++)
+					assert_int_equal(kvf_index_find(&ix, i, LOCS[j]) != NULL, ref[i][j]);
+	}
+	kvf_index_fini(&ix);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(table_holds_the_cap_at_three_quarters),
+		cmocka_unit_test(removal_moves_an_entry_whose_home_is_the_hole),
+		cmocka_unit_test(cap_evicts_the_entry_without_a_reference),
+		cmocka_unit_test(random_operations_match_a_reference),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
