@@ -147,6 +147,34 @@ static void rule05_reservation_respects_decode_watermark(void **st)
 	sc_free(s);
 }
 
+/* The watermark holds for every admission's first credit grant, not only a
+ * restore's reservation: an ordinary admission (no checkpoint) that would
+ * take free credits below decode_reserve_pages waits (kva_plan_min_sizes:
+ * an admission needs at most total - watermark pages). */
+static void rule05_ordinary_admission_respects_decode_watermark(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.decode_reserve_pages = 10;
+	struct sc *s = sc_new(&c);
+	kva_handle run = sc_occupy(s, 1, 90); /* growth may dip to the mark: 10 free */
+	assert_int_equal(sc_free_pages(s), 10);
+	kva_handle h = sc_submit(s, 2, 0, 16); /* a recompute of one page */
+	for (int i = 0; i < 3; i++) {
+		sc_step(s, SC_MS);
+		assert_null(sc_admitted(s, h));
+		assert_true(s->plan.head_blocked);
+	}
+	assert_int_equal(sc_state(s, h), KVA_STATE_WAITING);
+	assert_int_equal(sc_free_pages(s), 10);
+	assert_int_equal(kva_finish(s->e, run), 0);
+	sc_step(s, 0);
+	assert_non_null(sc_admitted(s, h));
+	sc_assert_conserved(s);
+	sc_free(s);
+}
+
 static void rule06_ready_import_keeps_decode_running(void **st)
 {
 	(void)st;
@@ -286,6 +314,34 @@ static void rule09_too_large_restore_is_classified_at_once(void **st)
 	sc_free(s);
 }
 
+/* Rule 9's boundary: a reservation of exactly the usable pool (total -
+ * watermark) can fit, so it is a restore, not TOO_LARGE. */
+static void rule09_restore_of_exactly_the_usable_pool_is_not_too_large(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.decode_reserve_pages = 10;
+	struct sc *s = sc_new(&c);
+	sc_dir_set(s, KEY, sc_ckpt(1280, 900, 0));
+	kva_handle h = sc_submit(s, 1, KEY, 1440); /* 90 pages == 90 usable */
+	sc_step(s, 0);
+	assert_null(sc_admitted(s, h));
+	assert_int_equal(s->plan.n_copies, 1);
+	assert_int_equal(s->copies[0].npages, 80);
+	assert_int_equal(sc_state(s, h), KVA_STATE_IMPORTING);
+	assert_int_equal(sc_stats(s).fallbacks[KVA_REASON_TOO_LARGE], 0);
+	sc_copies_done(s, 0);
+	sc_step(s, 0);
+	const kva_admission *a = sc_admitted(s, h);
+	assert_non_null(a);
+	assert_int_equal(a->how, KVA_ADMIT_RESTORE);
+	assert_int_equal(a->restored_tokens, 1280);
+	assert_int_equal(a->npages + a->reserved_pages, 90);
+	sc_assert_conserved(s);
+	sc_free(s);
+}
+
 static void rule09_first_chunk_larger_than_pool_still_starts(void **st)
 {
 	(void)st;
@@ -408,12 +464,14 @@ int main(void)
 		cmocka_unit_test(rule04_paired_reservation_covers_continuation),
 		cmocka_unit_test(rule05_refused_reservation_changes_nothing),
 		cmocka_unit_test(rule05_reservation_respects_decode_watermark),
+		cmocka_unit_test(rule05_ordinary_admission_respects_decode_watermark),
 		cmocka_unit_test(rule06_ready_import_keeps_decode_running),
 		cmocka_unit_test(rule06_reservation_credits_never_preempt_decode),
 		cmocka_unit_test(rule06_decode_on_full_pool_may_preempt_while_restores_wait),
 		cmocka_unit_test(rule07_blocked_head_admits_only_ready_restores),
 		cmocka_unit_test(rule09_too_large_restore_is_classified_at_once),
 		cmocka_unit_test(rule09_checkpoint_at_uint32_max_is_too_large_not_incompatible),
+		cmocka_unit_test(rule09_restore_of_exactly_the_usable_pool_is_not_too_large),
 		cmocka_unit_test(rule09_first_chunk_larger_than_pool_still_starts),
 		cmocka_unit_test(legacy_policy_admits_refused_restore_to_recompute),
 		cmocka_unit_test(legacy_policy_local_hit_waits_like_any_request),

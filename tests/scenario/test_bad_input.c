@@ -95,6 +95,8 @@ static void create_rejects_null_and_malformed_configs(void **st)
 	c = good, c.decode_reserve_pages = c.total_pages, expect_create_einval(&c);
 	c = good, c.decode_reserve_pages = c.total_pages + 1, expect_create_einval(&c);
 	c = good, c.decode_reserve_pages = UINT32_MAX, expect_create_einval(&c);
+	c = good, c.decode_headroom_pages = c.total_pages + 1, expect_create_einval(&c);
+	c = good, c.decode_headroom_pages = UINT32_MAX, expect_create_einval(&c);
 	c = good, c.policy = 2, expect_create_einval(&c);
 	c = good, c.policy = -1, expect_create_einval(&c);
 	c = good, c.policy = INT_MAX, expect_create_einval(&c);
@@ -117,6 +119,11 @@ static void create_rejects_null_and_malformed_configs(void **st)
 	c = good, c.policy = KVA_POLICY_LEGACY;
 	e = kva_engine_create(&c, NULL);
 	assert_non_null(e);
+	kva_engine_destroy(e);
+	c = good, c.decode_headroom_pages = c.total_pages; /* 0..total_pages */
+	e = kva_engine_create(&c, &err);
+	assert_non_null(e);
+	assert_int_equal(err, 0);
 	kva_engine_destroy(e);
 
 	struct sc *s = sc_new(&good);

@@ -396,6 +396,12 @@ static void rule17_reset_during_copy_requeues_after_drain(void **st)
 	assert_int_equal(s->plan.n_copies, 1); /* looked up again, restores afresh */
 	assert_int_equal(s->copies[0].token.attempt, 2);
 	sc_assert_conserved(s);
+	/* the drained attempt's copy slot came back: only the new one is taken */
+	assert_int_equal(sc_stats(s).free_copy_slots, s->cfg.copy_slots - 1);
+	sc_copies_done(s, 0);
+	sc_step(s, 0);
+	assert_non_null(sc_admitted(s, a));
+	assert_int_equal(sc_stats(s).free_copy_slots, s->cfg.copy_slots);
 	sc_free(s);
 }
 

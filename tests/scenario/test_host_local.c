@@ -219,6 +219,57 @@ static void rule22_local_never_upgrades_a_recompute_too_large_to_restore(void **
 
 /* The same with a prompt whose page count plus the decode headroom would
  * wrap 32 bits: no reservation may take fewer credits than pages. */
+/* The directory lists an external checkpoint at the very position of the
+ * host's partial local one: the host's own copy is preferred (no import). */
+static void rule22_local_wins_over_an_external_checkpoint_at_the_same_position(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	sc_dir_set(s, 7, sc_ckpt(128, 80, 0)); /* external, as long as the local */
+	kva_handle h = submit_local(s, 1, 7, 256, sc_ckpt(128, 70, 1));
+	assert_int_equal(sc_step(s, 0), 1);
+	assert_int_equal(s->n_lookups, 1); /* partial: the directory was asked */
+	assert_int_equal(s->plan.n_copies, 0);
+	const kva_admission *a = expect_admitted(s, h, KVA_ADMIT_LOCAL, 128, 0);
+	assert_int_equal(a->recompute_tokens, 128);
+	assert_int_equal(sc_stats(s).copy_jobs, 0);
+	sc_assert_conserved(s);
+	sc_free(s);
+}
+
+/* Rule 8 gives up once: a restore whose bounded wait expired recomputes,
+ * and a local checkpoint stated afterwards does not make it a restore
+ * again (it would wait on capacity a second time). */
+static void rule22_local_never_revives_an_expired_restore_wait(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.max_restore_wait_ns = 5 * SC_SEC;
+	struct sc *s = sc_new(&c);
+	kva_handle hog = sc_occupy(s, 100, 95); /* 5 pages free */
+	sc_dir_set(s, 7, sc_ckpt(320, 80, 0));
+	kva_handle h = sc_submit(s, 1, 7, 480); /* a restore of 30 pages: waits */
+	sc_step(s, 0);
+	assert_true(info_of(s, h).has_selection);
+	sc_step(s, 5 * SC_SEC); /* expired: a recompute, first chunk 16 pages: waits */
+	assert_true(s->plan.head_blocked);
+	assert_int_equal(info_of(s, h).reason, KVA_REASON_WAIT_EXPIRED);
+	kva_checkpoint loc = sc_ckpt(128, 70, 1);
+	assert_int_equal(kva_local_checkpoint(s->e, h, &loc), 0);
+	sc_step(s, 0);
+	kva_request_info i = info_of(s, h);
+	assert_false(i.has_selection);
+	assert_int_equal(i.reason, KVA_REASON_WAIT_EXPIRED);
+	assert_int_equal(sc_stats(s).local_upgrades, 0);
+	assert_int_equal(kva_finish(s->e, hog), 0);
+	assert_int_equal(sc_step(s, 0), 1);
+	const kva_admission *a = expect_admitted(s, h, KVA_ADMIT_RECOMPUTE, 0, 0);
+	assert_int_equal(a->reason, KVA_REASON_WAIT_EXPIRED);
+	assert_int_equal(sc_stats(s).wait_expired, 1);
+	sc_free(s);
+}
+
 static void rule22_local_on_a_wrapping_prompt_keeps_credits_conserved(void **st)
 {
 	(void)st;
@@ -617,6 +668,8 @@ int main(void)
 		cmocka_unit_test(rule22_longer_local_upgrades_a_waiting_restore_without_a_lookup),
 		cmocka_unit_test(rule22_local_upgrades_a_waiting_recompute),
 		cmocka_unit_test(rule22_local_never_upgrades_a_recompute_too_large_to_restore),
+		cmocka_unit_test(rule22_local_wins_over_an_external_checkpoint_at_the_same_position),
+		cmocka_unit_test(rule22_local_never_revives_an_expired_restore_wait),
 		cmocka_unit_test(rule22_local_on_a_wrapping_prompt_keeps_credits_conserved),
 		cmocka_unit_test(rule22_local_stated_during_copy_is_counted_at_admission),
 		cmocka_unit_test(rule22_longer_local_stated_while_ready_is_used_at_admission),

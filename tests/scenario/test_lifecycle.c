@@ -148,6 +148,94 @@ static void rule18_head_timers_and_gauge_follow_the_head(void **st)
 	sc_free(s);
 }
 
+/* Rule 18: a restore's wait logs once when it begins. A requeued request
+ * that takes the head for a while (here preempted, then cancelled) does not
+ * make the restore's wait begin again when it is the head once more: no
+ * second "starts waiting" line inside the interval. */
+static void rule18_passed_restore_back_at_the_head_does_not_log_its_start_again(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.wait_log_interval_ns = 30 * SC_SEC;
+	struct sc *s = sc_new(&c);
+	kva_handle hog = sc_occupy(s, 100, 80);    /* 20 free */
+	kva_handle b = sc_submit(s, 101, 0, 1000); /* first chunk 16 pages: 4 free */
+	sc_step(s, 0);
+	assert_non_null(sc_admitted(s, b));
+	sc_dir_set(s, KEY, sc_ckpt(160, 900, 0));
+	kva_handle a = sc_submit(s, 102, KEY, 320); /* a restore of 20 pages: blocks */
+	sc_step(s, SC_SEC);
+	assert_int_equal(s->n_logs, 1);
+	assert_non_null(strstr(s->last_log, "request 102 starts waiting"));
+	assert_int_equal(kva_preempt(s->e, b), 0);
+	assert_int_equal(kva_grow(s->e, hog, 16, NULL), 0); /* b blocks at the front */
+	for (int i = 0; i < 3; i++) {
+		sc_step(s, SC_SEC);
+		assert_true(s->plan.head_blocked);
+	}
+	assert_int_equal(kva_cancel(s->e, b), 0); /* a is the head again */
+	for (int i = 0; i < 3; i++) {
+		sc_step(s, SC_SEC);
+		assert_true(s->plan.head_blocked);
+	}
+	assert_int_equal(sc_state(s, a), KVA_STATE_WAITING);
+	assert_int_equal(s->n_logs, 1); /* its wait began once */
+	assert_int_equal(sc_stats(s).wait_logs, 1);
+	sc_free(s);
+}
+
+/* A kva_preempt and a kva_cancel of the same running request handled in
+ * one step, in either order (the preempt may win the state CAS before the
+ * step handles the cancel): it ends CANCELLED, once, and the directory is
+ * not asked about it again. */
+static void preempt_and_cancel(bool cancel_first)
+{
+	struct sc *s = sc_default();
+	kva_manifest miss = {0};
+	s->dir[s->n_dir++] = (struct sc_dir_entry){KEY, miss};
+	kva_handle h = sc_submit(s, 1, KEY, 64);
+	sc_step(s, 0);
+	assert_non_null(sc_admitted(s, h)); /* a miss: recomputes */
+	assert_int_equal(s->n_lookups, 1);
+	if (cancel_first) {
+		assert_int_equal(kva_cancel(s->e, h), 0);
+		assert_int_equal(kva_preempt(s->e, h), 0);
+	} else {
+		assert_int_equal(kva_preempt(s->e, h), 0);
+		assert_int_equal(kva_cancel(s->e, h), 0);
+	}
+	sc_step(s, 0);
+	const kva_ended *en = sc_ended(s, h);
+	assert_non_null(en);
+	assert_int_equal(en->state, KVA_STATE_CANCELLED);
+	assert_int_equal(s->n_lookups, 1); /* no fresh lookup for a cancelled request */
+	kva_stats x = sc_stats(s);
+	assert_int_equal(x.lookups_issued, 1);
+	assert_int_equal(x.cancelled, 1);
+	assert_int_equal(x.waiting, 0);
+	for (int i = 0; i < 3; i++) {
+		sc_step(s, SC_SEC);
+		assert_int_equal(s->plan.n_admitted, 0);
+		assert_int_equal(s->plan.n_ended, 0); /* reported exactly once */
+	}
+	sc_assert_conserved(s);
+	assert_int_equal(sc_free_pages(s), 100);
+	sc_free(s);
+}
+
+static void preempted_then_cancelled_request_ends_cancelled(void **st)
+{
+	(void)st;
+	preempt_and_cancel(false);
+}
+
+static void cancelled_then_preempted_request_ends_cancelled(void **st)
+{
+	(void)st;
+	preempt_and_cancel(true);
+}
+
 static void rule14_id_reuse_stale_events_never_touch_new_incarnation(void **st)
 {
 	(void)st;
@@ -494,6 +582,7 @@ int main(void)
 		cmocka_unit_test(rule08_expired_waiter_no_longer_holds_others_as_a_restore),
 		cmocka_unit_test(rule08_bounded_wait_survives_a_relookup_of_the_blocked_head),
 		cmocka_unit_test(rule18_head_timers_and_gauge_follow_the_head),
+		cmocka_unit_test(rule18_passed_restore_back_at_the_head_does_not_log_its_start_again),
 		cmocka_unit_test(rule14_id_reuse_stale_events_never_touch_new_incarnation),
 		cmocka_unit_test(rule16_every_prompt_token_counted_once),
 		cmocka_unit_test(rule20_step_cost_does_not_grow_with_waiting_count),
@@ -502,6 +591,8 @@ int main(void)
 		cmocka_unit_test(finish_reports_once_and_frees_everything),
 		cmocka_unit_test(cancel_in_progress_is_reported_truthfully),
 		cmocka_unit_test(cancelled_incarnation_does_not_block_its_id),
+		cmocka_unit_test(preempted_then_cancelled_request_ends_cancelled),
+		cmocka_unit_test(cancelled_then_preempted_request_ends_cancelled),
 		cmocka_unit_test(destroy_with_returns_every_unfinished_request_once),
 		cmocka_unit_test(eight_agents_exceeding_the_pool_all_restore_in_turn),
 	};

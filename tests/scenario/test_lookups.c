@@ -70,6 +70,53 @@ static void rule03_late_answer_is_ignored_and_counted(void **st)
 	sc_free(s);
 }
 
+/* Two answers to one lookup, both taken by kva_lookup_answer before the
+ * step: the step handles the first; the second, superseded while it was
+ * queued, is ignored and counted as late like any stale answer. */
+static void rule03_answer_superseded_in_the_queue_is_counted_late(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_handle h = sc_submit(s, 1, 5, 100);
+	sc_step(s, 0);
+	kva_lookup_token t = s->lookups[0].token;
+	kva_manifest hit = {.count = 1, .entries = {sc_ckpt(64, 900, 0)}};
+	kva_manifest miss = {.count = 0};
+	assert_int_equal(kva_lookup_answer(s->e, t, &hit), 0);
+	int rc = kva_lookup_answer(s->e, t, &miss); /* queued or refused: late either way */
+	assert_true(rc == 0 || rc == -ESTALE);
+	sc_step(s, 0);
+	kva_stats x = sc_stats(s);
+	assert_int_equal(x.lookups_answered, 1);
+	assert_int_equal(x.late_answers, 1);
+	assert_int_equal(x.fallbacks[KVA_REASON_MISS], 0); /* the first answer decided */
+	assert_int_equal(s->plan.n_copies, 1);
+	assert_int_equal(s->copies[0].handle.id, h.id);
+	sc_free(s);
+}
+
+/* The lookup-latency histogram: a decisive lookup answered 200 ms after it
+ * was issued (with a lookup_timeout_ns, whose deadline marks its start). */
+static void rule03_answered_lookup_latency_is_measured(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default(); /* lookup_timeout_ns 1 s */
+	sc_submit(s, 1, 5, 100);
+	sc_step(s, SC_SEC);
+	kva_lookup_token t = s->lookups[0].token;
+	sc_step(s, 200 * SC_MS);
+	kva_manifest m = {.count = 1, .entries = {sc_ckpt(64, 900, 0)}};
+	assert_int_equal(kva_lookup_answer(s->e, t, &m), 0);
+	sc_step(s, 0);
+	kva_stats x = sc_stats(s);
+	assert_int_equal(x.lookup_latency.count, 1);
+	assert_int_equal(x.lookup_latency.sum_ns, 200 * SC_MS);
+	const uint64_t *b = kva_histogram_bounds();
+	for (int i = 0; i < KVA_HIST_BUCKETS - 1; i++)
+		assert_int_equal(x.lookup_latency.buckets[i], 200 * SC_MS <= b[i] ? 1 : 0);
+	sc_free(s);
+}
+
 static void rule03_each_lookup_has_its_own_deadline(void **st)
 {
 	(void)st;
@@ -291,6 +338,38 @@ static void rule15_repeated_eviction_of_a_shared_checkpoint_walks_nobody(void **
 	assert_int_equal(kva_checkpoint_evicted(s->e, 500, 10), 0); /* newer than all */
 	sc_step(s, 0);
 	assert_int_equal(sc_stats(s).revalidations, 3 * N);
+	sc_free(s);
+}
+
+/* Two requests share one checkpoint id with different epochs (7 and 9). An
+ * eviction at epoch 9 is newer than the first's copy only: the first looks
+ * up again, the second, which selected epoch 9 itself, is left alone. */
+static void rule15_eviction_at_a_sharers_own_epoch_leaves_that_sharer_alone(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_checkpoint c = sc_ckpt(320, 500, 0);
+	c.epoch = 7;
+	sc_dir_set(s, KEY, c);
+	sc_occupy(s, 1, 90);
+	kva_handle old = sc_submit(s, 2, KEY, 480);
+	sc_step(s, 0);
+	c.epoch = 9;
+	sc_dir_clear(s);
+	sc_dir_set(s, KEY, c);
+	kva_handle cur = sc_submit(s, 3, KEY, 480);
+	sc_step(s, 0);
+	assert_true(s->plan.head_blocked);
+	uint32_t asked = s->n_lookups;
+	assert_int_equal(kva_checkpoint_evicted(s->e, 500, 9), 0);
+	sc_step(s, 0);
+	assert_int_equal(sc_stats(s).revalidations, 1);
+	assert_int_equal(s->n_lookups, asked + 1);
+	assert_int_equal(s->lookups[asked].token.id, old.id);
+	kva_request_info info;
+	assert_int_equal(kva_query(s->e, cur, &info), 0);
+	assert_int_equal(info.lookups, 1); /* never asked again */
+	assert_true(info.has_selection);
 	sc_free(s);
 }
 
@@ -534,6 +613,8 @@ int main(void)
 		cmocka_unit_test(rule02_one_lookup_per_request_however_long_it_waits),
 		cmocka_unit_test(rule03_lookup_timeout_falls_back_with_its_reason),
 		cmocka_unit_test(rule03_late_answer_is_ignored_and_counted),
+		cmocka_unit_test(rule03_answer_superseded_in_the_queue_is_counted_late),
+		cmocka_unit_test(rule03_answered_lookup_latency_is_measured),
 		cmocka_unit_test(rule03_each_lookup_has_its_own_deadline),
 		cmocka_unit_test(rule10_miss_falls_back_with_its_reason),
 		cmocka_unit_test(rule10_incompatible_checkpoint_falls_back_with_its_reason),
@@ -543,6 +624,7 @@ int main(void)
 		cmocka_unit_test(rule15_evicted_external_selection_relooks_up),
 		cmocka_unit_test(rule15_unrelated_or_older_eviction_touches_nobody),
 		cmocka_unit_test(rule15_repeated_eviction_of_a_shared_checkpoint_walks_nobody),
+		cmocka_unit_test(rule15_eviction_at_a_sharers_own_epoch_leaves_that_sharer_alone),
 		cmocka_unit_test(rule15_local_selection_is_admitted_without_a_copy),
 		cmocka_unit_test(rule18_wait_logs_at_most_once_per_interval_and_refreshes),
 		cmocka_unit_test(rule18_capacity_wait_status_in_stats_metrics_and_log),

@@ -71,6 +71,21 @@ static void first_chunk_larger_than_the_plan_is_flagged(void **st)
 	sc_free(s);
 }
 
+/* The boundary of the plan's room: an admission whose pages exactly fill
+ * what is left of pages_cap fits. */
+static void admission_exactly_filling_the_plan_fits(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	s->plan.pages_cap = 16; /* a 256-token chunk is 16 pages */
+	kva_handle h = sc_submit(s, 1, 0, 1000);
+	assert_int_equal(sc_step(s, 0), 1);
+	assert_non_null(sc_admitted(s, h));
+	assert_int_equal(s->plan.n_pages, 16);
+	assert_false(s->plan.too_small);
+	sc_free(s);
+}
+
 /* Without importers the plan is the only channel to the host's copier. */
 static void copy_job_wider_than_the_plan_waits_and_is_flagged(void **st)
 {
@@ -168,6 +183,7 @@ int main(void)
 		cmocka_unit_test(min_sizes_follow_the_config),
 		cmocka_unit_test(ready_restore_larger_than_the_plan_is_flagged_not_silent),
 		cmocka_unit_test(first_chunk_larger_than_the_plan_is_flagged),
+		cmocka_unit_test(admission_exactly_filling_the_plan_fits),
 		cmocka_unit_test(copy_job_wider_than_the_plan_waits_and_is_flagged),
 		cmocka_unit_test(importers_never_lose_a_listed_copy_job),
 		cmocka_unit_test(head_without_memory_holds_the_line_visibly),

@@ -196,6 +196,46 @@ static void huge_durations_mean_never_instead_of_wrapping(void **st)
 	sc_free(s);
 }
 
+/* kvadmit.h: time going backwards is treated as no time passing. A step
+ * whose clock reads earlier than the last one's leaves every measured wait
+ * where it was (nothing wraps) and moves no timer. */
+static void time_going_backwards_is_no_time_passing(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.max_restore_wait_ns = 10 * SC_SEC;
+	c.wait_log_interval_ns = 0;
+	struct sc *s = sc_new(&c);
+	sc_dir_set(s, KEY, sc_ckpt(320, 900, 0));
+	kva_handle hog = sc_occupy(s, 1, 90);
+	kva_handle h = sc_submit(s, 2, KEY, 480); /* a restore of 30 pages: blocked */
+	sc_step(s, 20 * SC_SEC);                    /* blocked since 20 s */
+	sc_step(s, 2 * SC_SEC);                     /* 22 s */
+	assert_int_equal(sc_stats(s).capacity_wait_ns, 2 * SC_SEC);
+	assert_true(kva_step(s->e, SC_SEC, &s->plan) >= 0); /* back to 1 s */
+	assert_true(s->plan.head_blocked);
+	assert_int_equal(sc_stats(s).capacity_wait_ns, 2 * SC_SEC);
+	/* the bound still counts from 20 s on the engine's clock: it has not
+	 * passed at 29 s, and passes at 30 s */
+	s->now = 29 * SC_SEC;
+	sc_step(s, 0);
+	assert_int_equal(sc_stats(s).wait_expired, 0);
+	assert_int_equal(sc_stats(s).capacity_wait_ns, 9 * SC_SEC);
+	sc_step(s, SC_SEC);
+	assert_int_equal(sc_stats(s).wait_expired, 1);
+	assert_int_equal(kva_finish(s->e, hog), 0);
+	sc_step(s, 0);
+	const kva_admission *a = sc_admitted(s, h);
+	assert_non_null(a);
+	assert_int_equal(a->reason, KVA_REASON_WAIT_EXPIRED);
+	kva_stats x = sc_stats(s);
+	/* its 10 s as a restore, then 0 s blocked as a recompute */
+	assert_int_equal(x.capacity_wait.count, 2);
+	assert_int_equal(x.capacity_wait.sum_ns, 10 * SC_SEC);
+	sc_free(s);
+}
+
 struct submitter {
 	kva_engine *e;
 	uint64_t id;
@@ -412,6 +452,7 @@ int main(void)
 	    cmocka_unit_test(wake_never_runs_inside_an_rcu_read_side_section),
 	    cmocka_unit_test(backlog_says_work_is_left_for_the_next_step),
 	    cmocka_unit_test(huge_durations_mean_never_instead_of_wrapping),
+	    cmocka_unit_test(time_going_backwards_is_no_time_passing),
 	    cmocka_unit_test(cancel_from_another_thread_never_overtakes_its_submit),
 	    cmocka_unit_test(id_freed_on_another_thread_is_free_for_a_resubmit),
 	    cmocka_unit_test(id_preempted_elsewhere_then_cancelled_is_free_for_a_resubmit),
