@@ -60,12 +60,6 @@ void sim_fleetdir_answer(struct sim *s, const struct sim_event *ev)
 	(void)s;
 	(void)ev;
 }
-double sim_fleetdir_draw(struct sim *s, uint64_t key)
-{
-	(void)s;
-	(void)key;
-	return 0;
-}
 
 #else
 
@@ -108,7 +102,6 @@ struct fagent {
 	uint32_t local_session, local_blocks; /* on its node's stream */
 	uint32_t store_session, store_blocks; /* on its store stream */
 	uint32_t chain_session;		      /* 0: none registered */
-	uint32_t lookups;		      /* latency draws so far */
 	uint64_t chain_at;		      /* the fleet's registration count then */
 	bool dirty;
 };
@@ -351,20 +344,6 @@ void sim_fleetdir_before_step(struct sim *s, struct sim_node *n)
 		return;
 	flush(s);
 	catch_up(s, n->index);
-}
-
-/* The modelled directory draws a lookup's latency from its token; here the
- * engine's record slots (and so the tokens' generations) depend on when
- * the fleet's threads retire what they touched, so the draw is keyed by the
- * agent and its lookup count instead: same distribution, not the same
- * values as the modelled run. */
-double sim_fleetdir_draw(struct sim *s, uint64_t key)
-{
-	uint32_t idx = (uint32_t)(key & 0xffffffffu) - 1;
-	if (idx >= s->sc->w.agents)
-		return 0.5;
-	return sim_uniform(s->sc->w.seed ^ 0x100C0B5ull, idx + 1,
-			   (uint64_t)1 << 63 | s->fleetdir->ag[idx].lookups++, 0);
 }
 
 void sim_fleetdir_answer(struct sim *s, const struct sim_event *ev)

@@ -285,8 +285,6 @@ void sim_fleetdir_touch(struct sim *s, struct sim_agent *a);
 /* Before engine n steps: the fleet has applied every event published. */
 void sim_fleetdir_before_step(struct sim *s, struct sim_node *n);
 void sim_fleetdir_answer(struct sim *s, const struct sim_event *ev);
-/* A lookup's latency draw in [0, 1): per agent and lookup, not per token. */
-double sim_fleetdir_draw(struct sim *s, uint64_t key);
 
 /* ---- gpu.c: step time ------------------------------------------------------ */
 struct sim_batch {

@@ -49,14 +49,12 @@ void sim_dir_lookup_cb(void *ctx, uint64_t key, uint32_t prompt, kva_lookup_toke
 	/* round trips vary: uniform in [0.5, 1.5) x the mean latency, drawn per
 	 * agent: a request's slot and generation depend on when the call_rcu
 	 * thread hands retired slots back (and on the fleet's threads), so they
-	 * must not seed the draw. The same draws as the fleet directory's. */
+	 * must not seed the draw. Both directories (modelled, fleet) draw so. */
 	uint32_t idx = (uint32_t)(key & 0xffffffffu) - 1;
-	double jitter = 0.5;
-	if (s->fleetdir)
-		jitter += sim_fleetdir_draw(s, key);
-	else if (idx < s->sc->w.agents)
-		jitter += sim_uniform(s->sc->w.seed ^ 0x100C0B5ull, idx + 1,
-				      (uint64_t)1 << 63 | s->agents[idx].dir_draws++, 0);
+	double jitter = 1.0; /* the mean, for a key that is no agent's (none is) */
+	if (idx < s->sc->w.agents)
+		jitter = 0.5 + sim_uniform(s->sc->w.seed ^ 0x100C0B5ull, idx + 1,
+					   (uint64_t)1 << 63 | s->agents[idx].dir_draws++, 0);
 	struct sim_event ev = {.t_ns = s->now_ns + ns_of(s->sc->m.lookup_latency_s * jitter),
 			       .kind = SIM_EV_ANSWER};
 	ev.u.lookup.token = t;
