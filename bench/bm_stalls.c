@@ -15,14 +15,27 @@
  *   BM_stall_submit/N  N submits from one thread, a step (ingest) after
  *       every 64: every slab chunk and every doubling of the live-id map
  *       happens inside this run.
+ *   BM_stall_pool_take/N  N page takes by the scheduler's thread (16 ids,
+ *       an admission's) while more threads than the machine has cores take
+ *       and put 1-4 ids (kva_grow runs on the host's threads): a pool whose
+ *       take can wait for another thread waits here for a descheduled one.
+ *       Times are wall time (a wait for another thread is), so this
+ *       thread's own preemption shows too: the baseline, timed in the same
+ *       loop, is a credit reservation on a capacity word the other threads
+ *       also hit, a call that waits for no one.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "bm.h"
+#include "capacity.h"
 #include "fixture.h"
 #include "gbench.h"
+#include "pagepool.h"
 
 /* Times of one run's calls (thread CPU ns). */
 struct calls {
@@ -52,13 +65,16 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 /* Median and worst as counters named <what>_p50_us and <what>_worst_us, and
- * their ratio <what>_worst_over_p50. Frees the timings. */
-static void calls_report(gb_state *s, struct calls *c, const char *what)
+ * their ratio <what>_worst_over_p50. Frees the timings; returns the worst
+ * (us). */
+static double calls_report(gb_state *s, struct calls *c, const char *what)
 {
 	char name[64];
+	double worst = 0;
 	if (c->n) {
 		qsort(c->ns, c->n, sizeof(*c->ns), cmp_u64);
-		double p50 = (double)c->ns[c->n / 2] / 1e3, worst = (double)c->ns[c->n - 1] / 1e3;
+		double p50 = (double)c->ns[c->n / 2] / 1e3;
+		worst = (double)c->ns[c->n - 1] / 1e3;
 		snprintf(name, sizeof(name), "%s_p50_us", what);
 		gb_counter(s, name, p50, GB_COUNTER_DEFAULT);
 		snprintf(name, sizeof(name), "%s_worst_us", what);
@@ -67,6 +83,7 @@ static void calls_report(gb_state *s, struct calls *c, const char *what)
 		gb_counter(s, name, p50 > 0 ? worst / p50 : 0, GB_COUNTER_DEFAULT);
 	}
 	free(c->ns);
+	return worst;
 }
 
 #define LOOKUPS_OUT_STEPS 4500 /* 1 ms each */
@@ -128,10 +145,100 @@ static void bm_stall_submit(gb_state *s, void *arg)
 	bx_free(b);
 }
 
+#define POOL_PAGES 65536
+#define POOL_TAKE 16
+
+struct pool_load {
+	struct kva_pagepool pool;
+	struct kva_capacity cap;
+	atomic_bool stop;
+	atomic_int failed; /* a take or reservation refused: never, there is room */
+};
+
+static void *pool_grower(void *arg)
+{
+	struct pool_load *l = arg;
+	uint32_t ids[4];
+	const struct kva_credits one = {1, 0, 0};
+	uint64_t x = (uint64_t)(uintptr_t)&ids; /* a per-thread seed */
+	/* Relaxed: a stop flag; the join orders the rest. */
+	while (!atomic_load_explicit(&l->stop, memory_order_relaxed)) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		size_t n = 1 + (size_t)(x >> 62);
+		if (!kva_pagepool_take_n(&l->pool, ids, n) ||
+		    !kva_capacity_try_reserve(&l->cap, one, 0)) {
+			atomic_store_explicit(&l->failed, 1, memory_order_relaxed);
+			break;
+		}
+		kva_capacity_release(&l->cap, one);
+		kva_pagepool_put_n(&l->pool, ids, n);
+	}
+	return NULL;
+}
+
+static void bm_stall_pool_take(gb_state *s, void *arg)
+{
+	(void)arg;
+	size_t n = bx_cap((size_t)gb_range_arg(s, 0));
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	int growers = cores > 0 && cores < 32 ? 2 * (int)cores : 8;
+	struct pool_load *l = calloc(1, sizeof(*l));
+	pthread_t *t = calloc((size_t)growers, sizeof(*t));
+	if (!l || !t || kva_pagepool_init(&l->pool, POOL_PAGES) != 0)
+		bx_check(-ENOMEM, "pool stall set-up");
+	kva_capacity_init(&l->cap, (struct kva_credits){POOL_PAGES, 1, 1});
+	for (int i = 0; i < growers; i++)
+		if (pthread_create(&t[i], NULL, pool_grower, l) != 0)
+			bx_check(-EAGAIN, "pool stall threads");
+	const struct kva_credits take = {POOL_TAKE, 0, 0};
+	uint32_t ids[POOL_TAKE];
+	struct calls takes, base;
+	calls_init(&takes, n);
+	calls_init(&base, n);
+	size_t takes_over = 0, base_over = 0; /* calls over 50 us */
+	while (gb_keep_running_batch(s, 1)) { /* one iteration: the whole run */
+		for (size_t i = 0; i < n; i++) {
+			uint64_t t0 = bx_clock_ns();
+			bool ok = kva_pagepool_take_n(&l->pool, ids, POOL_TAKE);
+			uint64_t t1 = bx_clock_ns();
+			if (ok)
+				kva_pagepool_put_n(&l->pool, ids, POOL_TAKE);
+			uint64_t t2 = bx_clock_ns();
+			bool got = kva_capacity_try_reserve(&l->cap, take, 0);
+			uint64_t t3 = bx_clock_ns();
+			if (got)
+				kva_capacity_release(&l->cap, take);
+			if (!ok || !got)
+				atomic_store_explicit(&l->failed, 1, memory_order_relaxed);
+			calls_add(&takes, t1 - t0);
+			calls_add(&base, t3 - t2);
+			takes_over += t1 - t0 > 50000;
+			base_over += t3 - t2 > 50000;
+		}
+	}
+	atomic_store_explicit(&l->stop, true, memory_order_relaxed);
+	for (int i = 0; i < growers; i++)
+		pthread_join(t[i], NULL);
+	if (atomic_load_explicit(&l->failed, memory_order_relaxed))
+		gb_skip_with_error(s, "a take or a reservation was refused with room left");
+	double worst_take = calls_report(s, &takes, "take");
+	double worst_base = calls_report(s, &base, "base");
+	gb_counter(s, "take_worst_over_base_worst", worst_base > 0 ? worst_take / worst_base : 0,
+		   GB_COUNTER_DEFAULT);
+	gb_counter(s, "takes_over_50us", (double)takes_over, GB_COUNTER_DEFAULT);
+	gb_counter(s, "base_over_50us", (double)base_over, GB_COUNTER_DEFAULT);
+	gb_counter(s, "growers", growers, GB_COUNTER_DEFAULT);
+	kva_pagepool_fini(&l->pool);
+	free(t);
+	free(l);
+}
+
 void bm_register_stalls(void)
 {
 	gb_bench *b = gb_register("BM_stall_lookups_out", bm_stall_lookups_out, NULL);
 	gb_iterations(gb_unit(gb_arg(b, 1000000), GB_MS), 1);
 	b = gb_register("BM_stall_submit", bm_stall_submit, NULL);
 	gb_iterations(gb_unit(gb_arg(b, 1000000), GB_MS), 1);
+	b = gb_register("BM_stall_pool_take", bm_stall_pool_take, NULL);
+	gb_iterations(gb_use_real_time(gb_unit(gb_arg(b, 2000000), GB_MS)), 1);
 }

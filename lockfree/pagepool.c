@@ -1,129 +1,176 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * pagepool: page ids on one chain that moves whole in and out of `top`.
+ * pagepool: page ids as bits of a map, claimed through a counter.
  *
- * This file owns `top` (avail << 32 | head + 1) and link[]. link[id].next
- * is "id below + 1" (0 = end of chain); link[id].last is the chain's last
- * id, meaningful while id heads a chain. The links are plain memory: an
- * id's links are read and written only by whoever holds the id: its owner
- * (taken, not put back), or the thread that holds the chain it is on, from
- * the CAS that took the chain off `top` to the CAS that installs a chain
- * again.
+ * This file owns map[], summary[], avail and hint. Every write to them is an
+ * atomic read-modify-write (or, for the hint, a relaxed store): no thread
+ * ever holds ids that others need, so there is nothing to wait for.
  *
  * Memory-order labels:
- *   R1/A1  a chain installed on top -> the take that claims and swaps it out
- *   R1/A2  a chain installed on top -> the install that takes it over
- *   R1/A3  a chain installed on top -> a take that claimed and needs more
+ *   R1/A1  put_word's fetch_or on map[w] -> the take_word fetch_and that
+ *          takes those ids (the previous owner is done with them)
+ *   R2/A2  summary_set -> the summary_clear that erases that set bit (the
+ *          clear's recheck then sees the put's bits in map[w])
+ *   R3/A3  put_n's count in avail -> the claim in take_n that counts on
+ *          those ids (their bits are set: the claimer's scan finds them)
  *
- * No ABA: the head in `top` changes only by install (no chain -> a chain)
- * and by take-over (a chain -> none), each a CAS of the whole word. An
- * install relies on nothing but the word it compares (no chain on top, and
- * avail); a take-over reads the chain only after its CAS succeeded, and
- * then the chain is whatever was installed last, published by that install
- * (R1). No CAS acts on something read through an earlier value of `top`,
- * so none can be fooled by a value that came back.
+ * Why a take that has claimed always gets its ids: let B be the ids whose
+ * bits are set and D the ids owed to takes that have claimed. Then
+ * B >= avail + D: a put sets its bits before it adds to avail (R3), a claim
+ * moves n from avail to D, and a fetch_and takes bits only for a take that
+ * is still owed them (its mask has at most that many bits), moving them
+ * from B and D alike. So while a take is owed ids, set bits exist. A pass
+ * over the whole map that does not find them means other takes took bits
+ * in the meantime, each one it was owed: some call always completes
+ * (lock-free), whoever is descheduled where.
  *
- * Why a take that has claimed always gets its ids: let S be the ids in the
- * pool (on `top`, or in transit: held by a take between taking the chain
- * and giving the rest back, or by an install that took a chain over) and D
- * the ids still owed to takes that have claimed. Then S >= avail + D: a put
- * adds to S and avail at once, a claim moves n from avail to D, a fetch
- * takes m from S and D alike. A take owed ids therefore finds S >= D > 0:
- * ids are on `top`, or in a transit that ends after the holder's private
- * step (at most KVA_PAGEPOOL_ROUND links, or O(1) for a join).
+ * The summary is a hint that may lag: a bit is set by the put that makes its
+ * word non-empty, cleared by whoever sees the word empty, and a clear looks
+ * at the word again afterwards and sets the bit back if a put slipped in
+ * before it (R2/A2). A word with ids and a clear summary bit exists only
+ * while some thread is between its clear and its recheck, so a take's first
+ * pass trusts the summary and any later pass reads every word.
  */
 #include "pagepool.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <stdlib.h>
-#include <urcu/arch.h>
 
 #ifndef KVA_DEBUG
 #define KVA_DEBUG 0
 #endif
 
-/* Busy-waits between yields while the ids a take needs are in transit. */
-#define SPINS_PER_YIELD 64u
+#define BITS 64u
 
-#define AVAIL(w) ((uint32_t)((w) >> 32))
-#define HEAD(w) ((uint32_t)(w)) /* id + 1, 0 = no chain */
-
-static inline uint64_t word(uint32_t avail, uint32_t head)
+static inline uint64_t bit(uint32_t i)
 {
-	return (uint64_t)avail << 32 | head;
+	return 1ull << (i % BITS);
 }
-
-struct kva_pagepool_link {
-	uint32_t next; /* id below + 1, 0 = none */
-	uint32_t last; /* at a chain's head: the chain's last id */
-};
 
 int kva_pagepool_init(struct kva_pagepool *p, uint32_t n)
 {
-	p->n = 0;
-	p->link = NULL;
-	atomic_init(&p->top, word(0, 0));
+	p->n = n;
+	p->words = (uint32_t)(((uint64_t)n + BITS - 1) / BITS);
+	uint32_t sums = (p->words + BITS - 1) / BITS;
+	p->map = NULL;
+	p->summary = NULL;
+	atomic_init(&p->avail, 0);
+	atomic_init(&p->hint, 0);
 	if (n == 0)
 		return 0;
-	p->link = malloc((size_t)n * sizeof(*p->link));
-	if (!p->link)
+	p->map = malloc((size_t)p->words * sizeof(*p->map));
+	p->summary = malloc((size_t)sums * sizeof(*p->summary));
+	if (!p->map || !p->summary) {
+		free(p->map);
+		free(p->summary);
+		p->map = NULL;
+		p->summary = NULL;
+		p->n = p->words = 0;
 		return -ENOMEM;
-	/* Take order starts at id 0: one chain 0 -> 1 -> ... -> n-1. */
-	for (uint32_t i = 0; i < n; i++)
-		p->link[i] = (struct kva_pagepool_link){i + 1 < n ? i + 2 : 0, n - 1};
-	p->n = n;
-	atomic_init(&p->top, word(n, 1));
+	}
+	for (uint32_t w = 0; w < p->words; w++) {
+		uint32_t ids = n - w * BITS < BITS ? n - w * BITS : BITS;
+		atomic_init(&p->map[w], ids == BITS ? ~0ull : (1ull << ids) - 1);
+	}
+	for (uint32_t s = 0; s < sums; s++) {
+		uint32_t words = p->words - s * BITS < BITS ? p->words - s * BITS : BITS;
+		atomic_init(&p->summary[s], words == BITS ? ~0ull : (1ull << words) - 1);
+	}
+	atomic_init(&p->avail, n);
 	return 0;
 }
 
 void kva_pagepool_fini(struct kva_pagepool *p)
 {
-	free(p->link);
-	p->link = NULL;
-	p->n = 0;
-	atomic_store_explicit(&p->top, word(0, 0), memory_order_relaxed);
+	free(p->map);
+	free(p->summary);
+	p->map = NULL;
+	p->summary = NULL;
+	p->n = p->words = 0;
+	atomic_store_explicit(&p->avail, 0, memory_order_relaxed);
 }
 
-/* Puts the chain first..last, which this thread holds (linked from first to
- * last), on top and adds `count` to avail. If top holds another chain, takes
- * that over and hangs it below ours: a chain's last id is kept at its head,
- * so a join is O(1). Lock-free: a CAS fails only when another succeeded. */
-static void install(struct kva_pagepool *p, uint32_t first, uint32_t last, uint32_t count)
+static void summary_set(struct kva_pagepool *p, uint32_t w)
 {
-	p->link[last].next = 0;
-	/* Relaxed: only compared by the CASes below, which order what we read. */
-	uint64_t w = atomic_load_explicit(&p->top, memory_order_relaxed);
-	for (;;) {
-		if (!HEAD(w)) {
-			p->link[first].last = last;
-			/* R1: pairs with A1/A3 in take_n and A2 below — the chain's
-			 * links, and whatever owners wrote into those pages
-			 * before putting them. Failure relaxed: only compared. */
-			if (atomic_compare_exchange_weak_explicit(
-				&p->top, &w, word(AVAIL(w) + count, first + 1),
-				memory_order_release, memory_order_relaxed))
-				return;
-			continue;
-		}
-		/* A2: pairs with R1 above (another install) — that chain's links
-		 * are ours once the CAS succeeds. */
-		if (atomic_compare_exchange_weak_explicit(&p->top, &w, word(AVAIL(w), 0),
-							  memory_order_acquire,
-							  memory_order_relaxed)) {
-			p->link[last].next = HEAD(w);
-			last = p->link[HEAD(w) - 1].last;
-			w = word(AVAIL(w), 0); /* what we left; the next CAS checks it */
-		}
+	/* R2: pairs with A2 in summary_clear — orders our put's fetch_or on
+	 * map[w] before a clear that erases this bit. */
+	atomic_fetch_or_explicit(&p->summary[w / BITS], bit(w), memory_order_release);
+}
+
+/* map[w] was seen empty. A put may have refilled it and set its bit just
+ * before this clear erases it, so look at the word again after clearing. */
+static void summary_clear(struct kva_pagepool *p, uint32_t w)
+{
+	/* A2: pairs with R2 in summary_set — a put whose set bit we erase has
+	 * its ids in map[w] visible to the load below. */
+	atomic_fetch_and_explicit(&p->summary[w / BITS], ~bit(w), memory_order_acquire);
+	/* Relaxed: ordered after that put's fetch_or by A2. */
+	if (atomic_load_explicit(&p->map[w], memory_order_relaxed))
+		summary_set(p, w);
+}
+
+/* The lowest k set bits of v (all of v when it has no more than k). */
+static inline uint64_t lowest_bits(uint64_t v, size_t k)
+{
+	if ((size_t)__builtin_popcountll(v) <= k)
+		return v;
+	uint64_t m = 0;
+	while (k--) {
+		uint64_t b = v & -v;
+		m |= b;
+		v ^= b;
 	}
+	return m;
 }
 
-static void wait_for_transit(unsigned *spins)
+/* Takes up to `want` ids from map[w], lowest first, into ids[]; returns how
+ * many. `trusted`: the summary sent us here, so a word found empty had a
+ * stale bit, which we clear; otherwise only a word we emptied clears it. */
+static size_t take_word(struct kva_pagepool *p, uint32_t w, uint32_t *ids, size_t want,
+			bool trusted)
 {
-	if (++*spins % SPINS_PER_YIELD == 0)
-		sched_yield(); /* the holder may have been descheduled */
-	else
-		caa_cpu_relax();
+	size_t got = 0;
+	bool took = false;
+	/* Relaxed: a guess for the fetch_and, which acquires what it takes. */
+	uint64_t v = atomic_load_explicit(&p->map[w], memory_order_relaxed);
+	while (v && got < want) {
+		uint64_t m = lowest_bits(v, want - got);
+		/* A1: pairs with R1 in put_word — these ids' previous owner
+		 * put them back before we use them. */
+		uint64_t old = atomic_fetch_and_explicit(&p->map[w], ~m, memory_order_acquire);
+		for (uint64_t mine = old & m; mine; mine &= mine - 1)
+			ids[got++] = w * BITS + (uint32_t)__builtin_ctzll(mine);
+		v = old & ~m; /* the word as our fetch_and left it */
+		took = true;
+	}
+	if (!v && (took || trusted))
+		summary_clear(p, w);
+	return got;
+}
+
+/* Collects from map[a .. b) in order until `n` ids are in ids[]. `trusted`:
+ * visit only the words the summary names. *last: the last word visited. */
+static size_t take_range(struct kva_pagepool *p, uint32_t a, uint32_t b, uint32_t *ids,
+			 size_t got, size_t n, bool trusted, uint32_t *last)
+{
+	for (uint32_t w = a; w < b && got < n; w++) {
+		if (trusted) {
+			/* Relaxed: a hint; a later untrusted pass covers a lag. */
+			uint64_t s = atomic_load_explicit(&p->summary[w / BITS],
+							  memory_order_relaxed) >>
+				     (w % BITS);
+			if (!s) {
+				w = (w / BITS + 1) * BITS - 1; /* the next summary word */
+				continue;
+			}
+			w += (uint32_t)__builtin_ctzll(s);
+			if (w >= b)
+				break;
+		}
+		got += take_word(p, w, ids + got, n - got, trusted);
+		*last = w;
+	}
+	return got;
 }
 
 bool kva_pagepool_take(struct kva_pagepool *p, uint32_t *id)
@@ -137,50 +184,37 @@ bool kva_pagepool_take_n(struct kva_pagepool *p, uint32_t *ids, size_t n)
 		return true;
 	if (n > p->n)
 		return false;
-
-	/* Claim n, all or nothing, and take the chain if one is on top.
-	 * Relaxed: only compared; the CAS acquires (A1). */
-	uint64_t w = atomic_load_explicit(&p->top, memory_order_relaxed);
+	/* Claim n, all or nothing. Relaxed: only a guess for the CAS. */
+	uint64_t a = atomic_load_explicit(&p->avail, memory_order_relaxed);
 	do {
-		if (AVAIL(w) < n)
+		if (a < n)
 			return false;
-		/* A1: pairs with R1 in install — the chain is ours to walk. */
-	} while (
-	    !atomic_compare_exchange_weak_explicit(&p->top, &w, word(AVAIL(w) - (uint32_t)n, 0),
-						   memory_order_acquire, memory_order_relaxed));
-	uint32_t head = HEAD(w);
+		/* A3: pairs with R3 in put_n — the bits of the ids we count on
+		 * are set before we scan for them. */
+	} while (!atomic_compare_exchange_weak_explicit(&p->avail, &a, a - n, memory_order_acquire,
+							memory_order_relaxed));
+	/* Relaxed: where to start looking, nothing more. */
+	uint32_t start = atomic_load_explicit(&p->hint, memory_order_relaxed);
+	if (start >= p->words)
+		start = 0;
+	uint32_t last = start;
 	size_t got = 0;
-	unsigned spins = 0;
-	for (;;) {
-		if (head) {
-			uint32_t last = p->link[head - 1].last;
-			size_t want = n - got < KVA_PAGEPOOL_ROUND ? n - got : KVA_PAGEPOOL_ROUND;
-			uint32_t x = head;
-			for (size_t k = 0; k < want && x; k++) {
-				ids[got++] = x - 1;
-				x = p->link[x - 1].next;
-			}
-			if (x) /* the rest, back at once; still counted in avail */
-				install(p, x - 1, last, 0);
-			if (got == n)
-				return true;
-		}
-		/* Claimed ids are left: on top, or in transit (file comment).
-		 * Relaxed: looking before the CAS (A3) keeps waiters read-only. */
-		w = atomic_load_explicit(&p->top, memory_order_relaxed);
-		if (!HEAD(w)) {
-			wait_for_transit(&spins);
-			head = 0;
-			continue;
-		}
-		/* A3: pairs with R1 in install — the chain on top, without
-		 * claiming more. */
-		head = atomic_compare_exchange_weak_explicit(&p->top, &w, word(AVAIL(w), 0),
-							     memory_order_acquire,
-							     memory_order_relaxed)
-			   ? HEAD(w)
-			   : 0;
+	/* The first pass follows the summary, later ones read every word (the
+	 * file comment: a summary bit may lag while its clearer runs). */
+	for (bool trusted = true; got < n; trusted = false) {
+		got = take_range(p, start, p->words, ids, got, n, trusted, &last);
+		got = take_range(p, 0, start, ids, got, n, trusted, &last);
 	}
+	if (last != start) /* Relaxed: a hint (see above). */
+		atomic_store_explicit(&p->hint, last, memory_order_relaxed);
+	return true;
+}
+
+static void put_word(struct kva_pagepool *p, uint32_t w, uint64_t m)
+{
+	/* R1: pairs with A1 in take_word — we are done with these ids. */
+	if (!atomic_fetch_or_explicit(&p->map[w], m, memory_order_release))
+		summary_set(p, w); /* the word was empty: name it again */
 }
 
 void kva_pagepool_put(struct kva_pagepool *p, uint32_t id)
@@ -192,22 +226,33 @@ void kva_pagepool_put_n(struct kva_pagepool *p, const uint32_t *ids, size_t n)
 {
 	if (n == 0)
 		return;
-	/* An id out of range would write outside link[]: drop the whole call
+	/* An id out of range would write outside map[]: drop the whole call
 	 * rather than corrupt memory (a caller bug, checked in debug builds). */
 	if (KVA_DEBUG) {
 		for (size_t i = 0; i < n; i++)
 			if (ids[i] >= p->n)
 				return;
 	}
-	/* The caller owns these ids, so their links are ours to write. ids[0]
-	 * ends up on top. */
-	for (size_t i = 0; i + 1 < n; i++)
-		p->link[ids[i]].next = ids[i + 1] + 1;
-	install(p, ids[0], ids[n - 1], (uint32_t)n);
+	/* One fetch_or per run of ids in the same word. */
+	uint32_t w = ids[0] / BITS;
+	uint64_t m = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (ids[i] / BITS != w) {
+			put_word(p, w, m);
+			w = ids[i] / BITS;
+			m = 0;
+		}
+		m |= bit(ids[i]);
+	}
+	put_word(p, w, m);
+	/* Relaxed: a hint, so the next take starts among these ids. */
+	atomic_store_explicit(&p->hint, ids[0] / BITS, memory_order_relaxed);
+	/* R3: pairs with A3 in take_n — the bits are set before the ids count. */
+	atomic_fetch_add_explicit(&p->avail, n, memory_order_release);
 }
 
 size_t kva_pagepool_count(const struct kva_pagepool *p)
 {
 	/* Relaxed: a snapshot. */
-	return AVAIL(atomic_load_explicit(&p->top, memory_order_relaxed));
+	return (size_t)atomic_load_explicit(&p->avail, memory_order_relaxed);
 }

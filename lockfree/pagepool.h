@@ -2,39 +2,36 @@
 /*
  * pagepool: lock-free pool of page ids (uint32_t, 0 .. n-1).
  *
- * The ids form one chain, linked through an array indexed by page id. One
- * 64-bit word, `top`, holds the chain's head and `avail`, the number of
- * ids no take has claimed yet. Nobody walks the chain while it is on `top`:
- * a take claims n ids and swaps the whole chain out in one CAS, cuts off
- * what it needs in private and puts the rest back; a put installs its ids
- * as a chain and counts them in one CAS. The head in `top` only goes from
- * empty to a chain or from a chain to empty, and no CAS depends on anything
- * read through an earlier value of `top` (a chain is walked only after the
- * CAS that took it), so a value that comes back cannot fool one: no ABA by
- * design, no tag. Every CAS is O(1) from the load it compares: a chain's
- * last id is recorded at its head, so joining two chains needs no walk.
+ * A bitmap: bit i of the map is set while id i is in the pool. `avail`
+ * counts the ids no take has claimed yet. A take claims n ids from `avail`
+ * in one CAS (all or nothing), then collects them by clearing set bits, up
+ * to 64 ids with one fetch_and; a put sets its ids' bits (one fetch_or per
+ * 64-id word) and only then counts them in `avail`. A summary bitmap, one
+ * bit per word, says which words may hold ids, so a take skips empty
+ * stretches of a large pool without reading them.
  *
- * Claiming is all-or-nothing (false when fewer than n are unclaimed). A put
- * counts its ids in the same CAS that puts them back, so every claimed id
- * is on `top` or in a short transit between threads.
+ * Progress: every call is lock-free. A take that has claimed is owed ids
+ * that are set in the map (a put sets them before counting them), and no
+ * id is ever held "in transit" by another thread: whatever a take does not
+ * find on one pass was taken by another take that was owed it, so a thread
+ * descheduled in the middle of any call delays nobody. (The previous pool,
+ * a chain moved whole off and back onto one word, made a take wait while
+ * another thread cut ids off the chain: a descheduled holder stalled the
+ * scheduler's step for a time slice.)
+ *
+ * Order: ids come lowest first within a word, words in ascending order
+ * (wrapping) from a hint: the word of the most recent put's first id, or
+ * where the most recent take stopped. With no other call in flight, the
+ * ids a put returns are in the word the next take starts from.
  *
  * Capacity counters (capacity.h) decide *whether* a caller may take pages;
  * the pool only turns credits into concrete ids. Put ids back before
  * releasing their credits and a holder of credits always finds ids.
  *
- * Progress: put_n is lock-free. take_n never fails once it has claimed
- * (nor spuriously before), but it may wait for its ids: while another take
- * holds the chain to cut at most KVA_PAGEPOOL_ROUND ids off it (or a put
- * joins two chains, O(1)), the chain is off `top`. That wait is bounded by
- * the other call's short private step, unless that thread is descheduled
- * inside it: then the waiter spins, yielding the CPU, until it runs again.
- * A take of more than KVA_PAGEPOOL_ROUND ids fetches them in rounds, giving
- * the rest of the chain back after each, so nobody waits on its whole walk.
- *
  * Synchronisation table:
  *   call                  | may run concurrently with
  *   ----------------------+-----------------------------------------------
- *   take / take_n         | everything (may wait, see Progress)
+ *   take / take_n         | everything (lock-free)
  *   put / put_n           | everything (lock-free)
  *   kva_pagepool_count    | everything (a snapshot)
  *   init / fini           | nothing
@@ -48,17 +45,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Most ids a take cuts off the chain while it holds it. */
-#define KVA_PAGEPOOL_ROUND 64u
-
-struct kva_pagepool_link; /* per id: next, and the chain's last id at a head */
-
 struct kva_pagepool {
-	/* avail << 32 | (head id + 1); the low half 0: no chain on top (the
-	 * pool is empty, or its ids are in transit) */
-	alignas(64) _Atomic uint64_t top;
-	struct kva_pagepool_link *link; /* indexed by id; owned as the ids are */
-	uint32_t n;
+	/* Written at init only: read by every call, so kept off the line the
+	 * counters below bounce on. */
+	_Atomic uint64_t *map;	   /* bit i % 64 of map[i / 64]: id i is in the pool */
+	_Atomic uint64_t *summary; /* bit w % 64 of summary[w / 64]: map[w] may hold ids */
+	uint32_t n;		   /* ids */
+	uint32_t words;		   /* map words */
+	/* Ids in the pool that no take has claimed; written by every call. */
+	alignas(64) _Atomic uint64_t avail;
+	_Atomic uint32_t hint; /* map word the next take starts from */
 };
 
 /* Fills the pool with ids 0 .. n-1. Returns 0 or -ENOMEM. */
@@ -68,11 +64,9 @@ void kva_pagepool_fini(struct kva_pagepool *p);
 /* Any thread. false when the pool is empty. */
 bool kva_pagepool_take(struct kva_pagepool *p, uint32_t *id);
 /* Any thread. Takes exactly n ids into ids[] or none (returns false: fewer
- * than n unclaimed). With no other call in flight, the most recently put
- * come first. */
+ * than n unclaimed). Ids come in the order the file comment describes. */
 bool kva_pagepool_take_n(struct kva_pagepool *p, uint32_t *ids, size_t n);
-/* Any thread. The ids must have been taken from this pool and not put back.
- * put_n keeps their order: ids[0] is taken first. */
+/* Any thread. The ids must have been taken from this pool and not put back. */
 void kva_pagepool_put(struct kva_pagepool *p, uint32_t id);
 void kva_pagepool_put_n(struct kva_pagepool *p, const uint32_t *ids, size_t n);
 

@@ -28,10 +28,11 @@
  *               period). One slab for the process; every input retires
  *               what it allocated.
  *   pagepool    take_n / take / put_n (random subsets, random order) on a
- *               pool of up to 600 ids, against a stack model: take_n
- *               succeeds exactly when enough ids are in the pool, and with
- *               one thread ids come back in exact LIFO order (put_n's
- *               ids[0] first), across several take rounds; count agrees.
+ *               pool of up to 600 ids, against tests/pagepool_model.h:
+ *               take_n succeeds exactly when enough ids are in the pool,
+ *               and with one thread ids come back in exactly the
+ *               documented order (from the hint's word, lowest first,
+ *               across words and the partial last word); count agrees.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -47,6 +48,7 @@
 #include "timerwheel.h"
 #include "waitq.h"
 #include "waitq_helpers.h"
+#include "pagepool_model.h"
 #include "fuzz_input.h"
 
 #define FZ_TARGET "fuzz_lockfree"
@@ -600,31 +602,24 @@ static void fuzz_slab(void)
 static void fuzz_pagepool(void)
 {
 	static struct kva_pagepool pool;
-	static uint32_t stack[NP], held[NP], tmp[NP + 1];
-	static bool in_pool[NP];
-	uint32_t n = fz_below(&in, NP + 1), depth = n, nheld = 0;
+	static struct ppm model;
+	static uint32_t held[NP], tmp[NP + 1], want[NP + 1];
+	uint32_t n = fz_below(&in, NP + 1), nheld = 0;
 
 	CHECK(kva_pagepool_init(&pool, n) == 0);
-	/* Model: stack[depth - 1] is taken next; init takes 0, 1, 2 ... */
-	for (uint32_t i = 0; i < n; i++) {
-		stack[i] = n - 1 - i;
-		in_pool[i] = true;
-	}
+	ppm_init(&model, n);
 	while (fz_more(&in)) {
 		uint8_t op = fz_u8(&in);
 		uint32_t k = (op & 0x80) ? fz_below(&in, NP + 2) : (op >> 2) % 20;
 		if (op & 1) {
 			bool ok = (op & 2) && k == 1 ? kva_pagepool_take(&pool, tmp)
 						     : kva_pagepool_take_n(&pool, tmp, k);
-			CHECK(ok == (k <= depth));
+			CHECK(ok == ppm_take(&model, want, k));
 			if (!ok)
 				continue;
-			for (uint32_t i = 0; i < k; i++) {
-				CHECK(tmp[i] == stack[depth - 1 - i] && in_pool[tmp[i]]);
-				in_pool[tmp[i]] = false;
-				held[nheld++] = tmp[i];
-			}
-			depth -= k;
+			CHECK(memcmp(tmp, want, k * sizeof(uint32_t)) == 0);
+			memcpy(held + nheld, tmp, k * sizeof(uint32_t));
+			nheld += k;
 		} else {
 			if (k > nheld)
 				k = nheld;
@@ -638,19 +633,15 @@ static void fuzz_pagepool(void)
 				kva_pagepool_put(&pool, held[0]);
 			else
 				kva_pagepool_put_n(&pool, held, k);
-			for (uint32_t i = 0; i < k; i++) {
-				in_pool[held[i]] = true;
-				stack[depth + i] = held[k - 1 - i];
-			}
-			depth += k;
+			ppm_put(&model, held, k);
 			memmove(held, held + k, (nheld - k) * sizeof(uint32_t));
 			nheld -= k;
 		}
-		CHECK(kva_pagepool_count(&pool) == depth);
+		CHECK(kva_pagepool_count(&pool) == model.count);
 	}
-	CHECK(kva_pagepool_take_n(&pool, tmp, depth));
-	for (uint32_t i = 0; i < depth; i++)
-		CHECK(tmp[i] == stack[depth - 1 - i]);
+	uint32_t left = model.count;
+	CHECK(kva_pagepool_take_n(&pool, tmp, left) && ppm_take(&model, want, left));
+	CHECK(memcmp(tmp, want, left * sizeof(uint32_t)) == 0);
 	CHECK(!kva_pagepool_take(&pool, tmp) && kva_pagepool_count(&pool) == 0);
 	kva_pagepool_fini(&pool);
 }

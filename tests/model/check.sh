@@ -7,8 +7,9 @@
 #
 # For each model (default: all): the model itself must pass — no assertion
 # violation, no invalid end state, and the search complete (not truncated by
-# depth or memory) — and every mutant listed below must be rejected with a
-# counterexample (its trail is replayed into the log). --verify checks with
+# depth or memory); a model listed in LIVENESS must also have no
+# non-progress cycle (pan -l) — and every mutant listed below must be
+# rejected with a counterexample (its trail is replayed into the log). --verify checks with
 # the larger bounds of `make verify`. Exit 0 only if everything holds.
 #
 # C references: the models and docs/model-checking.md cite the C code they
@@ -51,20 +52,25 @@ declare -A MUTANTS=(
   [copy]="RETURN_BEFORE_DRAIN NO_ATTEMPT_CHECK"
   [freelist]="PUSH_BEFORE_GRACE"
   [tickets]="TAG_WRAPS"
-  [pagepool]="COUNT_REST_TWICE INSTALL_OVERWRITES"
+  [pagepool]="NO_RECHECK TRUST_ALWAYS COUNT_FIRST TAKE_WHOLE_WORD"
 )
+# Models also searched for non-progress cycles (pan built with -DNP, run with
+# -l): a lock-free protocol has no run in which some thread spins while no
+# call completes. Their mutants are searched that way first (it also checks
+# the assertions), then for safety if that found nothing.
+declare -A LIVENESS=([pagepool]=1)
 # Bounds: make test, make verify.
 declare -A TEST_DEFS=(
   [inbox]="-DPUSHES=1" [state]="-DADMITS=2" [slab]="-DINCARNATIONS=3 -DREADERS=1"
   [fresh]="-DTHREADS=2 -DALLOCS=2 -DOWNER=1 -DCHUNKS=2"
   [capacity]="-DTHREADS=3" [copy]="-DWORLD=2 -DRETRIES=1" [freelist]="-DPOPPERS=3 -DROUNDS=1" [tickets]="-DPOPPERS=3 -DROUNDS=1"
-  [pagepool]="-DNPAGES=3 -DTAKERS=2 -DROUNDS=2"
+  [pagepool]="-DNPAGES=3 -DTAKERS=2 -DROUNDS=2 -DMAXTAKE=3"
 )
 declare -A VERIFY_DEFS=(
   [inbox]="-DPUSHES=3" [state]="-DADMITS=3" [slab]="-DINCARNATIONS=4 -DREADERS=2"
   [fresh]="-DTHREADS=2 -DALLOCS=3 -DOWNER=1 -DCHUNKS=3"
   [capacity]="-DTHREADS=4" [copy]="-DWORLD=2 -DRETRIES=2" [freelist]="-DPOPPERS=3 -DROUNDS=2" [tickets]="-DPOPPERS=3 -DROUNDS=2"
-  [pagepool]="-DNPAGES=3 -DTAKERS=3 -DROUNDS=1"
+  [pagepool]="-DNPAGES=4 -DTAKERS=2 -DROUNDS=2 -DMAXTAKE=3"
 )
 # Known failures: "model: reason" for a property the C code is known to
 # break (a real bug, reported, not yet fixed). The model keeps asserting the
@@ -148,20 +154,23 @@ if [ -z "$work" ]; then
 fi
 mkdir -p "$work"
 
-# run MODEL VARIANT DEFS... -> sets OUT (pan's output), RC; in $work/MODEL-VARIANT/
+# run MODEL VARIANT DEFS... -> sets OUT (pan's output), RC; in $work/MODEL-VARIANT/.
+# PAN_NP=1: search for non-progress cycles instead of safety only.
 run_pan() {
   local model=$1 variant=$2
   shift 2
   local d="$work/$model-$variant"
+  local build=(-DSAFETY) search=()
+  if [ "${PAN_NP:-0}" = 1 ]; then build=(-DNP); search=(-l); fi
   rm -rf "$d" && mkdir -p "$d"
   cp "$here"/*.pml "$d/"
   printf '%s\n' "$@" >"$d/defs.txt"
   (
     cd "$d"
     "$SPIN" "$@" -a "$model.pml" >spin.log 2>&1 || { cat spin.log; exit 2; }
-    "$CC" -O2 -DSAFETY -DCOLLAPSE -DMEMLIM="$memlim" -o pan pan.c >cc.log 2>&1 || { cat cc.log; exit 2; }
+    "$CC" -O2 "${build[@]}" -DCOLLAPSE -DMEMLIM="$memlim" -o pan pan.c >cc.log 2>&1 || { cat cc.log; exit 2; }
     local t0=$(date +%s.%N)
-    ./pan -m2000000 "$hashw" >pan.log 2>&1 || true
+    ./pan "${search[@]}" -m2000000 "$hashw" >pan.log 2>&1 || true
     local t1=$(date +%s.%N)
     awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f\n", b - a }' >time.txt
   ) || return 2
@@ -196,30 +205,48 @@ trail_min='' trail_max=''
 thousands() { sed -E ':a; s/([0-9])([0-9]{3})($| )/\1 \2\3/; ta'; }
 for m in "${models[@]}"; do
   if [ "$mode" = verify ]; then defs=${VERIFY_DEFS[$m]}; else defs=${TEST_DEFS[$m]}; fi
-  # shellcheck disable=SC2086
-  run_pan "$m" model $defs || { echo "FAIL  $m: spin or cc failed"; fail=1; continue; }
-  errs=$(grep -Eo 'errors: [0-9]+' <<<"$OUT" | awk '{print $2}' | head -1)
-  truncated=0
-  grep -Eq 'Search not completed|max search depth too small|reached -DMEMLIM|out of memory' <<<"$OUT" &&
-    truncated=1
-  if [ "${errs:-x}" = 0 ] && [ $truncated = 0 ]; then
-    echo "PASS  $m ($defs): $(stat_line)"
-    rows+=("$m|$defs|$(stat_line)")
-  elif reason=$(known_failure "$m"); then
-    echo "KNOWN $m ($defs): fails as listed in KNOWN_FAIL: $reason"
-  else
-    echo "FAIL  $m ($defs): errors=${errs:-?} truncated=$truncated $(stat_line)"
-    grep -E 'violated|invalid end|error|Search not' <<<"$OUT" | head -5 | sed 's/^/      /'
-    (cd "$DIR" && [ -f "$m.pml.trail" ] && mapfile -t d <defs.txt && "$SPIN" "${d[@]}" -t -p "$m.pml" 2>&1 |
-      tail -25 | sed 's/^/      /') || true
-    fail=1
-  fi
-  for mu in ${MUTANTS[$m]}; do
+  searches=(0)
+  [ -n "${LIVENESS[$m]:-}" ] && searches=(0 1)
+  for np in "${searches[@]}"; do
+    name=$m
+    [ "$np" = 1 ] && name="$m (non-progress)"
     # shellcheck disable=SC2086
-    run_pan "$m" "$mu" $defs "-DMUTANT_$mu" || { echo "FAIL  $m/$mu: spin or cc failed"; fail=1; continue; }
+    PAN_NP=$np run_pan "$m" "model$np" $defs || { echo "FAIL  $name: spin or cc failed"; fail=1; continue; }
     errs=$(grep -Eo 'errors: [0-9]+' <<<"$OUT" | awk '{print $2}' | head -1)
+    truncated=0
+    grep -Eq 'Search not completed|max search depth too small|reached -DMEMLIM|out of memory' <<<"$OUT" &&
+      truncated=1
+    if [ "${errs:-x}" = 0 ] && [ $truncated = 0 ]; then
+      echo "PASS  $name ($defs): $(stat_line)"
+      rows+=("$name|$defs|$(stat_line)")
+    elif reason=$(known_failure "$m"); then
+      echo "KNOWN $name ($defs): fails as listed in KNOWN_FAIL: $reason"
+    else
+      echo "FAIL  $name ($defs): errors=${errs:-?} truncated=$truncated $(stat_line)"
+      grep -E 'violated|invalid end|non-progress cycle|error|Search not' <<<"$OUT" | head -5 |
+        sed 's/^/      /'
+      (cd "$DIR" && [ -f "$m.pml.trail" ] && mapfile -t d <defs.txt && "$SPIN" "${d[@]}" -t -p "$m.pml" 2>&1 |
+        tail -25 | sed 's/^/      /') || true
+      fail=1
+    fi
+  done
+  for mu in ${MUTANTS[$m]}; do
+    searches=(0)
+    [ -n "${LIVENESS[$m]:-}" ] && searches=(1 0)
+    for np in "${searches[@]}"; do
+      # shellcheck disable=SC2086
+      PAN_NP=$np run_pan "$m" "$mu" $defs "-DMUTANT_$mu" || break
+      errs=$(grep -Eo 'errors: [0-9]+' <<<"$OUT" | awk '{print $2}' | head -1)
+      [ "${errs:-0}" -gt 0 ] && [ -f "$DIR/$m.pml.trail" ] && break
+    done
+    if [ ! -f "$DIR/pan.log" ]; then
+      echo "FAIL  $m/$mu: spin or cc failed"
+      fail=1
+      continue
+    fi
     if [ "${errs:-0}" -gt 0 ] && [ -f "$DIR/$m.pml.trail" ]; then
-      what=$(grep -E 'assertion violated|invalid end state' <<<"$OUT" | head -1 | sed 's/^pan:[0-9]*: *//')
+      what=$(grep -E 'assertion violated|invalid end state|non-progress cycle' <<<"$OUT" | head -1 |
+        sed 's/^pan:[0-9]*: *//')
       (cd "$DIR" && mapfile -t d <defs.txt && "$SPIN" "${d[@]}" -t -p "$m.pml" >trail.txt 2>&1) || true
       steps=$(grep -Ec '^ *[0-9]+:[[:space:]]+proc' "$DIR/trail.txt" || true)
       echo "PASS  $m/$mu rejected: $what (trail: $steps steps) $(stat_line)"

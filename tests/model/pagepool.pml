@@ -1,38 +1,46 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * pagepool.pml: the free page list (lockfree/pagepool.{h,c}). One word
- * top = avail << 3 | (head id + 1) (C: avail << 32 | head + 1) holds the
- * chain's head and the ids no take has claimed; the chain moves whole off
- * and onto `top`, links are plain memory owned by whoever holds the chain.
- * NPAGES ids; TAKERS threads each take 1 or 2 ids (take_n, all or nothing),
- * then put them back (put_n), ROUNDS times. A take cuts at most ROUND ids
- * per hold (C: KVA_PAGEPOOL_ROUND = 64; here 1, so multi-round takes occur).
+ * pagepool.pml: the page pool (lockfree/pagepool.{h,c}). Ids are bits of
+ * map[] (BITS ids a word here; C: 64), summary has one bit per map word
+ * (one summary word here; C: one per 64 map words), avail counts the ids no
+ * take has claimed. TAKERS threads each claim 1 .. MAXTAKE ids from avail
+ * (pagepool.c kva_pagepool_take_n), collect them by fetch_and from the map
+ * (pagepool.c take_word), starting at any word (the hint is only a hint, so
+ * every start is explored), then put them back (pagepool.c
+ * kva_pagepool_put_n: one fetch_or per id here, a finer grain than C's one
+ * per word, so every C interleaving is one of these), ROUNDS times.
  *
  * Properties:
- *   - an id is owned by at most one thread (assert at every take);
+ *   - an id is owned by at most one thread, and a take gets no more ids
+ *     than it claimed (asserts at every take);
  *   - avail never exceeds NPAGES;
- *   - a take that claimed always gets its ids: its wait for ids in transit
- *     is a blocking guard here, so a take that could wait forever shows as
- *     an invalid end state (deadlock);
- *   - nothing lost: at the end all ids are on one chain on `top`, avail ==
- *     NPAGES.
+ *   - nothing lost, and the summary does not lag for good: at the end every
+ *     id is in the map, avail == NPAGES and every summary bit is set;
+ *   - lock-free: no thread ever waits for another. A take has no blocking
+ *     statement; with -l (non-progress cycles, pan built with -DNP) every
+ *     infinite run passes a completed call (label `progress`) infinitely
+ *     often, so a take cannot spin on ids that only a stopped thread could
+ *     give it (what the previous chain pool did, pagepool.h).
  *
- * Memory model: top is one atomic location written only by CAS, totally
- * ordered. The links are plain memory; R1 (install's release CAS) with
- * A1/A2/A3 (the acquire CASes that take a chain off top) hand them from one
- * holder to the next, so a holder reads the links the previous holder
- * wrote, as in SC. No CAS depends on anything read through an earlier value
- * of top (the file comment's no-ABA argument), so no reordering of the
- * relaxed first loads matters: they are only compared.
+ * Memory model: each map word, the summary word and avail are atomic
+ * locations changed only by read-modify-writes, totally ordered. The
+ * orderings that matter are R1/A1 (a put's fetch_or -> the take's
+ * fetch_and), R2/A2 (summary set -> the clear that erases it: the clear's
+ * recheck sees the put's map write) and R3/A3 (the bits are set before the
+ * count): each is a program order this model keeps (sequential
+ * consistency), and pagepool.c's labels give the C11 pairs that keep it.
  *
- * Mutants: MUTANT_COUNT_REST_TWICE (a take gives the rest of the chain back
- * counting it in avail again: ids claimed twice, a take waits forever),
- * MUTANT_INSTALL_OVERWRITES (install puts its chain on top without taking
- * over a chain already there: that chain is lost).
+ * Mutants: MUTANT_NO_RECHECK (summary_clear does not look at the word
+ * again: a put that refilled it just before stays unnamed for good),
+ * MUTANT_TRUST_ALWAYS (every pass trusts the summary: a take spins while a
+ * clearer is stopped between its clear and its recheck), MUTANT_COUNT_FIRST
+ * (a put counts its ids before setting their bits: a take that claimed them
+ * spins until the put runs again), MUTANT_TAKE_WHOLE_WORD (a fetch_and
+ * takes every id of the word, not only those still owed).
  */
 
 #ifndef NPAGES
-#define NPAGES 3
+#define NPAGES 4
 #endif
 #ifndef TAKERS
 #define TAKERS 2
@@ -40,144 +48,162 @@
 #ifndef ROUNDS
 #define ROUNDS 1
 #endif
-#define ROUND 1
-#ifdef MUTANT_COUNT_REST_TWICE
-#define MUTANT_REST_COUNT (n - got)
-#else
-#define MUTANT_REST_COUNT 0
+#ifndef MAXTAKE
+#define MAXTAKE 3 /* ids a take claims: 1 .. MAXTAKE */
 #endif
-#ifdef MUTANT_INSTALL_OVERWRITES
-#define MUTANT_OVERWRITE 1
+#define BITS 2 /* ids per map word (C: 64) */
+#define WORDS ((NPAGES + BITS - 1) / BITS)
+#ifdef MUTANT_TAKE_WHOLE_WORD
+#define MUTANT_WHOLE 1
 #else
-#define MUTANT_OVERWRITE 0
+#define MUTANT_WHOLE 0
 #endif
-#define AVAIL(w) ((w) / 8)
-#define HEAD(w) ((w) % 8)
-#define WORD(a, h) ((a) * 8 + (h))
 
-int top;
-byte next[NPAGES + 1];   /* link[id].next, ids as id + 1 here */
-byte lastl[NPAGES + 1];  /* link[id].last */
-byte owner[NPAGES + 1];
+byte map[WORDS];
+byte summary; /* bit w: map[w] may hold ids */
+byte avail = NPAGES;
+byte owner[NPAGES];
 byte finished;
 
-/* pagepool.c install(first, last, count): R1 CAS onto an empty top; A2 takes
- * over a chain found there */
-inline install(first, last0, count)
+/* pagepool.c summary_set, R2 */
+inline summary_set(sw)
 {
-	lst = last0;
-	next[lst] = 0;
-	w = top;
+	atomic { summary = summary | (1 << sw) }
+}
+
+/* pagepool.c summary_clear, A2: clear, then look at the word again */
+inline summary_clear(sw)
+{
+	atomic { summary = summary & ~(1 << sw) };
+#ifndef MUTANT_NO_RECHECK
+	if
+	:: map[sw] != 0 -> summary_set(sw)
+	:: else -> skip
+	fi
+#endif
+}
+
+/* pagepool.c take_word: up to n - got ids from map[w], lowest first */
+inline take_word(w, trusted)
+{
+	took = 0;
+	v = map[w];
 	do
-	:: HEAD(w) == 0 || MUTANT_OVERWRITE ->
-		lastl[first] = lst;
-		atomic {
+	:: v != 0 && got < n ->
+		/* pagepool.c lowest_bits */
+		m = 0;
+		c = 0;
+		b = 0;
+		do
+		:: b < BITS ->
 			if
-			:: top == w -> top = WORD(AVAIL(w) + count, first); assert(AVAIL(top) <= NPAGES); ok = 1
-			:: else -> w = top; ok = 0
-			fi
-		};
-		if
-		:: ok -> break
-		:: else -> skip
-		fi
-	:: else ->
-		atomic { /* A2: take the other chain over */
+			:: (v & (1 << b)) && (c < n - got || MUTANT_WHOLE) -> m = m | (1 << b); c++
+			:: else -> skip
+			fi;
+			b++
+		:: else -> break
+		od;
+		atomic { old = map[w]; map[w] = old & ~m }; /* A1 */
+		b = 0;
+		do
+		:: b < BITS ->
 			if
-			:: top == w -> top = WORD(AVAIL(w), 0); ok = 1
-			:: else -> w = top; ok = 0
-			fi
-		};
-		if
-		:: ok ->
-			next[lst] = HEAD(w);
-			lst = lastl[HEAD(w)];
-			w = WORD(AVAIL(w), 0)
-		:: else -> skip
-		fi
-	od
+			:: old & m & (1 << b) ->
+				d_step {
+					id = w * BITS + b;
+					assert(owner[id] == 0);
+					owner[id] = me + 1;
+					assert(got < n);
+					ids[got] = id;
+					got++
+				}
+			:: else -> skip
+			fi;
+			b++
+		:: else -> break
+		od;
+		v = old & ~m;
+		took = 1
+	:: else -> break
+	od;
+	if
+	:: v == 0 && (took || trusted) -> summary_clear(w)
+	:: else -> skip
+	fi
+}
+
+/* pagepool.c put_word, R1 (one id at a time, see the top) */
+inline put_word(pput)
+{
+	pw = pput / BITS;
+	atomic { old = map[pw]; map[pw] = old | (1 << (pput % BITS)) };
+	if
+	:: old == 0 -> summary_set(pw)
+	:: else -> skip
+	fi
 }
 
 proctype taker(byte me)
 {
-	byte n, got, head, x, lst, k, rnd, i;
-	byte ids[2];
-	int w;
-	bit ok;
+	byte n, got, rnd, i, start, w, id, pw, c, b;
+	byte v, m, old;
+	byte ids[MAXTAKE];
+	bit ok, trusted, took;
 	do
 	:: rnd < ROUNDS ->
 		rnd++;
-		if
-		:: n = 1
-		:: n = 2
-		fi;
-		/* pagepool.c kva_pagepool_take_n, A1: claim n, take the chain if one is on top */
-		w = top;
-		do
-		:: AVAIL(w) < n -> ok = 0; break
-		:: else ->
-			atomic {
-				if
-				:: top == w -> top = WORD(AVAIL(w) - n, 0); ok = 1
-				:: else -> w = top; ok = 0
-				fi
-			};
+		select(n : 1 .. MAXTAKE);
+		/* pagepool.c kva_pagepool_take_n, A3: claim n, all or nothing */
+		atomic {
 			if
-			:: ok -> break
-			:: else -> skip
+			:: avail >= n -> avail = avail - n; ok = 1
+			:: else -> ok = 0
 			fi
-		od;
+		};
 		if
 		:: ok ->
-			head = HEAD(w);
+			select(start : 0 .. WORDS - 1); /* the hint: any word */
 			got = 0;
+			trusted = 1;
 			do
-			:: head != 0 ->
-				lst = lastl[head];
-				x = head;
-				k = 0;
+			:: got < n ->
+				i = 0;
 				do
-				:: k < ROUND && x != 0 && got < n ->
-					d_step { assert(owner[x] == 0); owner[x] = me + 1 };
-					ids[got] = x;
-					got++;
-					k++;
-					x = next[x]
+				:: i < WORDS && got < n ->
+					w = (start + i) % WORDS;
+					if
+					:: !trusted || (summary & (1 << w)) -> take_word(w, trusted)
+					:: else -> skip
+					fi;
+					i++
 				:: else -> break
 				od;
-				if
-				:: x != 0 -> install(x, lst, MUTANT_REST_COUNT) /* the rest, back at once */
-				:: else -> skip
-				fi;
-				if
-				:: got == n -> break
-				:: else -> head = 0
-				fi
-			:: head == 0 ->
-				/* pagepool.c kva_pagepool_take_n, A3: ids are on top or in
-				 * transit: wait (pagepool.c wait_for_transit) */
-				HEAD(top) != 0;
-				w = top;
-				atomic {
-					if
-					:: top == w && HEAD(w) != 0 -> top = WORD(AVAIL(w), 0); head = HEAD(w)
-					:: else -> head = 0
-					fi
-				}
+#ifndef MUTANT_TRUST_ALWAYS
+				trusted = 0
+#endif
+			:: else -> break
 			od;
-			/* used, then put back: pagepool.c kva_pagepool_put_n keeps the order */
+			/* used, then put back: pagepool.c kva_pagepool_put_n */
 			i = 0;
 			do
 			:: i < n -> owner[ids[i]] = 0; i++
 			:: else -> break
 			od;
-			if
-			:: n == 2 -> next[ids[0]] = ids[1]
-			:: else -> skip
-			fi;
-			install(ids[0], ids[n - 1], n)
+#ifdef MUTANT_COUNT_FIRST
+			atomic { avail = avail + n; assert(avail <= NPAGES) };
+#endif
+			i = 0;
+			do
+			:: i < n -> put_word(ids[i]); i++
+			:: else -> break
+			od;
+#ifndef MUTANT_COUNT_FIRST
+			atomic { avail = avail + n; assert(avail <= NPAGES) }; /* R3 */
+#endif
 		:: else -> skip
-		fi
+		fi;
+progress:
+		skip
 	:: else -> break
 	od;
 	finished++
@@ -185,30 +211,31 @@ proctype taker(byte me)
 
 active proctype monitor()
 {
-	byte t, c;
+	byte w, id;
 	finished == TAKERS;
-	assert(AVAIL(top) == NPAGES);
-	t = HEAD(top);
+	assert(avail == NPAGES);
 	do
-	:: t != 0 && c <= NPAGES -> assert(owner[t] == 0); c++; t = next[t]
+	:: id < NPAGES -> assert(owner[id] == 0 && (map[id / BITS] & (1 << (id % BITS)))); id++
 	:: else -> break
 	od;
-	assert(c == NPAGES)
+	do
+	:: w < WORDS -> assert(summary & (1 << w)); w++
+	:: else -> break
+	od
 }
 
 init
 {
-	byte i;
+	byte i, w;
 	atomic {
-		i = 1;
 		do
-		:: i <= NPAGES ->
-			next[i] = (i < NPAGES -> i + 1 : 0);
-			lastl[i] = NPAGES;
-			i++
+		:: i < NPAGES -> map[i / BITS] = map[i / BITS] | (1 << (i % BITS)); i++
 		:: else -> break
 		od;
-		top = WORD(NPAGES, 1);
+		do
+		:: w < WORDS -> summary = summary | (1 << w); w++
+		:: else -> break
+		od;
 		i = 0;
 		do
 		:: i < TAKERS -> run taker(i); i++

@@ -4,7 +4,7 @@
  * shared ownership array with an atomic exchange, every put clears it, so a
  * second hand-out of a held id is caught the moment it happens. Workers
  * count what they saw; the main thread asserts. Takes of more than
- * KVA_PAGEPOOL_ROUND ids run against small ones: with credits they must
+ * 64 ids (several map words) run against small ones: with credits they must
  * always get their ids, and a large take must not starve.
  */
 #include <stdarg.h>
@@ -22,7 +22,7 @@
 
 #define WORKERS 4
 #define MAX_BATCH 16
-#define BIG_BATCH 300 /* several rounds of KVA_PAGEPOOL_ROUND */
+#define BIG_BATCH 300 /* several 64-id map words */
 
 struct shared {
 	struct kva_pagepool pool;
@@ -158,9 +158,9 @@ static void *credit_worker(void *arg)
 }
 
 /* Worker 0 takes half the pool at a time, with credits, while the others
- * take and put a few ids each with theirs: the large take fetches its ids
- * over several swaps of the chain and must neither fail nor starve (with a
- * walk between load and CAS it restarted on every small put or take). */
+ * take and put a few ids each with theirs: the large take collects its ids
+ * from many words while they change under it and must neither fail nor
+ * starve (a pool that restarted a take on every concurrent change would). */
 static void *big_worker(void *arg)
 {
 	struct worker *w = arg;
@@ -289,9 +289,9 @@ static void test_credit_holders_always_find_ids(void **state)
 	check_and_free(&sh, w);
 }
 
-/* Takes of up to BIG_BATCH ids hold the chain in rounds and give the rest
- * back each time; others waiting for ids in transit must still get them. */
-static void test_credit_holders_find_ids_in_multi_round_takes(void **state)
+/* Takes of up to BIG_BATCH ids collect them from several words while small
+ * takes and puts change those words; every holder of credits gets its ids. */
+static void test_credit_holders_find_ids_in_takes_across_words(void **state)
 {
 	(void)state;
 	static struct shared sh;
@@ -327,7 +327,7 @@ int main(void)
 	    cmocka_unit_test(test_concurrent_take_put_never_hands_an_id_out_twice),
 	    cmocka_unit_test(test_tiny_pool_under_contention_keeps_every_id),
 	    cmocka_unit_test(test_credit_holders_always_find_ids),
-	    cmocka_unit_test(test_credit_holders_find_ids_in_multi_round_takes),
+	    cmocka_unit_test(test_credit_holders_find_ids_in_takes_across_words),
 	    cmocka_unit_test(test_a_large_take_is_not_starved_by_small_ones),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -13,6 +13,7 @@
 #endif
 
 #include "pagepool.h"
+#include "pagepool_model.h"
 #include "kva_test.h"
 
 static void test_init_holds_every_id_once(void **state)
@@ -27,7 +28,7 @@ static void test_init_holds_every_id_once(void **state)
 	assert_int_equal(kva_pagepool_count(&p), N);
 	assert_true(kva_pagepool_take_n(&p, ids, N));
 	for (int i = 0; i < N; i++) {
-		assert_true(ids[i] < N);
+		assert_int_equal(ids[i], i); /* init: lowest first */
 		assert_int_equal(seen[ids[i]]++, 0);
 	}
 	assert_int_equal(kva_pagepool_count(&p), 0);
@@ -54,24 +55,27 @@ static void test_take_n_is_all_or_nothing(void **state)
 	kva_pagepool_fini(&p);
 }
 
-static void test_put_makes_ids_takeable_again_lifo(void **state)
+static void test_a_put_id_is_the_next_taken(void **state)
 {
 	(void)state;
 	struct kva_pagepool p;
-	uint32_t ids[4], back[4], id;
+	uint32_t ids[200], back[200], id;
 
-	assert_int_equal(kva_pagepool_init(&p, 4), 0);
-	assert_true(kva_pagepool_take_n(&p, ids, 4));
-	kva_pagepool_put(&p, ids[2]);
+	assert_int_equal(kva_pagepool_init(&p, 200), 0);
+	assert_true(kva_pagepool_take_n(&p, ids, 200));
+	kva_pagepool_put(&p, ids[130]);
 	assert_int_equal(kva_pagepool_count(&p), 1);
 	assert_true(kva_pagepool_take(&p, &id));
-	assert_int_equal(id, ids[2]);
+	assert_int_equal(id, 130);
 
-	/* put_n keeps the order given: ids[0] comes back first. */
-	kva_pagepool_put_n(&p, ids, 4);
-	assert_int_equal(kva_pagepool_count(&p), 4);
-	assert_true(kva_pagepool_take_n(&p, back, 4));
-	assert_memory_equal(back, ids, sizeof(ids));
+	/* The take starts in the word of the put's first id (128..191), lowest
+	 * first, then goes on to the next words, wrapping. */
+	const uint32_t put[5] = {150, 3, 140, 199, 64};
+	kva_pagepool_put_n(&p, put, 5);
+	assert_int_equal(kva_pagepool_count(&p), 5);
+	assert_true(kva_pagepool_take_n(&p, back, 5));
+	const uint32_t want[5] = {140, 150, 199, 3, 64};
+	assert_memory_equal(back, want, sizeof(want));
 	kva_pagepool_fini(&p);
 }
 
@@ -93,20 +97,18 @@ static void test_put_n_stacks_on_existing_ids(void **state)
 	kva_pagepool_fini(&p);
 }
 
-/* A take longer than one round gets its ids over several swaps of the
- * chain; with no one else around they come in put order all the same. */
-static void test_take_n_over_several_rounds_keeps_put_order(void **state)
+/* A take of many ids spans words: one fetch_and for up to 64 of them, in
+ * order, across a partial last word. */
+static void test_a_large_take_spans_words_in_order(void **state)
 {
 	(void)state;
 	struct kva_pagepool p;
-	enum { N = 5 * KVA_PAGEPOOL_ROUND + 7 };
+	enum { N = 5 * 64 + 7 };
 	uint32_t ids[N], back[N];
 	uint64_t rng = 99;
 
 	assert_int_equal(kva_pagepool_init(&p, N), 0);
 	assert_true(kva_pagepool_take_n(&p, ids, N));
-	for (uint32_t i = 0; i < N; i++)
-		assert_int_equal(ids[i], i);
 	for (uint32_t i = N - 1; i > 0; i--) { /* shuffle */
 		uint32_t j = (uint32_t)(kva_test_rand(&rng) % (i + 1)), t = ids[i];
 		ids[i] = ids[j];
@@ -114,41 +116,9 @@ static void test_take_n_over_several_rounds_keeps_put_order(void **state)
 	}
 	kva_pagepool_put_n(&p, ids, N);
 	assert_true(kva_pagepool_take_n(&p, back, N));
-	assert_memory_equal(back, ids, sizeof(ids));
-	kva_pagepool_fini(&p);
-}
-
-/* A take that needs part of the chain gives the rest back intact, also
- * when the chain is made of several puts. */
-static void test_a_partial_take_leaves_the_rest_in_order(void **state)
-{
-	(void)state;
-	struct kva_pagepool p;
-	enum { N = 200 };
-	uint32_t a[70], b[130], c[N], id;
-
-	assert_int_equal(kva_pagepool_init(&p, N), 0);
-	assert_true(kva_pagepool_take_n(&p, a, 70));
-	assert_int_equal(kva_pagepool_count(&p), N - 70);
-	assert_true(kva_pagepool_take_n(&p, b, 130));
-	for (uint32_t i = 0; i < 70; i++)
-		assert_int_equal(a[i], i);
-	for (uint32_t i = 0; i < 130; i++)
-		assert_int_equal(b[i], 70 + i);
-	assert_false(kva_pagepool_take(&p, &id));
-	assert_int_equal(kva_pagepool_count(&p), 0);
-
-	/* Three chains stacked: b[100..129] on top, then a, then b[0..99]. */
-	kva_pagepool_put_n(&p, b, 100);
-	kva_pagepool_put_n(&p, a, 70);
-	kva_pagepool_put_n(&p, b + 100, 30);
-	assert_true(kva_pagepool_take_n(&p, c, 50)); /* through the first chain into a */
-	assert_memory_equal(c, b + 100, 30 * sizeof(uint32_t));
-	assert_memory_equal(c + 30, a, 20 * sizeof(uint32_t));
-	assert_true(kva_pagepool_take_n(&p, c + 50, 150));
-	assert_memory_equal(c + 50, a + 20, 50 * sizeof(uint32_t));
-	assert_memory_equal(c + 100, b, 100 * sizeof(uint32_t));
-	assert_false(kva_pagepool_take_n(&p, c, 1));
+	uint32_t w = ids[0] / 64; /* the hint: ids from that word first */
+	for (uint32_t i = 0; i < N; i++)
+		assert_int_equal(back[i], (w * 64 + i) % N);
 	kva_pagepool_fini(&p);
 }
 
@@ -207,59 +177,111 @@ static void test_random_sequence_matches_a_set(void **state)
 	kva_pagepool_fini(&p);
 }
 
-/* Against a reference chain kept as an array (top first): every take must
- * return exactly the ids the chain holds on top, in chain order, whatever
- * mix of batch sizes, joins and partial takes built it (puts of ids picked
- * from anywhere, in shuffled order). */
-static void test_takes_follow_the_chain_exactly(void **state)
+/* Single-threaded, the summary names exactly the words that hold ids. */
+static void assert_summary_exact(const struct kva_pagepool *p)
+{
+	for (uint32_t w = 0; w < p->words; w++) {
+		bool has = atomic_load(&p->map[w]) != 0;
+		bool named = (atomic_load(&p->summary[w / 64]) >> (w % 64)) & 1;
+		assert_int_equal(has, named);
+	}
+}
+
+/* Against the reference model (tests/pagepool_model.h): every take returns
+ * exactly the ids the documented order gives, whatever mix of batch sizes,
+ * partial words and puts of ids picked from anywhere in shuffled order built
+ * the pool; the pool is large enough for several summary words. */
+static void test_takes_follow_the_documented_order_exactly(void **state)
 {
 	(void)state;
-	struct kva_pagepool p;
-	enum { N = 600 };
-	uint32_t chain[N], held[N], got[N];
-	size_t nchain = N, nheld = 0;
+	static struct kva_pagepool p;
+	static struct ppm m;
+	enum { N = 3 * 64 * 64 + 37 }; /* 3 summary words and a partial one */
+	static uint32_t held[N], got[N], want[N], put[N];
+	size_t nheld = 0;
 	uint64_t rng = 777;
-	for (uint32_t i = 0; i < N; i++)
-		chain[i] = i; /* init: 0 on top */
+	ppm_init(&m, N);
 	assert_int_equal(kva_pagepool_init(&p, N), 0);
-	for (int op = 0; op < 200000; op++) {
+	for (int op = 0; op < 100000; op++) {
 		uint64_t r = kva_test_rand(&rng);
 		size_t k = 1 + (size_t)((r >> 8) % 40);
-		if (((r >> 20) & 15) == 0) /* now and then more than a round */
-			k = 1 + (size_t)((r >> 24) % 300);
+		if (((r >> 20) & 15) == 0) /* now and then many words at once */
+			k = 1 + (size_t)((r >> 24) % 3000);
 		if (r & 1) {
 			bool ok = kva_pagepool_take_n(&p, got, k);
-			assert_int_equal(ok, nchain >= k);
+			assert_int_equal(ok, ppm_take(&m, want, k));
 			if (!ok)
 				continue;
-			for (size_t i = 0; i < k; i++)
-				assert_int_equal(got[i], chain[i]);
-			memmove(chain, chain + k, (nchain - k) * sizeof(chain[0]));
-			nchain -= k;
+			assert_memory_equal(got, want, k * sizeof(got[0]));
 			memcpy(held + nheld, got, k * sizeof(got[0]));
 			nheld += k;
 		} else {
 			if (k > nheld)
 				k = nheld;
-			/* put back k held ids, picked from anywhere, in shuffled order */
-			uint32_t put[N];
 			for (size_t i = 0; i < k; i++) {
 				size_t at = (size_t)(kva_test_rand(&rng) % nheld);
 				put[i] = held[at];
 				held[at] = held[--nheld];
 			}
 			kva_pagepool_put_n(&p, put, k);
-			memmove(chain + k, chain, nchain * sizeof(chain[0]));
-			memcpy(chain, put, k * sizeof(put[0]));
-			nchain += k;
+			ppm_put(&m, put, k);
 		}
-		assert_int_equal(kva_pagepool_count(&p), nchain);
+		assert_int_equal(kva_pagepool_count(&p), m.count);
+		if (op % 64 == 0)
+			assert_summary_exact(&p);
 	}
+	assert_summary_exact(&p);
+	kva_pagepool_fini(&p);
+}
+
+/* A thread that found a word empty clears its summary bit and then looks at
+ * the word again (a put may have refilled it just before): while it is
+ * descheduled between the two, the word holds ids its summary does not
+ * name. A take must not wait for that thread: its second pass reads every
+ * word. Simulated here by clearing summary bits by hand. */
+static void test_a_take_finds_ids_whose_summary_bit_lags(void **state)
+{
+	(void)state;
+	struct kva_pagepool p;
+	enum { N = 64 * 64 * 2 };
+	static uint32_t ids[N];
+	uint32_t got[3];
+
+	assert_int_equal(kva_pagepool_init(&p, N), 0);
+	assert_true(kva_pagepool_take_n(&p, ids, N));
+	assert_summary_exact(&p); /* every bit clear */
+	const uint32_t back[3] = {5000, 70, 8000};
+	kva_pagepool_put_n(&p, back, 3);
+	for (uint32_t s = 0; s < 2; s++) /* every summary bit lags */
+		atomic_store(&p.summary[s], 0);
+	assert_true(kva_pagepool_take_n(&p, got, 3));
+	const uint32_t want[3] = {5000, 8000, 70}; /* from the put's word on */
+	assert_memory_equal(got, want, sizeof(want));
+	assert_int_equal(kva_pagepool_count(&p), 0);
+	kva_pagepool_fini(&p);
+}
+
+/* A bit the summary names for an empty word (its clearer has not run yet)
+ * costs a look, then is cleared. */
+static void test_a_stale_summary_bit_is_cleared_by_the_take_that_finds_it(void **state)
+{
+	(void)state;
+	struct kva_pagepool p;
+	uint32_t ids[256], id;
+
+	assert_int_equal(kva_pagepool_init(&p, 256), 0);
+	assert_true(kva_pagepool_take_n(&p, ids, 256));
+	kva_pagepool_put(&p, 200);
+	atomic_fetch_or(&p.summary[0], 0x3); /* words 0 and 1: empty, named */
+	atomic_store(&p.hint, 0);
+	assert_true(kva_pagepool_take(&p, &id));
+	assert_int_equal(id, 200);
+	assert_summary_exact(&p);
 	kva_pagepool_fini(&p);
 }
 
 /* Debug builds drop a put of an id outside 0 .. n-1 whole (a caller bug that
- * would write past the link array): the pool is unchanged, and its ids
+ * would write past the map): the pool is unchanged, and its ids
  * still come out exactly once. Release builds do not check. */
 static void test_put_of_an_id_out_of_range_is_dropped_in_debug_builds(void **state)
 {
@@ -291,13 +313,14 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_init_holds_every_id_once),
 	    cmocka_unit_test(test_take_n_is_all_or_nothing),
-	    cmocka_unit_test(test_put_makes_ids_takeable_again_lifo),
+	    cmocka_unit_test(test_a_put_id_is_the_next_taken),
 	    cmocka_unit_test(test_put_n_stacks_on_existing_ids),
-	    cmocka_unit_test(test_take_n_over_several_rounds_keeps_put_order),
-	    cmocka_unit_test(test_a_partial_take_leaves_the_rest_in_order),
+	    cmocka_unit_test(test_a_large_take_spans_words_in_order),
 	    cmocka_unit_test(test_empty_pool),
 	    cmocka_unit_test(test_random_sequence_matches_a_set),
-	    cmocka_unit_test(test_takes_follow_the_chain_exactly),
+	    cmocka_unit_test(test_takes_follow_the_documented_order_exactly),
+	    cmocka_unit_test(test_a_take_finds_ids_whose_summary_bit_lags),
+	    cmocka_unit_test(test_a_stale_summary_bit_is_cleared_by_the_take_that_finds_it),
 	    cmocka_unit_test(test_put_of_an_id_out_of_range_is_dropped_in_debug_builds),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
