@@ -653,6 +653,9 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	while (e->head_recheck && kva__admit_head_recheck(e)) {
 		uint32_t before = plan->n_admitted;
 		handle_local(e);
+		/* the forgotten head blocked only until its recheck: whether a
+		 * head waits now is this round's to say */
+		plan->head_blocked = false;
 		kva__admit_run(e);
 		if (plan->n_admitted == before)
 			break;

@@ -541,6 +541,43 @@ static void rule22_reset_rechecks_waiting_requests_together(void **st)
 	}
 }
 
+/* The recheck of forgotten heads after a reset runs admission again in the
+ * step where the directory answers. plan.head_blocked says the FCFS head
+ * waits at the end of the step; a head that blocked only until its recheck
+ * was answered, and was admitted in the same step, is not waiting: with
+ * every request admitted (nothing left waiting) or admission stopped by the
+ * token budget, head_blocked must be false (kvadmit.h, kva_plan). */
+static void rule22_recheck_admitting_everything_leaves_no_head_blocked(void **st)
+{
+	(void)st;
+	enum { N = 40 }; /* more than one recheck round: 32, then 8 */
+	for (int budget = 0; budget < 2; budget++) {
+		struct sc *s = sc_default();
+		kva_manifest miss = {0};
+		s->dir[s->n_dir++] = (struct sc_dir_entry){7, miss}; /* answers at once */
+		kva_handle hog = sc_occupy(s, 1000, 100);
+		for (int i = 0; i < N; i++)
+			submit_local(s, (uint64_t)i + 1, 7, 32, sc_ckpt(32, 500 + i, 1));
+		sc_step(s, 0);
+		assert_true(s->plan.head_blocked);
+		assert_int_equal(kva_reset_prefix_cache(s->e), 0);
+		assert_int_equal(kva_finish(s->e, hog), 0);
+		/* each recompute costs its 32 prompt tokens: 36 of 40 fit the budget */
+		s->plan.token_budget = budget ? 36 * 32 : 0;
+		uint32_t n = (uint32_t)sc_step(s, 0);
+		assert_int_equal(n, budget ? 36 : N);
+		assert_int_equal(sc_stats(s).waiting, N - n);
+		/* nothing waits for capacity, a lookup or memory */
+		assert_false(s->plan.head_blocked);
+		s->plan.token_budget = 0;
+		sc_step(s, 0);
+		assert_int_equal(sc_stats(s).waiting, 0);
+		assert_false(s->plan.head_blocked);
+		sc_assert_conserved(s);
+		sc_free(s);
+	}
+}
+
 /* A host checkpoint the reset forgot is never the shorter checkpoint an
  * exhausted copy falls back to (rule 11): its pages are gone. */
 static void rule22_forgotten_checkpoint_is_never_the_shorter_fallback(void **st)
@@ -678,6 +715,7 @@ int main(void)
 		cmocka_unit_test(rule22_prefix_cache_reset_forgets_stated_checkpoints),
 		cmocka_unit_test(rule22_prefix_cache_reset_forgets_them_for_waiting_and_running),
 		cmocka_unit_test(rule22_reset_rechecks_waiting_requests_together),
+		cmocka_unit_test(rule22_recheck_admitting_everything_leaves_no_head_blocked),
 		cmocka_unit_test(rule22_forgotten_checkpoint_is_never_the_shorter_fallback),
 		cmocka_unit_test(rule22_statement_queued_before_a_reset_is_forgotten),
 		cmocka_unit_test(rule22_stated_after_a_reset_survives_the_drain_requeue),
