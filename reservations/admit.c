@@ -197,12 +197,22 @@ void kva__admit_head_timer(kva_engine *e, int which)
 		                   kva__after(e->now, e->cfg.wait_log_interval_ns));
 		break;
 	case HT_REFRESH:
-		/* One refresh per interval. One still out after a whole interval
-		 * was lost (a refresh has no deadline): the new one supersedes
-		 * it (its answer, if it ever comes, is refused as late), or a
-		 * single lost answer would end refreshing for the whole wait. */
-		kva__st_sched(e, ST_REFRESHES, 1);
-		kva__lookup_issue(e, r, false);
+		/* One refresh per interval. A refresh has no deadline: one still
+		 * out after as long as any lookup may take (lookup_timeout_ns, or
+		 * one interval without a timeout) was lost, and the new one
+		 * supersedes it (its answer, if it ever comes, is refused as
+		 * late), or a single lost answer would end refreshing for the
+		 * whole wait. A younger one is still awaited: superseding it
+		 * would refuse every answer of a directory slower than the
+		 * interval (but within the timeout), and no refresh would ever
+		 * count. */
+		if (!(r->flags & KVA__F_REFRESH) || e->refresh_req != r ||
+		    !e->cfg.lookup_timeout_ns || e->now - e->refresh_sent >= e->cfg.lookup_timeout_ns) {
+			kva__st_sched(e, ST_REFRESHES, 1);
+			kva__lookup_issue(e, r, false);
+			e->refresh_req = r;
+			e->refresh_sent = e->now;
+		}
 		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_REFRESH],
 		                   kva__after(e->now, e->cfg.lookup_refresh_ns));
 		break;

@@ -87,6 +87,8 @@ struct kva_engine {
 	} pushed[KVA__AHEAD];
 	uint32_t n_pushed;
 	struct kva__req *head_req; /* request the head timers belong to */
+	struct kva__req *refresh_req; /* the last refresh went to it (admit.c) */
+	uint64_t refresh_sent;        /* ... at this step clock */
 	uint32_t reset_epoch;      /* bumped by each prefix-cache reset */
 	bool head_recheck;         /* admission stopped at a head whose host
 	                            * checkpoint a reset forgot (admit.c) */

@@ -573,6 +573,53 @@ static void rule18_unanswered_refresh_does_not_stop_later_refreshes(void **st)
 	sc_free(s);
 }
 
+/* A refresh the directory answers within the lookup timeout is not lost,
+ * even when that takes longer than the refresh interval (here 1.5 s against
+ * 1 s, with a 5 s timeout): its answer must still count. Superseding every
+ * refresh still out after one interval refused every answer of such a
+ * directory as late, so the blocked restore never heard that its checkpoint
+ * vanished, and copied it once capacity returned. */
+static void rule18_refresh_slower_than_the_interval_is_still_answered(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.max_restore_wait_ns = 0;
+	c.wait_log_interval_ns = 0;
+	c.lookup_timeout_ns = 5 * SC_SEC;
+	c.lookup_refresh_ns = 1 * SC_SEC;
+	struct sc *s = sc_new(&c);
+	sc_dir_set(s, KEY, sc_ckpt(320, 900, 0));
+	kva_handle hog = sc_occupy(s, 1, 90);
+	kva_handle h = sc_submit(s, 2, KEY, 480); /* 30 pages: blocked */
+	sc_step(s, 0);
+	assert_true(s->plan.head_blocked);
+	sc_dir_clear(s); /* from now on the directory answers 1.5 s after each ask */
+	uint64_t asked_at[SC_MAX];
+	uint32_t answered = s->n_lookups, seen = s->n_lookups;
+	kva_manifest gone = {.count = 0}; /* checkpoint 900 vanished */
+	for (int i = 0; i < 100; i++) { /* 10 s in steps of 100 ms */
+		sc_step(s, 100 * SC_MS);
+		for (; seen < s->n_lookups; seen++)
+			asked_at[seen] = s->now;
+		for (; answered < s->n_lookups && s->now - asked_at[answered] >= 1500 * SC_MS;
+		     answered++)
+			(void)kva_lookup_answer(s->e, s->lookups[answered].token, &gone);
+	}
+	assert_true(sc_stats(s).refreshes >= 1);
+	assert_true(answered > 1); /* the directory answered refreshes, in 1.5 s each */
+	assert_int_equal(sc_stats(s).late_answers, 0); /* none of them came too late */
+	kva_request_info info;
+	assert_int_equal(kva_query(s->e, h, &info), 0);
+	assert_false(info.has_selection); /* it heard that 900 is gone */
+	assert_int_equal(kva_finish(s->e, hog), 0);
+	for (int i = 0; i < 3; i++)
+		sc_step(s, SC_MS);
+	assert_int_equal(sc_stats(s).copy_jobs, 0); /* never copies the vanished checkpoint */
+	assert_int_equal(sc_state(s, h), KVA_STATE_RUNNING);
+	sc_free(s);
+}
+
 static void rule18_refresh_that_finds_only_incompatible_checkpoints_recomputes(void **st)
 {
 	(void)st;
@@ -630,6 +677,7 @@ int main(void)
 		cmocka_unit_test(rule18_capacity_wait_status_in_stats_metrics_and_log),
 		cmocka_unit_test(rule18_refresh_that_no_longer_lists_the_checkpoint_ends_the_restore_wait),
 		cmocka_unit_test(rule18_unanswered_refresh_does_not_stop_later_refreshes),
+		cmocka_unit_test(rule18_refresh_slower_than_the_interval_is_still_answered),
 		cmocka_unit_test(rule18_refresh_that_finds_only_incompatible_checkpoints_recomputes),
 		cmocka_unit_test(rule18_refresh_listing_another_checkpoint_reselects_and_keeps_waiting),
 	};
