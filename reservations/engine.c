@@ -525,6 +525,13 @@ static bool local_pending(kva_engine *e)
  * the lookups and copies this step started. */
 static bool handle_local(kva_engine *e)
 {
+	/* An event already waits for memory (e->stalled): it is handled
+	 * first next step, and what follows it waits too. Handling more here
+	 * (after the timers, or in the recheck loop) could stall a second
+	 * event, which would replace the first: lost, its answer leaked and
+	 * its request waiting for that lookup for ever. */
+	if (e->stalled)
+		return false;
 	/* What a stall left first, then whatever was queued since, in order. */
 	do {
 		if (!handle_batch(e, &e->local_batch))
