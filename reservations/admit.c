@@ -393,6 +393,11 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 		e->head_recheck = true;
 		return 0;
 	}
+	/* rule 15: an eviction whose walk has not reached r yet (lookup.c) is
+	 * newer than its copy: it looks up again, and may be decided at once
+	 * (the host's own checkpoint) */
+	if ((r->flags & KVA__F_RESTORE) && e->n_evicting && kva__lookup_sel_evicted(e, r))
+		e->admit_asked = true; /* its callback answer is handled in this step */
 	if (!(r->flags & KVA__F_DECIDED)) {
 		p->head_blocked = true; /* FCFS: an undecided head holds the line */
 		if (e->head_req != r) /* a restore's timers stay with the head */
@@ -605,16 +610,18 @@ void kva__admit_start(kva_engine *e)
 	e->budget_left = plan->token_budget ? plan->token_budget : UINT64_MAX;
 }
 
-void kva__admit_run(kva_engine *e)
+uint32_t kva__admit_run(kva_engine *e)
 {
 	kva_plan *plan = e->plan;
+	uint32_t left = 0;
 	if (plan->hold_admissions)
-		return; /* the host preempted this step: nothing new starts */
+		return 0; /* the host preempted this step: nothing new starts */
 	/* rule 7: restores that own their capacity go first, past the head */
 	while (e->n_ready) {
 		plan->records_touched++;
 		if (!admit_ready(e, e->ready[0].r))
 			break;
+		left++;
 	}
 	/* FCFS: admit from the head until one is blocked; never look further.
 	 * Admitting a run of heads, a scout runs ADMIT_AHEAD records ahead and
@@ -642,5 +649,7 @@ void kva__admit_run(kva_engine *e)
 		}
 		if (admit_head(e, kva__req_of_wq(n)) <= 0)
 			break;
+		left++;
 	}
+	return left;
 }

@@ -36,7 +36,8 @@ bool kva__admit_head_recheck(kva_engine *e);
 /* Once per step, before the first kva__admit_run: the step's token budget. */
 void kva__admit_start(kva_engine *e);
 /* READY restores first, then FCFS from the head until one is blocked; may
- * run again in the same step (after a recheck's answers). */
-void kva__admit_run(kva_engine *e);
+ * run again in the same step (after a recheck's answers). Returns how many
+ * requests it took out of the waiting side (admitted, or imports started). */
+uint32_t kva__admit_run(kva_engine *e);
 
 #endif

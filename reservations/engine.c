@@ -242,6 +242,7 @@ void kva_engine_destroy(kva_engine *e)
 	kva_slab_fini(&e->slab);
 	kva_slab_fini(&e->cancels); /* after the queues above: they held some */
 	kva__free(e->ready, e->cfg.max_running * sizeof(*e->ready));
+	kva__lookup_evictions_free(e);
 	kva_idmap_fini(&e->live_ids);
 	kva_idmap_fini(&e->ckpt);
 	kva_pagepool_fini(&e->pool);
@@ -644,34 +645,45 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	if (now_ns > e->now)
 		e->now = now_ns;
 	kva__st_sched(e, ST_STEPS, 1);
+	kva__lookup_step_begin(e);
 
 	handle_events(e);
-	bool asked = kva_timerwheel_advance(&e->wheel, e->now, timer_fired, e);
+	bool asked = kva__lookup_evictions_continue(e); /* rule 15, a budget per step */
+	asked |= kva_timerwheel_advance(&e->wheel, e->now, timer_fired, e);
 	asked |= kva__admit_head_recheck(e);
 	if (asked)
 		handle_local(e); /* answers to lookups the timers or the recheck issued */
 	emit_ended(e);
 	kva__admit_start(e);
 	kva__admit_run(e);
-	/* Admission stopped at a head whose host checkpoint a reset forgot:
-	 * it looks up now, and when the directory answers from its callback
-	 * admission goes on in this step rather than one such head per step.
-	 * Each round admits at least one request or ends the loop. */
-	while (e->head_recheck && kva__admit_head_recheck(e)) {
-		uint32_t before = plan->n_admitted;
-		handle_local(e);
-		/* the forgotten head blocked only until its recheck: whether a
-		 * head waits now is this round's to say */
-		plan->head_blocked = false;
-		kva__admit_run(e);
-		if (plan->n_admitted == before)
+	/* Admission stopped at a head whose host checkpoint a reset forgot (it
+	 * looks up now), or asked the directory again itself (a pending
+	 * eviction newer than a head's copy, rule 15): when the directory
+	 * answers from its callback, the answer is handled and admission goes
+	 * on in this step rather than one such head per step. Each round
+	 * admits at least one request or ends the loop. */
+	for (;;) {
+		bool forgotten = e->head_recheck && kva__admit_head_recheck(e);
+		if (!forgotten && !e->admit_asked)
 			break;
+		e->admit_asked = false;
+		handle_local(e);
+		/* the head blocked only until its lookup: whether a head waits
+		 * now is this round's to say */
+		plan->head_blocked = false;
+		if (!kva__admit_run(e))
+			break;
+	}
+	if (e->admit_asked) { /* the last round's lookups: answered in this step too */
+		e->admit_asked = false;
+		handle_local(e);
 	}
 	kva__copy_dispatch_pending(e); /* refused ranks: handled next step */
 	kva__rec_ids_settle(e);        /* the ended ids' map misses, last */
 	kva__rec_flush_retired(e);
 	grow_ahead(e);
-	plan->backlog = e->stalled || e->head_recheck || !kva_inbox_batch_empty(&e->batch) ||
+	plan->backlog = e->stalled || e->head_recheck || e->n_evicting ||
+	                !kva_inbox_batch_empty(&e->batch) ||
 	                !kva_inbox_empty(&e->local) || !kva_inbox_batch_empty(&e->local_batch) ||
 	                !kva_inbox_empty(&e->deferred) ||
 	                !cds_list_empty(&e->ended);

@@ -26,6 +26,7 @@ enum kva__hist { H_CAPACITY_WAIT, H_LOOKUP, H_COPY, H_ADMISSION, H_COUNT };
 
 #define KVA__SHARDS KVA_FANIN_LANES /* producer-counter shards, one line each */
 #define KVA__IDS_LEAVING 16         /* ended ids whose live-id entries go at the next settle */
+#define KVA__EVICTING 8             /* evictions revalidated over several steps at once (lookup.c) */
 
 struct kva__shard {
 	alignas(64) _Atomic uint64_t submitted;
@@ -71,6 +72,11 @@ struct kva_engine {
 	uint64_t ids_leaving[KVA__IDS_LEAVING];
 	uint32_t n_ids_leaving;
 	struct kva_idmap ckpt;              /* selected checkpoint id -> first waiting slot */
+	/* Evictions whose sharers are still being looked at, a budget of them
+	 * per step (lookup.c). */
+	struct kva__evict *evicting[KVA__EVICTING];
+	uint32_t n_evicting;
+	uint32_t evict_budget; /* sharers this step may still look at */
 	struct kva_slab_retired retired;    /* slots waiting for their grace period */
 	struct kva_slab_retired cancels_retired; /* handled cancel events, likewise */
 	uint32_t retired_seen, cancels_seen; /* their counts at the last step's end (record.c) */
@@ -92,6 +98,7 @@ struct kva_engine {
 	uint32_t reset_epoch;      /* bumped by each prefix-cache reset */
 	bool head_recheck;         /* admission stopped at a head whose host
 	                            * checkpoint a reset forgot (admit.c) */
+	bool admit_asked;          /* admission issued lookups (rule 15, admit.c) */
 	uint64_t import_seq;       /* imports started from the head, in queue order */
 	uint64_t budget_left;      /* prefill tokens this step may still start (admit.c) */
 	struct kva_timer head_timer[HT_COUNT];

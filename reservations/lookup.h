@@ -39,7 +39,23 @@ bool kva__lookup_host_forgotten(kva_engine *e, struct kva__req *r);
 /* 0, or -ENOMEM: the answer could not be indexed; nothing changed, retry. */
 int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a);
 void kva__lookup_on_deadline(kva_engine *e, struct kva__req *r);
+/* An eviction: takes ev (kept while its sharers are revalidated over
+ * several steps, or freed). */
 void kva__lookup_on_evict(kva_engine *e, struct kva__evict *ev);
+/* At the start of each step: the budget of sharers evictions may look at. */
+void kva__lookup_step_begin(kva_engine *e);
+#ifdef KVA_FAULT_INJECTION
+/* Test builds: that budget (0: the default). */
+void kva__evict_step_records_set(uint32_t n);
+#endif
+/* Each step: the pending evictions look at more sharers, within the step's
+ * budget (e->evict_budget, set by the step). true if any was looked at. */
+bool kva__lookup_evictions_continue(kva_engine *e);
+/* Whether a pending eviction is newer than r's selected copy (r a restore,
+ * WAITING, about to be admitted); if so r looks up again. */
+bool kva__lookup_sel_evicted(kva_engine *e, struct kva__req *r);
+/* Destroy: the pending evictions go. */
+void kva__lookup_evictions_free(kva_engine *e);
 /* r leaves the waiting side: deadline and index entry go. */
 void kva__lookup_forget(kva_engine *e, struct kva__req *r);
 /* Drops r's retained manifest and selection. */

@@ -112,6 +112,11 @@ struct kva__evict {
 	struct kva__event ev;
 	uint64_t checkpoint_id;
 	uint64_t epoch;
+	/* While its sharers are looked at over several steps (lookup.c): the
+	 * next one (slot + 1; 0: done), and the lowest epoch of those indexed
+	 * under the checkpoint since the walk began. */
+	uint32_t cursor;
+	uint64_t joined_min;
 };
 
 /* What an admitted (or importing) request owns, from its first reservation

@@ -39,6 +39,7 @@
 
 #ifdef KVA_FAULT_INJECTION
 uint64_t kva__fault_arm(uint64_t k, int sticky); /* reservations/alloc.h */
+void kva__evict_step_records_set(uint32_t n);    /* reservations/lookup.h */
 #endif
 
 #define MAXH 160    /* handles per input */
@@ -1096,6 +1097,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memset(&S, 0, sizeof(S));
 #ifdef KVA_FAULT_INJECTION
 	kva__fault_arm(0, 0);
+	/* an eviction's walk over several steps, with an input's few sharers */
+	kva__evict_step_records_set(1 + (uint32_t)(size % 3));
 #endif
 	fz_init(&S.in, data, size);
 	configure();

@@ -373,6 +373,246 @@ static void rule15_eviction_at_a_sharers_own_epoch_leaves_that_sharer_alone(void
 	sc_free(s);
 }
 
+/* What one step looks at of a pending eviction's sharers (lookup.c). */
+#define EVICT_STEP 1024
+
+/* n requests waiting behind a hog, all selecting local checkpoint 500 at
+ * `epoch` (480 tokens: a full hit), blocked; *hog (if asked) holds the pool. */
+static struct sc *shared_local(kva_handle *h, uint32_t n, uint64_t epoch, kva_handle *hog)
+{
+	struct sc *s = sc_default();
+	kva_checkpoint c = sc_ckpt(480, 500, 1);
+	c.epoch = epoch;
+	sc_dir_set(s, KEY, c);
+	kva_handle occupy = sc_occupy(s, 1, 90);
+	if (hog)
+		*hog = occupy;
+	for (uint32_t i = 0; i < n; i++)
+		h[i] = sc_submit(s, 2 + i, KEY, 480);
+	sc_step(s, 0);
+	assert_true(s->plan.head_blocked);
+	return s;
+}
+
+/* Steps until the step says nothing is left; each step revalidates at most
+ * its budget. Returns the steps taken. */
+static uint32_t step_out_evictions(struct sc *s)
+{
+	uint32_t steps = 0;
+	uint64_t before = sc_stats(s).revalidations;
+	do {
+		sc_step(s, SC_MS);
+		uint64_t now = sc_stats(s).revalidations;
+		assert_true(now - before <= EVICT_STEP + 1); /* + a head checked at admission */
+		before = now;
+		assert_true(++steps < 100);
+	} while (s->plan.backlog);
+	return steps;
+}
+
+/* The directory lists checkpoint 500 at epoch `found` from now on; it is
+ * evicted at `epoch`. */
+static void evict_listing(struct sc *s, uint64_t epoch, uint64_t found)
+{
+	kva_checkpoint c = sc_ckpt(480, 500, 1);
+	c.epoch = found;
+	sc_dir_clear(s);
+	sc_dir_set(s, KEY, c);
+	assert_int_equal(kva_checkpoint_evicted(s->e, 500, epoch), 0);
+}
+
+/* A request for another prompt whose directory still lists checkpoint 500
+ * at epoch 7: one that has not heard of an eviction yet. */
+static kva_handle stale_sharer(struct sc *s)
+{
+	kva_checkpoint c = sc_ckpt(480, 500, 1);
+	c.epoch = 7;
+	sc_dir_set(s, KEY + 1, c);
+	return sc_submit(s, 9000, KEY + 1, 480);
+}
+
+/* Each of h[0, n) still waiting has asked the directory `times` times and
+ * selected what it answered. */
+static void assert_lookups(struct sc *s, const kva_handle *h, uint32_t n, uint32_t times)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		kva_request_info info;
+		if (kva_query(s->e, h[i], &info) == 0) {
+			assert_int_equal(info.lookups, times);
+			assert_true(info.has_selection);
+		}
+	}
+}
+
+/* A checkpoint shared by more waiting requests than a step looks at (a
+ * system prompt) is revalidated over several steps, so no step costs O(k)
+ * (rule 20): each sharer looks up again exactly once, the step reports
+ * backlog until the walk is done, and the list's floor is right after it. */
+static void rule15_eviction_of_a_widely_shared_checkpoint_is_spread_over_steps(void **st)
+{
+	(void)st;
+	enum { N = 2500 };
+	static kva_handle h[N];
+	struct sc *s = shared_local(h, N, 7, NULL);
+	uint64_t issued = sc_stats(s).lookups_issued;
+	evict_listing(s, 8, 9); /* they find epoch 9 when they ask again */
+	assert_int_equal(step_out_evictions(s), (N + EVICT_STEP - 1) / EVICT_STEP);
+	assert_int_equal(sc_stats(s).revalidations, N);
+	assert_int_equal(sc_stats(s).lookups_issued - issued, N);
+	assert_lookups(s, h, N, 2);
+	assert_int_equal(sc_stats(s).waiting, N);
+	/* all selected epoch 9 now: the eviction resent reads one record */
+	assert_int_equal(kva_checkpoint_evicted(s->e, 500, 8), 0);
+	sc_step(s, SC_MS);
+	assert_true(s->plan.records_touched <= 2);
+	assert_int_equal(sc_stats(s).revalidations, N);
+	sc_assert_conserved(s);
+	sc_free(s);
+}
+
+/* The walk goes from the most recently indexed sharer, so the head of the
+ * queue is the last it reaches. Capacity comes back in the eviction's
+ * step: the head must not be admitted from the lost local copy on the way
+ * (it looks up again when admission reaches it); it restores from the
+ * store's copy instead, and no request is ever admitted LOCAL. */
+static void rule15_a_sharer_the_walk_has_not_reached_is_never_admitted_from_the_lost_copy(void **st)
+{
+	(void)st;
+	enum { N = 1500 };
+	static kva_handle h[N];
+	kva_handle hog;
+	struct sc *s = shared_local(h, N, 7, &hog);
+	sc_dir_clear(s);
+	sc_dir_set(s, KEY, sc_ckpt(480, 600, 0)); /* the store's copy */
+	assert_int_equal(kva_checkpoint_evicted(s->e, 500, 8), 0);
+	assert_int_equal(kva_finish(s->e, hog), 0); /* room for three restores now */
+	sc_step(s, 0);
+	/* the head looked up again when admission reached it; the directory's
+	 * answer (from its callback) came in this step, and it imports the
+	 * store's copy. So do the next two heads (90 of the 100 pages), which
+	 * the walk had not reached either; the fourth looks up and waits. */
+	assert_int_equal(s->plan.n_admitted, 0);
+	assert_int_equal(sc_stats(s).revalidations, EVICT_STEP + 4);
+	assert_int_equal(s->plan.n_copies, 3);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(s->copies[i].checkpoint_id, 600);
+	kva_request_info info;
+	assert_int_equal(kva_query(s->e, h[0], &info), 0);
+	assert_int_equal(info.lookups, 2);
+	assert_int_equal(info.state, KVA_STATE_IMPORTING);
+	const kva_admission *a = NULL;
+	for (int i = 0; i < 10 && !(a = sc_admitted(s, h[0])); i++) {
+		sc_copies_done(s, 0);
+		sc_step(s, SC_MS);
+		for (uint32_t k = 0; k < s->plan.n_admitted; k++)
+			assert_int_not_equal(s->admitted[k].how, KVA_ADMIT_LOCAL);
+	}
+	assert_non_null(a);
+	assert_int_equal(a->how, KVA_ADMIT_RESTORE);
+	assert_int_equal(sc_stats(s).admitted_local, 0);
+	sc_free(s);
+}
+
+/* Sharers cancelled while a walk is pending, the one it was about to look
+ * at among them, do not end the walk early: every other sharer still
+ * looks up again, once. */
+static void rule15_cancelled_sharers_do_not_cut_a_pending_walk_short(void **st)
+{
+	(void)st;
+	enum { N = 2500 };
+	static kva_handle h[N];
+	struct sc *s = shared_local(h, N, 7, NULL);
+	evict_listing(s, 8, 9);
+	sc_step(s, SC_MS);
+	/* the walk looked at h[N - 1] .. h[N - 1024] (next: h[N - 1025]), and
+	 * admission at the head, h[0] */
+	assert_int_equal(sc_stats(s).revalidations, EVICT_STEP + 1);
+	assert_true(s->plan.backlog);
+	uint32_t cancelled = 0;
+	for (uint32_t i = 1; i + EVICT_STEP < N; i++)
+		if (i % 3 == 0 || i + EVICT_STEP + 1 == N || i + EVICT_STEP + 2 == N) {
+			assert_int_equal(kva_cancel(s->e, h[i]), 0);
+			cancelled++;
+		}
+	step_out_evictions(s);
+	assert_int_equal(sc_stats(s).revalidations, N - cancelled);
+	assert_lookups(s, h, N, 2);
+	sc_assert_conserved(s);
+	sc_free(s);
+}
+
+/* A newer eviction arriving while a walk is pending makes it start again at
+ * the newer epoch: sharers the first walk kept (their copy was newer than
+ * the first eviction) are looked at again, and every sharer older than the
+ * second eviction looks up again exactly once. */
+static void rule15_a_newer_eviction_during_a_walk_covers_every_older_copy(void **st)
+{
+	(void)st;
+	enum { NA = 1200, NB = 1200 };
+	static kva_handle h[NA + NB];
+	struct sc *s = shared_local(h, NA, 7, NULL);
+	kva_checkpoint c = sc_ckpt(480, 500, 1);
+	c.epoch = 9;
+	sc_dir_clear(s);
+	sc_dir_set(s, KEY, c);
+	for (uint32_t i = 0; i < NB; i++)
+		h[NA + i] = sc_submit(s, 5000 + i, KEY, 480);
+	sc_step(s, 0);
+	evict_listing(s, 8, 11); /* they find epoch 11 when they ask again */
+	sc_step(s, SC_MS); /* walked 1024 of the epoch-9 sharers: all kept */
+	assert_int_equal(sc_stats(s).revalidations, 1); /* the head, at admission */
+	assert_int_equal(kva_checkpoint_evicted(s->e, 500, 10), 0);
+	step_out_evictions(s);
+	assert_int_equal(sc_stats(s).revalidations, NA + NB);
+	assert_lookups(s, h, NA + NB, 2);
+	sc_free(s);
+}
+
+/* A request indexed while a walk is pending, with a copy older than the
+ * eviction (a directory that had not heard of it yet), lies ahead of the
+ * walk's cursor: the floor the finished walk leaves must stay below it, so
+ * the eviction resent still finds it. */
+static void rule15_a_sharer_indexed_during_a_walk_keeps_the_floor_below_its_copy(void **st)
+{
+	(void)st;
+	enum { N = 1500 };
+	static kva_handle h[N];
+	struct sc *s = shared_local(h, N, 7, NULL);
+	evict_listing(s, 8, 9);
+	sc_step(s, SC_MS);
+	assert_true(s->plan.backlog);
+	kva_handle late = stale_sharer(s);
+	step_out_evictions(s);
+	uint64_t revalidated = sc_stats(s).revalidations;
+	assert_int_equal(revalidated, N);
+	assert_int_equal(kva_checkpoint_evicted(s->e, 500, 8), 0); /* resent */
+	sc_step(s, SC_MS);
+	assert_int_equal(sc_stats(s).revalidations, revalidated + 1);
+	assert_lookups(s, &late, 1, 2);
+	sc_free(s);
+}
+
+/* The same sharer, with the eviction resent while the walk is still
+ * pending: the resend is not covered by the walk (the sharer is ahead of
+ * its cursor), so the walk starts again and finds it. */
+static void rule15_an_eviction_resent_during_a_walk_finds_a_sharer_indexed_since(void **st)
+{
+	(void)st;
+	enum { N = 2500 };
+	static kva_handle h[N];
+	struct sc *s = shared_local(h, N, 7, NULL);
+	evict_listing(s, 8, 9);
+	sc_step(s, SC_MS);
+	kva_handle late = stale_sharer(s);
+	sc_step(s, SC_MS);
+	assert_true(s->plan.backlog); /* still walking */
+	assert_int_equal(kva_checkpoint_evicted(s->e, 500, 8), 0); /* resent */
+	step_out_evictions(s);
+	assert_int_equal(sc_stats(s).revalidations, N + 1);
+	assert_lookups(s, &late, 1, 2);
+	sc_free(s);
+}
+
 static void rule15_local_selection_is_admitted_without_a_copy(void **st)
 {
 	(void)st;
@@ -672,6 +912,12 @@ int main(void)
 		cmocka_unit_test(rule15_unrelated_or_older_eviction_touches_nobody),
 		cmocka_unit_test(rule15_repeated_eviction_of_a_shared_checkpoint_walks_nobody),
 		cmocka_unit_test(rule15_eviction_at_a_sharers_own_epoch_leaves_that_sharer_alone),
+		cmocka_unit_test(rule15_eviction_of_a_widely_shared_checkpoint_is_spread_over_steps),
+		cmocka_unit_test(rule15_a_sharer_the_walk_has_not_reached_is_never_admitted_from_the_lost_copy),
+		cmocka_unit_test(rule15_cancelled_sharers_do_not_cut_a_pending_walk_short),
+		cmocka_unit_test(rule15_a_newer_eviction_during_a_walk_covers_every_older_copy),
+		cmocka_unit_test(rule15_a_sharer_indexed_during_a_walk_keeps_the_floor_below_its_copy),
+		cmocka_unit_test(rule15_an_eviction_resent_during_a_walk_finds_a_sharer_indexed_since),
 		cmocka_unit_test(rule15_local_selection_is_admitted_without_a_copy),
 		cmocka_unit_test(rule18_wait_logs_at_most_once_per_interval_and_refreshes),
 		cmocka_unit_test(rule18_capacity_wait_status_in_stats_metrics_and_log),
