@@ -109,10 +109,25 @@ static void summary_clear(struct kva_pagepool *p, uint32_t w)
 		summary_set(p, w);
 }
 
+/* Set bits in v. Without a popcount instruction in the target (x86-64
+ * before -mpopcnt) the builtin is a call into libgcc, once per fetch_and:
+ * a few inline operations cost less. */
+static inline unsigned popcount64(uint64_t v)
+{
+#if defined(__POPCNT__) || !(defined(__x86_64__) || defined(__i386__))
+	return (unsigned)__builtin_popcountll(v);
+#else
+	v -= (v >> 1) & 0x5555555555555555ull;
+	v = (v & 0x3333333333333333ull) + ((v >> 2) & 0x3333333333333333ull);
+	v = (v + (v >> 4)) & 0x0f0f0f0f0f0f0f0full;
+	return (unsigned)((v * 0x0101010101010101ull) >> 56);
+#endif
+}
+
 /* The lowest k set bits of v (all of v when it has no more than k). */
 static inline uint64_t lowest_bits(uint64_t v, size_t k)
 {
-	if ((size_t)__builtin_popcountll(v) <= k)
+	if (popcount64(v) <= k)
 		return v;
 	uint64_t m = 0;
 	while (k--) {
