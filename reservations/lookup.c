@@ -569,18 +569,29 @@ static void revalidate(kva_engine *e, struct kva__req *r, uint64_t id)
 }
 
 /* Looks at p's sharers from its cursor, at most *budget of them; true when
- * it reached the end of the list. */
+ * it reached the end of the list with no further pass due. */
 static bool evict_walk(kva_engine *e, struct kva__evict *p, uint32_t *budget)
 {
-	while (p->cursor && *budget) {
-		struct kva__req *r = kva_slab_get(&e->slab, p->cursor - 1);
-		p->cursor = r->ck.next; /* before r leaves the list */
-		(*budget)--;
-		kva__touched(e);
-		if (kva__sel(r)->epoch < p->epoch)
-			revalidate(e, r, p->checkpoint_id);
+	for (;;) {
+		while (p->cursor && *budget) {
+			struct kva__req *r = kva_slab_get(&e->slab, p->cursor - 1);
+			p->cursor = r->ck.next; /* before r leaves the list */
+			(*budget)--;
+			kva__touched(e);
+			if (kva__sel(r)->epoch < p->epoch)
+				revalidate(e, r, p->checkpoint_id);
+		}
+		if (p->cursor || !p->again)
+			return !p->cursor;
+		/* one more pass, from the front: those this one passed before a
+		 * newer eviction came, and those indexed since it began */
+		uint32_t *first = kva_idmap_find(&e->ckpt, p->checkpoint_id);
+		p->again = false;
+		p->joined_min = UINT64_MAX;
+		p->cursor = first ? *first + 1 : 0;
+		if (!p->cursor)
+			return true;
 	}
-	return !p->cursor;
 }
 
 /* p's walk is done. No sharer left selected an epoch below p's, but those
@@ -610,21 +621,26 @@ void kva__lookup_on_evict(kva_engine *e, struct kva__evict *ev)
 	/* A repeated or stale eviction (a directory resending its events)
 	 * finds nothing older: one record read, not one per sharer. A pending
 	 * walk as new covers it, unless a sharer joined behind its cursor with
-	 * an older copy. */
+	 * an older copy and no further pass is due. */
 	if (!r || ev->epoch <= r->ck.epoch_floor ||
-	    (p && ev->epoch <= p->epoch && ev->epoch <= p->joined_min)) {
+	    (p && ev->epoch <= p->epoch && (p->again || ev->epoch <= p->joined_min))) {
 		kva__free(ev, sizeof(*ev));
 		return;
 	}
-	if (p) { /* a newer one while walking: start again, at the newer epoch */
+	if (p) {
+		/* A newer one while walking: the rest of this pass looks at the
+		 * newer epoch, and one more pass from the front follows for those
+		 * it passed already (and those indexed since). Not a restart now:
+		 * evictions coming faster than a pass would keep the walk from
+		 * ever reaching the sharers past its first steps. */
 		if (p->epoch < ev->epoch)
 			p->epoch = ev->epoch;
-		p->cursor = *first + 1;
-		p->joined_min = UINT64_MAX;
+		p->again = true;
 		kva__free(ev, sizeof(*ev));
 		return;
 	}
 	ev->cursor = *first + 1;
+	ev->again = false;
 	ev->joined_min = UINT64_MAX;
 	/* Room for one more pending walk, or this one is walked whole now. */
 	uint32_t all = UINT32_MAX;

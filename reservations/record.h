@@ -113,9 +113,12 @@ struct kva__evict {
 	uint64_t checkpoint_id;
 	uint64_t epoch;
 	/* While its sharers are looked at over several steps (lookup.c): the
-	 * next one (slot + 1; 0: done), and the lowest epoch of those indexed
-	 * under the checkpoint since the walk began. */
+	 * next one (slot + 1; 0: done), the lowest epoch of those indexed
+	 * under the checkpoint since the walk's pass began, and whether one
+	 * more pass from the list's front must follow this one (an eviction
+	 * this pass does not cover came meanwhile). */
 	uint32_t cursor;
+	bool again;
 	uint64_t joined_min;
 };
 

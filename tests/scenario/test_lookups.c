@@ -613,6 +613,42 @@ static void rule15_an_eviction_resent_during_a_walk_finds_a_sharer_indexed_since
 	sc_free(s);
 }
 
+/* A checkpoint evicted again (each time newer) before a pass over its
+ * sharers is done, as a hot shared prefix evicted and stored again in a
+ * churning store: the walk goes on rather than starting over at the front,
+ * so every sharer looks up again, not only the first ones; and once the
+ * evictions stop the walk ends within two passes. */
+static void rule15_evictions_faster_than_a_walk_still_reach_every_sharer(void **st)
+{
+	(void)st;
+	enum { N = 3000 };
+	static kva_handle h[N];
+	struct sc *s = shared_local(h, N, 7, NULL);
+	uint64_t ep = 8;
+	for (int round = 0; round < 20; round++, ep += 2) {
+		evict_listing(s, ep, ep + 1); /* dropped, and stored again newer */
+		sc_step(s, SC_MS);
+		sc_step(s, SC_MS);
+	}
+	uint32_t never = 0;
+	for (uint32_t i = 0; i < N; i++) {
+		kva_request_info info;
+		assert_int_equal(kva_query(s->e, h[i], &info), 0);
+		never += info.lookups == 1;
+	}
+	assert_int_equal(never, 0);
+	uint32_t steps = step_out_evictions(s);
+	assert_true(steps <= 2 * ((N + EVICT_STEP - 1) / EVICT_STEP) + 1);
+	/* all selected the last copy: the last eviction resent reads one record */
+	uint64_t revalidated = sc_stats(s).revalidations;
+	assert_int_equal(kva_checkpoint_evicted(s->e, 500, ep - 2), 0);
+	sc_step(s, SC_MS);
+	assert_int_equal(sc_stats(s).revalidations, revalidated);
+	assert_false(s->plan.backlog);
+	sc_assert_conserved(s);
+	sc_free(s);
+}
+
 static void rule15_local_selection_is_admitted_without_a_copy(void **st)
 {
 	(void)st;
@@ -918,6 +954,7 @@ int main(void)
 		cmocka_unit_test(rule15_a_newer_eviction_during_a_walk_covers_every_older_copy),
 		cmocka_unit_test(rule15_a_sharer_indexed_during_a_walk_keeps_the_floor_below_its_copy),
 		cmocka_unit_test(rule15_an_eviction_resent_during_a_walk_finds_a_sharer_indexed_since),
+		cmocka_unit_test(rule15_evictions_faster_than_a_walk_still_reach_every_sharer),
 		cmocka_unit_test(rule15_local_selection_is_admitted_without_a_copy),
 		cmocka_unit_test(rule18_wait_logs_at_most_once_per_interval_and_refreshes),
 		cmocka_unit_test(rule18_capacity_wait_status_in_stats_metrics_and_log),
