@@ -604,6 +604,30 @@ bool kva__admit_head_recheck(kva_engine *e)
 	return true;
 }
 
+/* While an eviction's walk is pending (lookup.c), the first requests of the
+ * queue, the next to be admitted, are checked at every step, so that their
+ * new lookups go out together ahead of admission. The walk starts from the
+ * most recently indexed sharers, and a request it has not reached looks up
+ * at admission, so without this a directory answering a step later would
+ * let one request a step through. Bounded: a step still never walks the
+ * queue. */
+#define EVICT_FRONT 128
+
+bool kva__admit_revalidate_front(kva_engine *e)
+{
+	bool asked = false;
+	struct kva_waitq_node *n = e->n_evicting ? kva_waitq_first(&e->waitq) : NULL;
+	for (unsigned k = 0; n && k < EVICT_FRONT; k++) {
+		struct kva_waitq_node *next = kva_waitq_next(&e->waitq, n);
+		struct kva__req *r = kva__req_of_wq(n);
+		e->plan->records_touched++;
+		if ((r->flags & KVA__F_RESTORE) && kva__lookup_sel_evicted(e, r))
+			asked = true;
+		n = next;
+	}
+	return asked;
+}
+
 void kva__admit_start(kva_engine *e)
 {
 	kva_plan *plan = e->plan;

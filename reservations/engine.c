@@ -648,7 +648,9 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	kva__lookup_step_begin(e);
 
 	handle_events(e);
-	bool asked = kva__lookup_evictions_continue(e); /* rule 15, a budget per step */
+	/* rule 15: the queue's front first, then a budget of the walk */
+	bool asked = kva__admit_revalidate_front(e);
+	asked |= kva__lookup_evictions_continue(e);
 	asked |= kva_timerwheel_advance(&e->wheel, e->now, timer_fired, e);
 	asked |= kva__admit_head_recheck(e);
 	if (asked)

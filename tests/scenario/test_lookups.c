@@ -373,8 +373,10 @@ static void rule15_eviction_at_a_sharers_own_epoch_leaves_that_sharer_alone(void
 	sc_free(s);
 }
 
-/* What one step looks at of a pending eviction's sharers (lookup.c). */
+/* What one step looks at of a pending eviction's sharers (lookup.c), and
+ * how many requests at the queue's front it checks besides (admit.c). */
 #define EVICT_STEP 1024
+#define EVICT_FRONT 128
 
 /* n requests waiting behind a hog, all selecting local checkpoint 500 at
  * `epoch` (480 tokens: a full hit), blocked; *hog (if asked) holds the pool. */
@@ -403,7 +405,7 @@ static uint32_t step_out_evictions(struct sc *s)
 	do {
 		sc_step(s, SC_MS);
 		uint64_t now = sc_stats(s).revalidations;
-		assert_true(now - before <= EVICT_STEP + 1); /* + a head checked at admission */
+		assert_true(now - before <= EVICT_STEP + EVICT_FRONT + 1); /* + the head at admission */
 		before = now;
 		assert_true(++steps < 100);
 	} while (s->plan.backlog);
@@ -487,12 +489,12 @@ static void rule15_a_sharer_the_walk_has_not_reached_is_never_admitted_from_the_
 	assert_int_equal(kva_checkpoint_evicted(s->e, 500, 8), 0);
 	assert_int_equal(kva_finish(s->e, hog), 0); /* room for three restores now */
 	sc_step(s, 0);
-	/* the head looked up again when admission reached it; the directory's
-	 * answer (from its callback) came in this step, and it imports the
-	 * store's copy. So do the next two heads (90 of the 100 pages), which
-	 * the walk had not reached either; the fourth looks up and waits. */
+	/* the front of the queue (the walk had not reached it) looked up again
+	 * at the step's start; the directory's answers (from its callback) came
+	 * in this step, and the first three import the store's copy (90 of the
+	 * 100 pages) */
 	assert_int_equal(s->plan.n_admitted, 0);
-	assert_int_equal(sc_stats(s).revalidations, EVICT_STEP + 4);
+	assert_int_equal(sc_stats(s).revalidations, EVICT_STEP + EVICT_FRONT);
 	assert_int_equal(s->plan.n_copies, 3);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(s->copies[i].checkpoint_id, 600);
@@ -525,11 +527,11 @@ static void rule15_cancelled_sharers_do_not_cut_a_pending_walk_short(void **st)
 	evict_listing(s, 8, 9);
 	sc_step(s, SC_MS);
 	/* the walk looked at h[N - 1] .. h[N - 1024] (next: h[N - 1025]), and
-	 * admission at the head, h[0] */
-	assert_int_equal(sc_stats(s).revalidations, EVICT_STEP + 1);
+	 * the front of the queue at h[0] .. h[127] */
+	assert_int_equal(sc_stats(s).revalidations, EVICT_STEP + EVICT_FRONT);
 	assert_true(s->plan.backlog);
 	uint32_t cancelled = 0;
-	for (uint32_t i = 1; i + EVICT_STEP < N; i++)
+	for (uint32_t i = EVICT_FRONT; i + EVICT_STEP < N; i++)
 		if (i % 3 == 0 || i + EVICT_STEP + 1 == N || i + EVICT_STEP + 2 == N) {
 			assert_int_equal(kva_cancel(s->e, h[i]), 0);
 			cancelled++;
@@ -560,7 +562,7 @@ static void rule15_a_newer_eviction_during_a_walk_covers_every_older_copy(void *
 	sc_step(s, 0);
 	evict_listing(s, 8, 11); /* they find epoch 11 when they ask again */
 	sc_step(s, SC_MS); /* walked 1024 of the epoch-9 sharers: all kept */
-	assert_int_equal(sc_stats(s).revalidations, 1); /* the head, at admission */
+	assert_int_equal(sc_stats(s).revalidations, EVICT_FRONT); /* the queue's front */
 	assert_int_equal(kva_checkpoint_evicted(s->e, 500, 10), 0);
 	step_out_evictions(s);
 	assert_int_equal(sc_stats(s).revalidations, NA + NB);
@@ -646,6 +648,90 @@ static void rule15_evictions_faster_than_a_walk_still_reach_every_sharer(void **
 	assert_int_equal(sc_stats(s).revalidations, revalidated);
 	assert_false(s->plan.backlog);
 	sc_assert_conserved(s);
+	sc_free(s);
+}
+
+/* The walk starts from the most recently indexed sharers; a request it has
+ * not reached looks up again when admission gets to it. With a directory
+ * that answers a step later, the front of the queue must not look up one
+ * request per step: the first requests of the queue look up together at
+ * every step of a walk, so admission goes on at more than one a step. */
+static void rule15_the_front_of_the_queue_looks_up_again_first_during_a_walk(void **st)
+{
+	(void)st;
+	enum { N = 1500 }; /* more than a step's walk; lookups fit SC_MAX */
+	static kva_handle h[N];
+	kva_config cfg;
+	sc_config(&cfg);
+	cfg.total_pages = 4000;
+	cfg.max_running = 4096;
+	struct sc *s = sc_new(&cfg);
+	kva_checkpoint c = sc_ckpt(16, 500, 1); /* a full local hit, one page */
+	c.epoch = 7;
+	sc_dir_set(s, KEY, c);
+	kva_handle hog = sc_occupy(s, 1, 4000);
+	for (uint32_t i = 0; i < N; i++)
+		h[i] = sc_submit(s, 2 + i, KEY, 16);
+	sc_step(s, 0);
+	assert_true(s->plan.head_blocked);
+	sc_dir_clear(s); /* from now on the test answers, a step later */
+	uint32_t answered = s->n_lookups;
+	assert_int_equal(kva_checkpoint_evicted(s->e, 500, 8), 0);
+	assert_int_equal(kva_finish(s->e, hog), 0); /* room for all */
+	c.epoch = 9;
+	kva_manifest m = {.count = 1, .entries = {c}};
+	uint32_t admitted = 0;
+	for (int step = 0; step < 2; step++) { /* the walk has not reached the front */
+		admitted += (uint32_t)sc_step(s, SC_MS);
+		for (; answered < s->n_lookups; answered++)
+			assert_int_equal(kva_lookup_answer(s->e, s->lookups[answered].token, &m), 0);
+	}
+	assert_true(admitted >= 100);
+	kva_request_info info;
+	assert_int_equal(kva_query(s->e, h[0], &info), 0);
+	assert_int_equal(info.lookups, 2);
+	assert_int_equal(info.state, KVA_STATE_RUNNING);
+	sc_free(s);
+}
+
+/* Admission may reach past the queue's front that a step checks, before
+ * the walk does (here with a directory answering from its callback and room
+ * for everyone): each restore it admits is checked against the pending
+ * eviction first, so none is admitted from the lost copy. The lost copy
+ * covered the whole prompt (32 tokens), the directory now lists a shorter
+ * one (16): every admission must serve 16. */
+static void rule15_admission_never_takes_a_copy_a_pending_walk_made_stale(void **st)
+{
+	(void)st;
+	enum { N = 1500 };
+	kva_config cfg;
+	sc_config(&cfg);
+	cfg.total_pages = 4000;
+	cfg.max_running = 4096;
+	struct sc *s = sc_new(&cfg);
+	kva_checkpoint c = sc_ckpt(32, 500, 1);
+	c.epoch = 7;
+	sc_dir_set(s, KEY, c);
+	kva_handle hog = sc_occupy(s, 1, 4000);
+	for (uint32_t i = 0; i < N; i++)
+		sc_submit(s, 2 + i, KEY, 32);
+	sc_step(s, 0);
+	assert_true(s->plan.head_blocked);
+	c.position = 16;
+	c.epoch = 9;
+	sc_dir_clear(s);
+	sc_dir_set(s, KEY, c);
+	assert_int_equal(kva_checkpoint_evicted(s->e, 500, 8), 0);
+	assert_int_equal(kva_finish(s->e, hog), 0);
+	uint32_t admitted = 0;
+	for (int step = 0; step < 4; step++) {
+		admitted += (uint32_t)sc_step(s, SC_MS);
+		for (uint32_t k = 0; k < s->plan.n_admitted; k++) {
+			assert_int_equal(s->admitted[k].how, KVA_ADMIT_LOCAL);
+			assert_int_equal(s->admitted[k].local_tokens, 16);
+		}
+	}
+	assert_int_equal(admitted, N);
 	sc_free(s);
 }
 
@@ -955,6 +1041,8 @@ int main(void)
 		cmocka_unit_test(rule15_a_sharer_indexed_during_a_walk_keeps_the_floor_below_its_copy),
 		cmocka_unit_test(rule15_an_eviction_resent_during_a_walk_finds_a_sharer_indexed_since),
 		cmocka_unit_test(rule15_evictions_faster_than_a_walk_still_reach_every_sharer),
+		cmocka_unit_test(rule15_the_front_of_the_queue_looks_up_again_first_during_a_walk),
+		cmocka_unit_test(rule15_admission_never_takes_a_copy_a_pending_walk_made_stale),
 		cmocka_unit_test(rule15_local_selection_is_admitted_without_a_copy),
 		cmocka_unit_test(rule18_wait_logs_at_most_once_per_interval_and_refreshes),
 		cmocka_unit_test(rule18_capacity_wait_status_in_stats_metrics_and_log),
