@@ -631,6 +631,32 @@ static bool plan_valid(const kva_plan *p)
 	       (p->ended || !p->ended_cap);
 }
 
+/* Admission stopped at a head whose host checkpoint a reset forgot (it
+ * looks up now), or asked the directory again itself (a pending eviction
+ * newer than a head's copy, rule 15): when the directory answers from its
+ * callback, the answer is handled and admission goes on in this step rather
+ * than one such head per step. Each round admits at least one request or
+ * ends the loop. */
+static void admit_again(kva_engine *e)
+{
+	for (;;) {
+		bool forgotten = e->head_recheck && kva__admit_head_recheck(e);
+		if (!forgotten && !e->admit_asked)
+			break;
+		e->admit_asked = false;
+		handle_local(e);
+		/* the head blocked only until its lookup: whether a head waits
+		 * now is this round's to say */
+		e->plan->head_blocked = false;
+		if (!kva__admit_run(e))
+			break;
+	}
+	if (e->admit_asked) { /* the last round's lookups: answered in this step too */
+		e->admit_asked = false;
+		handle_local(e);
+	}
+}
+
 int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 {
 	if (!e || !plan || e->in_step || !plan_valid(plan))
@@ -648,9 +674,11 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	kva__lookup_step_begin(e);
 
 	handle_events(e);
-	/* rule 15: the queue's front first, then a budget of the walk */
-	bool asked = kva__admit_revalidate_front(e);
-	asked |= kva__lookup_evictions_continue(e);
+	bool asked = false;
+	if (e->n_evicting) { /* rule 15: the queue's front first, then a budget of the walk */
+		asked = kva__admit_revalidate_front(e);
+		asked |= kva__lookup_evictions_continue(e);
+	}
 	asked |= kva_timerwheel_advance(&e->wheel, e->now, timer_fired, e);
 	asked |= kva__admit_head_recheck(e);
 	if (asked)
@@ -658,28 +686,8 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	emit_ended(e);
 	kva__admit_start(e);
 	kva__admit_run(e);
-	/* Admission stopped at a head whose host checkpoint a reset forgot (it
-	 * looks up now), or asked the directory again itself (a pending
-	 * eviction newer than a head's copy, rule 15): when the directory
-	 * answers from its callback, the answer is handled and admission goes
-	 * on in this step rather than one such head per step. Each round
-	 * admits at least one request or ends the loop. */
-	for (;;) {
-		bool forgotten = e->head_recheck && kva__admit_head_recheck(e);
-		if (!forgotten && !e->admit_asked)
-			break;
-		e->admit_asked = false;
-		handle_local(e);
-		/* the head blocked only until its lookup: whether a head waits
-		 * now is this round's to say */
-		plan->head_blocked = false;
-		if (!kva__admit_run(e))
-			break;
-	}
-	if (e->admit_asked) { /* the last round's lookups: answered in this step too */
-		e->admit_asked = false;
-		handle_local(e);
-	}
+	if (e->head_recheck || e->admit_asked)
+		admit_again(e);
 	kva__copy_dispatch_pending(e); /* refused ranks: handled next step */
 	kva__rec_ids_settle(e);        /* the ended ids' map misses, last */
 	kva__rec_flush_retired(e);

@@ -36,26 +36,13 @@ static struct kva__req *at_slot(kva_engine *e, uint32_t slot_plus1)
 	return slot_plus1 ? kva_slab_get(&e->slab, slot_plus1 - 1) : NULL;
 }
 
-/* Sharers the pending evictions look at per step, all together: about
- * 0.13 ms of cache misses at a million waiting. */
-#define EVICT_STEP_RECORDS 1024
-
 #ifdef KVA_FAULT_INJECTION
-/* Test builds: fuzz_engine lowers it so that its few sharers walk over
- * several steps too. */
-static uint32_t evict_step_records = EVICT_STEP_RECORDS;
+uint32_t kva__evict_step_records = KVA__EVICT_STEP_RECORDS;
 void kva__evict_step_records_set(uint32_t n)
 {
-	evict_step_records = n ? n : EVICT_STEP_RECORDS;
+	kva__evict_step_records = n ? n : KVA__EVICT_STEP_RECORDS;
 }
-#else
-#define evict_step_records EVICT_STEP_RECORDS
 #endif
-
-void kva__lookup_step_begin(kva_engine *e)
-{
-	e->evict_budget = evict_step_records;
-}
 
 static struct kva__evict *evicting(kva_engine *e, uint64_t id)
 {
