@@ -616,7 +616,7 @@ bool kva__admit_head_recheck(kva_engine *e)
 bool kva__admit_revalidate_front(kva_engine *e)
 {
 	bool asked = false;
-	struct kva_waitq_node *n = e->n_evicting ? kva_waitq_first(&e->waitq) : NULL;
+	struct kva_waitq_node *n = kva_waitq_first(&e->waitq);
 	for (unsigned k = 0; n && k < EVICT_FRONT; k++) {
 		struct kva_waitq_node *next = kva_waitq_next(&e->waitq, n);
 		struct kva__req *r = kva__req_of_wq(n);

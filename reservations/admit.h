@@ -33,9 +33,9 @@ void kva__admit_reset_ready(kva_engine *e);
  * up again (rule 22; a reset walks no queue), and so do the forgotten ones
  * among the next few behind it. true if the head's lookup was issued. */
 bool kva__admit_head_recheck(kva_engine *e);
-/* While an eviction is revalidated over several steps (rule 15): the first
- * requests of the queue whose copy it made stale look up again now. true if
- * any did. */
+/* Only while an eviction is revalidated over several steps (rule 15,
+ * e->n_evicting): the first requests of the queue whose copy it made stale
+ * look up again now. true if any did. */
 bool kva__admit_revalidate_front(kva_engine *e);
 /* Once per step, before the first kva__admit_run: the step's token budget. */
 void kva__admit_start(kva_engine *e);

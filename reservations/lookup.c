@@ -14,12 +14,13 @@
  * each to add and remove and an eviction walks only its own sharers.
  *
  * An eviction newer than k sharers' copies needs k new decisions. The step
- * looks at EVICT_STEP_RECORDS sharers at most (rule 20), so a checkpoint
+ * looks at KVA__EVICT_STEP_RECORDS sharers at most (rule 20), so a checkpoint
  * shared by a million waiting requests is revalidated over many steps and
  * their lookups go out spread the same way: the eviction stays pending
  * (e->evicting) with a cursor into the list. Until the walk reaches a
- * sharer it waits behind the head, and admission asks every restore it is
- * about to admit whether a pending eviction is newer than its copy
+ * sharer it waits behind the head; the queue's front is checked at every
+ * step of a walk (admit.c), and admission asks every restore it is about
+ * to admit whether a pending eviction is newer than its copy
  * (kva__lookup_sel_evicted), so none is admitted from a lost checkpoint.
  *
  * Memory-order labels:
@@ -301,14 +302,21 @@ bool kva__lookup_sel_forgotten(kva_engine *e, const struct kva__req *r)
 	return host_stale(e, kva__sel(r));
 }
 
+/* r (WAITING) lost what it selected and looks up again; `keep`: the host's
+ * own checkpoint stays (kva__lookup_requeue). */
+static void relookup(kva_engine *e, struct kva__req *r, bool keep)
+{
+	kva__st_sched(e, ST_REVALIDATIONS, 1);
+	kva__lookup_requeue(e, r, keep);
+	lookup_abandon(e, r); /* a refresh still out */
+	kva__lookup_begin(e, r, false);
+}
+
 bool kva__lookup_host_forgotten(kva_engine *e, struct kva__req *r)
 {
 	if (!kva__lookup_sel_forgotten(e, r))
 		return false;
-	kva__st_sched(e, ST_REVALIDATIONS, 1);
-	kva__lookup_requeue(e, r, false);
-	lookup_abandon(e, r); /* a refresh still out */
-	kva__lookup_begin(e, r, false);
+	relookup(e, r, false);
 	return true;
 }
 
@@ -548,11 +556,8 @@ void kva__lookup_on_deadline(kva_engine *e, struct kva__req *r)
 /* r's copy of checkpoint `id` is older than an eviction: it looks up again. */
 static void revalidate(kva_engine *e, struct kva__req *r, uint64_t id)
 {
-	kva__st_sched(e, ST_REVALIDATIONS, 1);
 	int h = host_idx(e, r); /* another local checkpoint the host knows stays */
-	kva__lookup_requeue(e, r, h >= 0 && kva__ents(r)[h].id != id);
-	lookup_abandon(e, r); /* a refresh still out */
-	kva__lookup_begin(e, r, false);
+	relookup(e, r, h >= 0 && kva__ents(r)[h].id != id);
 }
 
 /* Looks at p's sharers from its cursor, at most *budget of them; true when
