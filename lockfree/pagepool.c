@@ -47,6 +47,12 @@ static inline uint64_t bit(uint32_t i)
 	return 1ull << (i % BITS);
 }
 
+/* The lowest k bits of a word set (k <= BITS). */
+static inline uint64_t first_bits(uint32_t k)
+{
+	return k >= BITS ? ~0ull : (1ull << k) - 1;
+}
+
 int kva_pagepool_init(struct kva_pagepool *p, uint32_t n)
 {
 	p->n = n;
@@ -68,14 +74,10 @@ int kva_pagepool_init(struct kva_pagepool *p, uint32_t n)
 		p->n = p->words = 0;
 		return -ENOMEM;
 	}
-	for (uint32_t w = 0; w < p->words; w++) {
-		uint32_t ids = n - w * BITS < BITS ? n - w * BITS : BITS;
-		atomic_init(&p->map[w], ids == BITS ? ~0ull : (1ull << ids) - 1);
-	}
-	for (uint32_t s = 0; s < sums; s++) {
-		uint32_t words = p->words - s * BITS < BITS ? p->words - s * BITS : BITS;
-		atomic_init(&p->summary[s], words == BITS ? ~0ull : (1ull << words) - 1);
-	}
+	for (uint32_t w = 0; w < p->words; w++)
+		atomic_init(&p->map[w], first_bits(n - w * BITS));
+	for (uint32_t s = 0; s < sums; s++)
+		atomic_init(&p->summary[s], first_bits(p->words - s * BITS));
 	atomic_init(&p->avail, n);
 	return 0;
 }
