@@ -233,13 +233,14 @@ for m in "${models[@]}"; do
   for mu in ${MUTANTS[$m]}; do
     searches=(0)
     [ -n "${LIVENESS[$m]:-}" ] && searches=(1 0)
+    built=1
     for np in "${searches[@]}"; do
       # shellcheck disable=SC2086
-      PAN_NP=$np run_pan "$m" "$mu" $defs "-DMUTANT_$mu" || break
+      PAN_NP=$np run_pan "$m" "$mu" $defs "-DMUTANT_$mu" || { built=0; break; }
       errs=$(grep -Eo 'errors: [0-9]+' <<<"$OUT" | awk '{print $2}' | head -1)
       [ "${errs:-0}" -gt 0 ] && [ -f "$DIR/$m.pml.trail" ] && break
     done
-    if [ ! -f "$DIR/pan.log" ]; then
+    if [ $built = 0 ]; then # DIR, OUT are still the last run's: never judge by them
       echo "FAIL  $m/$mu: spin or cc failed"
       fail=1
       continue
