@@ -152,19 +152,13 @@ static int read_line(struct child *c, char *line, size_t cap, uint64_t limit_ns)
 	}
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return (x > y) - (x < y);
-}
-
 static double median(const uint64_t *v, size_t n)
 {
 	uint64_t sorted[PROCESSES * ROUNDS];
 	if (n == 0 || n > PROCESSES * ROUNDS)
 		return 0;
 	memcpy(sorted, v, n * sizeof(*v));
-	qsort(sorted, n, sizeof(*sorted), cmp_u64);
+	qsort(sorted, n, sizeof(*sorted), bx_cmp_u64);
 	double mid = (double)sorted[n / 2];
 	return n % 2 ? mid : ((double)sorted[n / 2 - 1] + mid) / 2;
 }

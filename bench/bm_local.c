@@ -148,12 +148,6 @@ struct split {
 	uint64_t worst_ns[MAX_ROUNDS]; /* each round's longest step */
 };
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return x < y ? -1 : x > y;
-}
-
 static void report(gb_state *s, size_t n, struct split *sp)
 {
 	double it = (double)gb_iterations_done(s);
@@ -166,7 +160,7 @@ static void report(gb_state *s, size_t n, struct split *sp)
 	gb_counter(s, "sharing", (double)n, GB_COUNTER_DEFAULT);
 	if (sp->rounds) {
 		size_t kept = sp->rounds < MAX_ROUNDS ? sp->rounds : MAX_ROUNDS;
-		qsort(sp->worst_ns, kept, sizeof(sp->worst_ns[0]), cmp_u64);
+		qsort(sp->worst_ns, kept, sizeof(sp->worst_ns[0]), bx_cmp_u64);
 		gb_counter(s, "steps", (double)sp->steps / (double)sp->rounds, GB_COUNTER_DEFAULT);
 		gb_counter(s, "round_worst_step_us", (double)sp->worst_ns[kept / 2] / 1e3,
 		           GB_COUNTER_DEFAULT);

@@ -37,7 +37,8 @@
 #include "gbench.h"
 #include "pagepool.h"
 
-/* Times of one run's calls (thread CPU ns). */
+/* Times of one run's calls (ns: thread CPU time, or wall time where a
+ * benchmark says so). */
 struct calls {
 	uint64_t *ns;
 	size_t n, cap;
@@ -58,12 +59,6 @@ static void calls_add(struct calls *c, uint64_t ns)
 		c->ns[c->n++] = ns;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return x < y ? -1 : x > y;
-}
-
 /* Median and worst as counters named <what>_p50_us and <what>_worst_us, and
  * their ratio <what>_worst_over_p50. Frees the timings; returns the worst
  * (us). */
@@ -72,7 +67,7 @@ static double calls_report(gb_state *s, struct calls *c, const char *what)
 	char name[64];
 	double worst = 0;
 	if (c->n) {
-		qsort(c->ns, c->n, sizeof(*c->ns), cmp_u64);
+		qsort(c->ns, c->n, sizeof(*c->ns), bx_cmp_u64);
 		double p50 = (double)c->ns[c->n / 2] / 1e3;
 		worst = (double)c->ns[c->n - 1] / 1e3;
 		snprintf(name, sizeof(name), "%s_p50_us", what);

@@ -45,6 +45,12 @@ uint64_t bx_cpu_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+int bx_cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
 uint64_t bx_rss_bytes(void)
 {
 	unsigned long size = 0, resident = 0;

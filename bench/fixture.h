@@ -71,6 +71,8 @@ size_t bx_cap(size_t n);
 uint64_t bx_clock_ns(void);  /* CLOCK_MONOTONIC */
 uint64_t bx_cpu_ns(void);    /* CLOCK_THREAD_CPUTIME_ID: the calling thread's CPU time */
 uint64_t bx_rss_bytes(void);
+/* qsort comparator for uint64_t, ascending. */
+int bx_cmp_u64(const void *a, const void *b);
 
 /* A standard engine with all capacity free and nothing in it. Not cached. */
 struct bx *bx_new(void);
