@@ -378,22 +378,45 @@ static void rule15_eviction_at_a_sharers_own_epoch_leaves_that_sharer_alone(void
 #define EVICT_STEP 1024
 #define EVICT_FRONT 128
 
-/* n requests waiting behind a hog, all selecting local checkpoint 500 at
- * `epoch` (480 tokens: a full hit), blocked; *hog (if asked) holds the pool. */
+/* On s: n requests of `prompt` tokens (handles into h, if given) waiting
+ * behind a hog of `hog_pages`, all selecting local checkpoint 500 at
+ * `epoch`, a full hit, blocked. Returns the hog. */
+static kva_handle sharers(struct sc *s, kva_handle *h, uint32_t n, uint32_t prompt,
+                          uint64_t epoch, uint32_t hog_pages)
+{
+	kva_checkpoint c = sc_ckpt(prompt, 500, 1);
+	c.epoch = epoch;
+	sc_dir_set(s, KEY, c);
+	kva_handle hog = sc_occupy(s, 1, hog_pages);
+	for (uint32_t i = 0; i < n; i++) {
+		kva_handle x = sc_submit(s, 2 + i, KEY, prompt);
+		if (h)
+			h[i] = x;
+	}
+	sc_step(s, 0);
+	assert_true(s->plan.head_blocked);
+	return hog;
+}
+
+/* The default engine with n such requests of 480 tokens (30 pages) behind a
+ * hog of 90 pages; *hog (if asked) is the hog. */
 static struct sc *shared_local(kva_handle *h, uint32_t n, uint64_t epoch, kva_handle *hog)
 {
 	struct sc *s = sc_default();
-	kva_checkpoint c = sc_ckpt(480, 500, 1);
-	c.epoch = epoch;
-	sc_dir_set(s, KEY, c);
-	kva_handle occupy = sc_occupy(s, 1, 90);
+	kva_handle occupy = sharers(s, h, n, 480, epoch, 90);
 	if (hog)
 		*hog = occupy;
-	for (uint32_t i = 0; i < n; i++)
-		h[i] = sc_submit(s, 2 + i, KEY, 480);
-	sc_step(s, 0);
-	assert_true(s->plan.head_blocked);
 	return s;
+}
+
+/* An engine of 4,000 pages with room for as many running requests. */
+static struct sc *big_pool(void)
+{
+	kva_config cfg;
+	sc_config(&cfg);
+	cfg.total_pages = 4000;
+	cfg.max_running = 4096;
+	return sc_new(&cfg);
 }
 
 /* Steps until the step says nothing is left; each step revalidates at most
@@ -475,8 +498,8 @@ static void rule15_eviction_of_a_widely_shared_checkpoint_is_spread_over_steps(v
 /* The walk goes from the most recently indexed sharer, so the head of the
  * queue is the last it reaches. Capacity comes back in the eviction's
  * step: the head must not be admitted from the lost local copy on the way
- * (it looks up again when admission reaches it); it restores from the
- * store's copy instead, and no request is ever admitted LOCAL. */
+ * (the queue's front looks up again first); it restores from the store's
+ * copy instead, and no request is ever admitted LOCAL. */
 static void rule15_a_sharer_the_walk_has_not_reached_is_never_admitted_from_the_lost_copy(void **st)
 {
 	(void)st;
@@ -543,10 +566,11 @@ static void rule15_cancelled_sharers_do_not_cut_a_pending_walk_short(void **st)
 	sc_free(s);
 }
 
-/* A newer eviction arriving while a walk is pending makes it start again at
- * the newer epoch: sharers the first walk kept (their copy was newer than
- * the first eviction) are looked at again, and every sharer older than the
- * second eviction looks up again exactly once. */
+/* A newer eviction arriving while a walk is pending makes the rest of it
+ * look at the newer epoch, and one more pass follows: sharers the walk kept
+ * before (their copy was newer than the first eviction) are looked at again,
+ * and every sharer older than the second eviction looks up again exactly
+ * once. */
 static void rule15_a_newer_eviction_during_a_walk_covers_every_older_copy(void **st)
 {
 	(void)st;
@@ -570,6 +594,19 @@ static void rule15_a_newer_eviction_during_a_walk_covers_every_older_copy(void *
 	sc_free(s);
 }
 
+/* n sharers at epoch 7, the checkpoint evicted at 8 (the directory lists 9
+ * now) and one step of the walk taken; then a request joins, indexed under
+ * a copy at epoch 7 (*late). */
+static struct sc *walk_joined_by_a_stale_sharer(uint32_t n, kva_handle *late)
+{
+	struct sc *s = shared_local(NULL, n, 7, NULL);
+	evict_listing(s, 8, 9);
+	sc_step(s, SC_MS);
+	assert_true(s->plan.backlog);
+	*late = stale_sharer(s);
+	return s;
+}
+
 /* A request indexed while a walk is pending, with a copy older than the
  * eviction (a directory that had not heard of it yet), lies ahead of the
  * walk's cursor: the floor the finished walk leaves must stay below it, so
@@ -578,12 +615,8 @@ static void rule15_a_sharer_indexed_during_a_walk_keeps_the_floor_below_its_copy
 {
 	(void)st;
 	enum { N = 1500 };
-	static kva_handle h[N];
-	struct sc *s = shared_local(h, N, 7, NULL);
-	evict_listing(s, 8, 9);
-	sc_step(s, SC_MS);
-	assert_true(s->plan.backlog);
-	kva_handle late = stale_sharer(s);
+	kva_handle late;
+	struct sc *s = walk_joined_by_a_stale_sharer(N, &late);
 	step_out_evictions(s);
 	uint64_t revalidated = sc_stats(s).revalidations;
 	assert_int_equal(revalidated, N);
@@ -596,16 +629,13 @@ static void rule15_a_sharer_indexed_during_a_walk_keeps_the_floor_below_its_copy
 
 /* The same sharer, with the eviction resent while the walk is still
  * pending: the resend is not covered by the walk (the sharer is ahead of
- * its cursor), so the walk starts again and finds it. */
+ * its cursor), so one more pass follows and finds it. */
 static void rule15_an_eviction_resent_during_a_walk_finds_a_sharer_indexed_since(void **st)
 {
 	(void)st;
 	enum { N = 2500 };
-	static kva_handle h[N];
-	struct sc *s = shared_local(h, N, 7, NULL);
-	evict_listing(s, 8, 9);
-	sc_step(s, SC_MS);
-	kva_handle late = stale_sharer(s);
+	kva_handle late;
+	struct sc *s = walk_joined_by_a_stale_sharer(N, &late);
 	sc_step(s, SC_MS);
 	assert_true(s->plan.backlog); /* still walking */
 	assert_int_equal(kva_checkpoint_evicted(s->e, 500, 8), 0); /* resent */
@@ -661,23 +691,13 @@ static void rule15_the_front_of_the_queue_looks_up_again_first_during_a_walk(voi
 	(void)st;
 	enum { N = 1500 }; /* more than a step's walk; lookups fit SC_MAX */
 	static kva_handle h[N];
-	kva_config cfg;
-	sc_config(&cfg);
-	cfg.total_pages = 4000;
-	cfg.max_running = 4096;
-	struct sc *s = sc_new(&cfg);
-	kva_checkpoint c = sc_ckpt(16, 500, 1); /* a full local hit, one page */
-	c.epoch = 7;
-	sc_dir_set(s, KEY, c);
-	kva_handle hog = sc_occupy(s, 1, 4000);
-	for (uint32_t i = 0; i < N; i++)
-		h[i] = sc_submit(s, 2 + i, KEY, 16);
-	sc_step(s, 0);
-	assert_true(s->plan.head_blocked);
+	struct sc *s = big_pool();
+	kva_handle hog = sharers(s, h, N, 16, 7, 4000); /* one page each */
 	sc_dir_clear(s); /* from now on the test answers, a step later */
 	uint32_t answered = s->n_lookups;
 	assert_int_equal(kva_checkpoint_evicted(s->e, 500, 8), 0);
 	assert_int_equal(kva_finish(s->e, hog), 0); /* room for all */
+	kva_checkpoint c = sc_ckpt(16, 500, 1);
 	c.epoch = 9;
 	kva_manifest m = {.count = 1, .entries = {c}};
 	uint32_t admitted = 0;
@@ -704,20 +724,9 @@ static void rule15_admission_never_takes_a_copy_a_pending_walk_made_stale(void *
 {
 	(void)st;
 	enum { N = 1500 };
-	kva_config cfg;
-	sc_config(&cfg);
-	cfg.total_pages = 4000;
-	cfg.max_running = 4096;
-	struct sc *s = sc_new(&cfg);
-	kva_checkpoint c = sc_ckpt(32, 500, 1);
-	c.epoch = 7;
-	sc_dir_set(s, KEY, c);
-	kva_handle hog = sc_occupy(s, 1, 4000);
-	for (uint32_t i = 0; i < N; i++)
-		sc_submit(s, 2 + i, KEY, 32);
-	sc_step(s, 0);
-	assert_true(s->plan.head_blocked);
-	c.position = 16;
+	struct sc *s = big_pool();
+	kva_handle hog = sharers(s, NULL, N, 32, 7, 4000);
+	kva_checkpoint c = sc_ckpt(16, 500, 1);
 	c.epoch = 9;
 	sc_dir_clear(s);
 	sc_dir_set(s, KEY, c);
