@@ -41,3 +41,6 @@ run "warm 80k-104k, local cache prefix" --warm --local-cache prefix
 run "warm 120k-140k, local cache prefix" --warm --start-tokens 120000:140000 --local-cache prefix
 run "h200-70b cold" --profile h200-70b
 run "h200-70b warm" --profile h200-70b --warm
+run "window 2,400 s" --duration 2400
+run "window 3,600 s" --duration 3600
+run "window 7,200 s" --duration 7200
