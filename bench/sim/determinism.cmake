@@ -8,8 +8,21 @@
 # Usage: cmake -DSIM=/path/to/kvadmit-sim -P determinism.cmake
 include(${CMAKE_CURRENT_LIST_DIR}/sim_run.cmake)
 
+# No admission is preempted in the step that admitted it: the engine grants
+# every admission its first chunk, and a legacy recompute that keeps a local
+# hit takes the hit's pages too, or admits nothing while they do not fit.
+function(check_admissions name json)
+  foreach(policy legacy wait)
+    string(JSON n GET "${json}" policies ${policy} preempted_at_admission)
+    if(NOT n EQUAL 0)
+      message(FATAL_ERROR "${name}/${policy}: ${n} requests preempted in the step that admitted them")
+    endif()
+  endforeach()
+endfunction()
+
 function(run_twice name)
   sim_run_twice(${name} out ${ARGN})
+  check_admissions(${name} "${out}")
   message(STATUS "${name}: identical, invariants ok")
 endfunction()
 

@@ -311,6 +311,8 @@ static void json_policy(FILE *f, const struct sim_scenario *sc, struct sim_resul
 		(unsigned long long)r->in_flight, r->in_flight_age_s);
 	fprintf(f, "\"hold_steps\":%llu,\"budget_spent_steps\":%llu,",
 		(unsigned long long)r->hold_steps, (unsigned long long)r->budget_steps);
+	fprintf(f, "\"preempted_at_admission\":%llu,",
+		(unsigned long long)r->preempted_at_admission);
 	fprintf(f, "\"legacy_kept_local\":{\"admissions\":%llu,\"tokens\":%llu},",
 		(unsigned long long)r->kept_local, (unsigned long long)r->kept_local_tokens);
 	if (sc->no_wall)

@@ -199,6 +199,22 @@ static void finish_turn(struct sim *s, struct sim_agent *a)
 
 /* ---- the engine's plan --------------------------------------------------------- */
 
+/* Legacy with --keep-local: the pages of the local hit a recompute of a keeps
+ * (vLLM's get_computed_blocks, found before the connector is asked): page-
+ * aligned, at least one token left to compute, a recurrent bundle only whole
+ * and only if it ends within what is recomputed. 0: none. */
+static uint32_t kept_local_pages(const struct sim *s, const struct sim_agent *a)
+{
+	uint32_t pt = s->sc->page_tokens;
+	if (s->policy != SIM_POLICY_LEGACY || !s->sc->keep_local || !a->in_lru)
+		return 0;
+	uint64_t cap = ((uint64_t)a->prompt + a->decoded - 1) / pt * pt;
+	uint64_t have = (uint64_t)a->local_pages * pt;
+	if (s->sc->local_boundary && have > cap)
+		return 0;
+	return (uint32_t)((have < cap ? have : cap) / pt);
+}
+
 static void take_admission(struct sim_node *n, const kva_admission *ad)
 {
 	struct sim *s = n->s;
@@ -216,6 +232,27 @@ static void take_admission(struct sim_node *n, const kva_admission *ad)
 		return;
 	}
 	uint32_t local = ad->local_tokens, ext = ad->restored_tokens;
+	uint32_t kept_pages = 0; /* a kept local hit's pages, taken beyond ad->npages */
+	if (ad->how == KVA_ADMIT_RECOMPUTE && ad->reason == KVA_REASON_LEGACY &&
+	    (kept_pages = kept_local_pages(s, a)) != 0) {
+		/* The engine granted a recompute's first chunk only; the kept
+		 * prefix needs its own pages on top (node_step held admissions
+		 * while they did not fit). Taken now, or, if this step's other
+		 * admissions took them, the engine's recompute from 0 stands:
+		 * the admission must not preempt itself before it ran a token. */
+		kva_stats st;
+		kva_stats_get(n->e, &st);
+		uint32_t reserve = sim_decode_reserve_pages(s->sc);
+		int rc = st.free_pages >= (uint64_t)kept_pages + reserve
+			     ? kva_grow(n->e, a->h, kept_pages, NULL)
+			     : -ENOSPC;
+		if (rc == -ENOSPC)
+			kept_pages = 0;
+		else if (rc != 0) {
+			sim_fatal(s, "kva_grow", rc);
+			return;
+		}
+	}
 	if (ad->how == KVA_ADMIT_LOCAL) {
 		uint64_t have = a->in_lru ? (uint64_t)a->local_pages * pt : 0;
 		if (have < local) {
@@ -225,19 +262,12 @@ static void take_admission(struct sim_node *n, const kva_admission *ad)
 			local = (uint32_t)have;
 		}
 		sim_cache_drop(s, a, false); /* its pages are this request's now */
-	} else if (ad->how == KVA_ADMIT_RECOMPUTE && ad->reason == KVA_REASON_LEGACY &&
-		   s->sc->keep_local && a->in_lru &&
-		   (!s->sc->local_boundary ||
-		    (uint64_t)a->local_pages * pt <=
-			((uint64_t)a->prompt + a->decoded - 1) / pt * pt)) {
+	} else if (kept_pages) {
 		/* vLLM: the local prefix-cache hit (get_computed_blocks) is found
 		 * before the connector is asked; refusing the external part does
 		 * not drop it. Page-aligned, and at least one token to compute;
 		 * a recurrent bundle only whole. */
-		uint64_t total = (uint64_t)a->prompt + a->decoded;
-		uint64_t cap = (total - 1) / pt * pt;
-		uint64_t have = (uint64_t)a->local_pages * pt;
-		local = (uint32_t)(have < cap ? have : cap);
+		local = kept_pages * pt;
 		s->res->kept_local++;
 		s->res->kept_local_tokens += local;
 		sim_cache_drop(s, a, false);
@@ -256,7 +286,7 @@ static void take_admission(struct sim_node *n, const kva_admission *ad)
 	a->admitted_once = true;
 	a->kv = local + ext;
 	a->admit_pos = a->kv;
-	a->held_pages = ad->npages;
+	a->held_pages = ad->npages + kept_pages;
 	/* after a preemption the tokens decoded so far are prefilled again */
 	a->prefill_left = a->prompt + a->decoded - a->kv;
 	run_link(n, a);
@@ -302,6 +332,7 @@ static void preempt(struct sim_node *n, struct sim_agent *v)
 	}
 	run_unlink(n, v);
 	n->preempted = true;
+	s->res->preempt_calls++;
 	/* its pages return to the pool still holding its KV. A recurrent
 	 * model has state only at request boundaries: its prompt's end once
 	 * the prompt is prefilled, else the bundle it was admitted from */
@@ -690,6 +721,47 @@ static double wall_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+static int head_of(void *ctx, const kva_waiting_info *w)
+{
+	*(struct sim_agent **)ctx = w->user;
+	return 1;
+}
+
+/* Legacy with --keep-local: vLLM schedules a waiting request with a local
+ * hit only when the pool holds the hit's pages and its first chunk
+ * (allocate_slots counts the hit's evictable cached blocks among those it
+ * allocates) and otherwise admits nothing more this step; the engine's
+ * legacy recompute checks its first chunk from token 0 only. When the FCFS
+ * head would keep a hit that does not fit, hold this step's admissions. (A
+ * restore or local admission of the head would need its whole prompt, more
+ * than that: none is lost. Not while restores own pages: a hold would stop
+ * READY ones too.) */
+static bool kept_local_waits(struct sim_node *n, uint32_t prefill_budget)
+{
+	struct sim *s = n->s;
+	struct sim_agent *a = NULL;
+	if (s->policy != SIM_POLICY_LEGACY || !s->sc->keep_local)
+		return false;
+	if (kva_waiting_foreach(n->e, head_of, &a, 1) != 1 || !a)
+		return false;
+	uint32_t kept = kept_local_pages(s, a);
+	if (!kept)
+		return false;
+	uint32_t pt = s->sc->page_tokens;
+	uint64_t rest = (uint64_t)a->prompt + a->decoded - (uint64_t)kept * pt;
+	uint64_t chunk = s->sc->m.step_token_budget;
+	if (chunk > prefill_budget)
+		chunk = prefill_budget;
+	if (rest < chunk)
+		chunk = rest;
+	kva_stats st;
+	kva_stats_get(n->e, &st);
+	if (st.importing || st.ready)
+		return false; /* a hold would keep them from the pages they own */
+	uint64_t need = (uint64_t)kept + pages_for(s, chunk) + sim_decode_reserve_pages(s->sc);
+	return st.free_pages < need;
+}
+
 /* One scheduler iteration of engine n at s->now_ns: the GPU step that ends
  * now completes, the running requests take their tokens, the engine admits
  * within the rest, and the next GPU step starts (or the engine idles). */
@@ -725,6 +797,8 @@ static void node_step(struct sim_node *n)
 		s->res->hold_steps++;
 	else if (!prefill_budget)
 		s->res->budget_steps++;
+	else if (kept_local_waits(n, prefill_budget))
+		n->plan.hold_admissions = true;
 	/* the grows above took free credits: cached pages they reached are
 	 * gone before the engine admits anything from them */
 	sim_cache_fit(n);
@@ -742,8 +816,12 @@ static void node_step(struct sim_node *n)
 	if (s->fatal)
 		return;
 	struct sim_agent *first_new = old_tail ? sim_list_next(&n->run, old_tail) : n->run.head;
+	uint64_t preempted_before = s->res->preempt_calls;
 	if (first_new)
 		schedule_from(n, first_new, &b, &prefill_budget);
+	/* every admission owns the pages of its first chunk: one preempted
+	 * here was admitted in vain (counted: the scenario tests expect 0) */
+	s->res->preempted_at_admission += s->res->preempt_calls - preempted_before;
 	if (s->fatal)
 		return;
 	if (b.n_decode || b.prefill_tokens) {

@@ -324,6 +324,8 @@ struct sim_result {
 	double in_flight_age_s; /* their mean age then */
 	uint64_t hold_steps, budget_steps; /* steps that preempted / spent the token budget */
 	uint64_t kept_local, kept_local_tokens; /* legacy recomputes that kept a local hit */
+	uint64_t preempt_calls;		 /* kva_preempt calls (the engine counts them too) */
+	uint64_t preempted_at_admission; /* of them: a request admitted in the same step */
 	struct sim_samples turn_s, ttft_s;
 	uint64_t evicted_pages, evictions_reported, stale_local;
 	uint64_t shrunk_entries; /* evictions that left a shorter entry (prefix caches only) */
