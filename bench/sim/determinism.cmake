@@ -28,8 +28,18 @@ endfunction()
 
 # The default shape (production profile, cold start), shorter.
 run_twice(defaults --agents 4 --duration 120 --seed 7)
-# The 70B profile from a warm start: legacy preempts and keeps local hits.
+# The 70B profile from a warm start: legacy preempts, and its head waits while
+# the local hit it would keep and its first chunk do not fit.
 run_twice(h200_warm --profile h200-70b --warm --agents 6 --duration 300 --seed 5)
+# The 70B profile from a cold start: legacy recomputes that keep a local hit
+# (--keep-local, the profile's default) are admitted and run.
+sim_run_twice(h200_keep_local out --profile h200-70b --agents 6 --duration 600 --seed 5)
+check_admissions(h200_keep_local "${out}")
+string(JSON kept GET "${out}" policies legacy legacy_kept_local admissions)
+if(kept LESS 1)
+  message(FATAL_ERROR "h200_keep_local: no legacy recompute kept a local hit")
+endif()
+message(STATUS "h200_keep_local: identical, ${kept} legacy recomputes kept a local hit")
 # Several engines sharing the store and the directory.
 run_twice(nodes --nodes 3 --agents 20 --duration 300 --seed 2 --warm)
 # Failure paths: copies fail, lookups time out, restores give up waiting.
