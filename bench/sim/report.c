@@ -258,7 +258,8 @@ void sim_print_table(FILE *f, const struct sim_scenario *sc, struct sim_result *
 	     (unsigned long long)x->st.admitted_local);
 	ROWF("legacy recomputes keeping local", "%llu", (unsigned long long)x->kept_local);
 	ROWF("engine steps", "%llu", (unsigned long long)x->st.steps);
-	ROWF("GPU busy", "%.0f%%", 100 * x->gpu_busy_s / sc->duration_s);
+	/* busy time is summed over engines: the share is per engine */
+	ROWF("GPU busy (mean of engines)", "%.0f%%", 100 * x->gpu_busy_s / sc->duration_s / sc->nodes);
 	ROWF("contexts / pool: mean, end", "%.1fx, %.1fx", x->ctx_to_pool_mean, x->ctx_to_pool_end);
 	ROWF("compactions (new sessions)", "%llu", (unsigned long long)x->compactions);
 	ROWF("invariants (credits, leaks, ends)", "%s", mx->ok ? "ok" : "FAILED");
