@@ -400,6 +400,13 @@ static void upgrade(kva_engine *e, struct kva__req *r, int cur)
 	if (cur >= 0) {
 		if (kva__ents(r)[best].position <= kva__ents(r)[cur].position)
 			best = cur;
+		/* Unchanged (the directory's entry, still indexed): it keeps its
+		 * place in the index. Indexed again it would go to the list's
+		 * front, behind a pending walk's cursor (rule 15), which would
+		 * then never look at its copy. */
+		if (best == cur && (r->flags & KVA__F_INDEXED) &&
+		    !(kva__ents(r)[cur].reserved_ & KVA__CK_HOST))
+			return;
 	} else if (r->reason == KVA_REASON_TOO_LARGE || r->reason == KVA_REASON_WAIT_EXPIRED ||
 	           too_large(e, r)) {
 		return;

@@ -744,6 +744,46 @@ static void rule15_admission_never_takes_a_copy_a_pending_walk_made_stale(void *
 	sc_free(s);
 }
 
+/* A sharer the walk has not reached yet whose host states a shorter local
+ * checkpoint (rule 22) keeps its selection, the copy the pending eviction
+ * made stale, and is indexed again at the list's front, behind the walk's
+ * cursor: the walk must still make it look up again, or once the walk is
+ * done admission takes the lost copy. */
+static void rule15_a_sharer_reindexed_before_the_walk_reaches_it_still_looks_up_again(void **st)
+{
+	(void)st;
+	enum { N = 1500, V = 300 }; /* V: past the queue's front, before the walk */
+	static kva_handle h[N];
+	struct sc *s = big_pool();
+	kva_handle hog = sharers(s, h, N, 32, 7, 4000); /* full local hits of 32 tokens */
+	kva_checkpoint c = sc_ckpt(16, 500, 1);
+	c.epoch = 9;
+	sc_dir_clear(s);
+	sc_dir_set(s, KEY, c); /* the store has a shorter copy now */
+	assert_int_equal(kva_checkpoint_evicted(s->e, 500, 8), 0);
+	sc_step(s, SC_MS);
+	assert_true(s->plan.backlog);
+	kva_request_info info;
+	assert_int_equal(kva_query(s->e, h[V], &info), 0);
+	assert_int_equal(info.lookups, 1); /* not reached yet */
+	kva_checkpoint mine = sc_ckpt(16, 700, 1);
+	assert_int_equal(kva_local_checkpoint(s->e, h[V], &mine), 0);
+	step_out_evictions(s);
+	assert_int_equal(kva_query(s->e, h[V], &info), 0);
+	assert_int_equal(info.lookups, 2);
+	assert_int_equal(sc_stats(s).revalidations, N);
+	assert_int_equal(kva_finish(s->e, hog), 0);
+	const kva_admission *a = NULL;
+	for (int i = 0; i < 4 && !a; i++) {
+		sc_step(s, SC_MS);
+		a = sc_admitted(s, h[V]);
+	}
+	assert_non_null(a);
+	assert_int_equal(a->how, KVA_ADMIT_LOCAL);
+	assert_int_equal(a->local_tokens, 16); /* never the lost copy's 32 */
+	sc_free(s);
+}
+
 static void rule15_local_selection_is_admitted_without_a_copy(void **st)
 {
 	(void)st;
@@ -1052,6 +1092,7 @@ int main(void)
 		cmocka_unit_test(rule15_evictions_faster_than_a_walk_still_reach_every_sharer),
 		cmocka_unit_test(rule15_the_front_of_the_queue_looks_up_again_first_during_a_walk),
 		cmocka_unit_test(rule15_admission_never_takes_a_copy_a_pending_walk_made_stale),
+		cmocka_unit_test(rule15_a_sharer_reindexed_before_the_walk_reaches_it_still_looks_up_again),
 		cmocka_unit_test(rule15_local_selection_is_admitted_without_a_copy),
 		cmocka_unit_test(rule18_wait_logs_at_most_once_per_interval_and_refreshes),
 		cmocka_unit_test(rule18_capacity_wait_status_in_stats_metrics_and_log),
