@@ -505,9 +505,21 @@ static bool take_more(kva_engine *e, struct kva__req *r, uint32_t tokens)
 }
 
 /* A request that owns its capacity (import done, or an owned fallback) is
- * admitted past a blocked head (rule 7). false when the plan is full. */
-static bool admit_ready(kva_engine *e, struct kva__req *r)
+ * admitted past a blocked head (rule 7): 1. 0 when the plan is full. -1
+ * when the local checkpoint it is READY on (a shorter one after its copy
+ * failed, rule 11) was reported evicted since it took it: it gives its
+ * capacity back and looks up again from the front, as a reset's READY
+ * restore does (rules 15, 17), never admitted from a lost checkpoint. */
+static int admit_ready(kva_engine *e, struct kva__req *r)
 {
+	if ((r->flags & KVA__F_RESTORE) && kva__held_gone(e, kva__sel(r))) {
+		ready_remove(e, r);
+		kva__st_sched(e, ST_REVALIDATIONS, 1);
+		kva__rec_give_back(e, r, 0, true);
+		kva__admit_requeue_front(e, r, false);
+		e->admit_asked = true; /* its callback answer is handled in this step */
+		return -1;
+	}
 	if (budget_spent(e))
 		return false;
 	struct kva__grant *g = kva__grant(r);
@@ -643,9 +655,10 @@ uint32_t kva__admit_run(kva_engine *e)
 	/* rule 7: restores that own their capacity go first, past the head */
 	while (e->n_ready) {
 		plan->records_touched++;
-		if (!admit_ready(e, e->ready[0].r))
+		int rc = admit_ready(e, e->ready[0].r);
+		if (!rc)
 			break;
-		left++;
+		left += rc > 0;
 	}
 	/* FCFS: admit from the head until one is blocked; never look further.
 	 * Admitting a run of heads, a scout runs ADMIT_AHEAD records ahead and

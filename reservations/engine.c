@@ -147,9 +147,11 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 		goto fail_slab;
 	if (kva_idmap_init(&e->ckpt, kva__alloc, kva__free, 64) != 0)
 		goto fail_ids;
+	if (kva__held_init(e) != 0)
+		goto fail_ckpt;
 	if (kva_slab_init(&e->cancels, sizeof(struct kva__cancel), offsetof(struct kva__cancel, rcu),
 	                  kva__calloc_big, kva__free_big) != 0)
-		goto fail_ckpt;
+		goto fail_held;
 	e->ready = kva__alloc(cfg->max_running * sizeof(*e->ready));
 	if (!e->ready)
 		goto fail_cancels;
@@ -175,6 +177,8 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	return e;
 fail_cancels:
 	kva_slab_fini(&e->cancels);
+fail_held:
+	kva__held_fini(e);
 fail_ckpt:
 	kva_idmap_fini(&e->ckpt);
 fail_ids:
@@ -245,6 +249,7 @@ void kva_engine_destroy(kva_engine *e)
 	kva__lookup_evictions_free(e);
 	kva_idmap_fini(&e->live_ids);
 	kva_idmap_fini(&e->ckpt);
+	kva__held_fini(e);
 	kva_pagepool_fini(&e->pool);
 	kva_fanin_fini(&e->inbox);
 	kva_inbox_fini(&e->local);
@@ -284,6 +289,10 @@ static bool end_departing(kva_engine *e, uint64_t id)
 /* 0, or -ENOMEM: nothing changed, the event is retried next step. */
 static int handle_submit(kva_engine *e, struct kva__req *r)
 {
+	/* the host's checkpoint it may carry is held from its ingest on
+	 * (record.c): room first, so that nothing fails halfway */
+	if (r->nents && kva__held_reserve(e, r->nents) != 0)
+		return -ENOMEM;
 	int rc = kva__rec_claim_id(e, r);
 	if (rc == -EEXIST && end_departing(e, r->id))
 		rc = kva__rec_claim_id(e, r);
@@ -297,7 +306,8 @@ static int handle_submit(kva_engine *e, struct kva__req *r)
 		kva__rec_end(e, r, KVA_STATE_REJECTED);
 		return 0;
 	}
-	r->flags |= KVA__F_INGESTED;
+	r->flags |= KVA__F_INGESTED | KVA__F_HELD;
+	kva__held_hold_all(e, r);
 	kva__st_sched(e, ST_WAITING, 1);
 	kva__admit_enqueue(e, r);
 	return 0;

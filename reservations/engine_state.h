@@ -28,6 +28,16 @@ enum kva__hist { H_CAPACITY_WAIT, H_LOOKUP, H_COPY, H_ADMISSION, H_COUNT };
 #define KVA__IDS_LEAVING 16         /* ended ids whose live-id entries go at the next settle */
 #define KVA__EVICTING 8             /* evictions revalidated over several steps at once (lookup.c) */
 
+/* The engine's record of the local checkpoints live requests hold in their
+ * manifests (record.c, "held local checkpoints"): how many entries hold one
+ * id, and the newest epoch an eviction of it reported. */
+struct kva__held {
+	uint64_t evicted;   /* newest eviction epoch reported while held; 0 none */
+	uint32_t refs;      /* entries of live records' manifests with this id */
+	uint32_t next_free; /* on the free list: the next one's index + 1 */
+};
+#define KVA__HELD_CHUNK 1024u /* trackers allocated together, never moved */
+
 struct kva__shard {
 	alignas(64) _Atomic uint64_t submitted;
 };
@@ -72,6 +82,12 @@ struct kva_engine {
 	uint64_t ids_leaving[KVA__IDS_LEAVING];
 	uint32_t n_ids_leaving;
 	struct kva_idmap ckpt;              /* selected checkpoint id -> first waiting slot */
+	/* Local checkpoint id -> its tracker's index, for every local entry of
+	 * a live (ingested) record's manifest, selected or not (record.c). */
+	struct kva_idmap held;
+	struct kva__held **held_chunks;
+	uint32_t n_held_chunks, held_chunks_cap;
+	uint32_t held_free, n_held_free; /* free trackers: index + 1 list, its length */
 	/* Evictions whose sharers are still being looked at, a budget of them
 	 * per step (lookup.c). */
 	struct kva__evict *evicting[KVA__EVICTING];

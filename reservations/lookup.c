@@ -138,6 +138,7 @@ void kva__manifest_drop(kva_engine *e, struct kva__req *r)
 {
 	ckpt_unindex(e, r);
 	restore_gauge(e, r, false);
+	kva__held_drop_all(e, r);
 	if (r->nents > 1)
 		kva__answer_free(r->manifest);
 	r->nents = 0;
@@ -209,15 +210,27 @@ static bool host_stale(kva_engine *e, const kva_checkpoint *c)
 	return (c->reserved_ & KVA__CK_HOST) && c->reserved_ != kva__host_mark(e);
 }
 
+/* A retained entry that can no longer be taken: a host checkpoint a reset
+ * forgot, or a local checkpoint reported evicted (at an epoch newer than
+ * this copy) while requests held it (record.c, held local checkpoints). */
+static bool entry_gone(kva_engine *e, const kva_checkpoint *c)
+{
+	return host_stale(e, c) || kva__held_gone(e, c);
+}
+
 /* The longest compatible checkpoint that does not extend past the prompt
- * and lies below below_pos; -1 if none. */
+ * and lies below below_pos; -1 if none. `held`: r's retained entries, so
+ * none reported evicted since r held it is taken (rules 11, 22). A
+ * directory's answer is taken as it lists its entries (`held` false): it is
+ * the news its directory had when it answered, and the checkpoint index
+ * revalidates the one selected from it when its eviction comes (rule 15). */
 static int select_entry(kva_engine *e, const kva_checkpoint *ents, uint32_t count,
-                        uint32_t prompt, uint64_t below_pos)
+                        uint32_t prompt, uint64_t below_pos, bool held)
 {
 	for (int i = (int)count - 1; i >= 0; i--) {
 		const kva_checkpoint *c = &ents[i];
 		if (c->compatible && c->position <= prompt && c->position < below_pos &&
-		    !host_stale(e, c))
+		    !host_stale(e, c) && !(held && kva__held_gone(e, c)))
 			return i;
 	}
 	return -1;
@@ -225,7 +238,8 @@ static int select_entry(kva_engine *e, const kva_checkpoint *ents, uint32_t coun
 
 int kva__select_shorter(kva_engine *e, const struct kva__req *r)
 {
-	return select_entry(e, kva__ents(r), r->nents, r->prompt_tokens, kva__sel(r)->position);
+	return select_entry(e, kva__ents(r), r->nents, r->prompt_tokens, kva__sel(r)->position,
+	                    true);
 }
 
 void kva__select(kva_engine *e, struct kva__req *r, int sel)
@@ -244,10 +258,15 @@ void kva__select(kva_engine *e, struct kva__req *r, int sel)
 }
 
 /* Adopts `a` as r's retained manifest with entry `sel` selected; a single
- * entry is kept in the record and the answer freed. */
+ * entry is kept in the record and the answer freed. Its entries are held
+ * before the old ones are dropped (room: kva__lookup_on_answer), so an
+ * entry in both keeps what its id's eviction record says. */
 static void manifest_adopt(kva_engine *e, struct kva__req *r, struct kva__answer *a, int sel)
 {
 	bool host = r->flags & KVA__F_HOSTLOCAL; /* merged into a by the caller */
+	if (r->flags & KVA__F_HELD)
+		for (uint32_t i = 0; i < a->count; i++)
+			kva__held_hold(e, &a->entries[i]);
 	kva__manifest_drop(e, r);
 	if (host)
 		r->flags |= KVA__F_HOSTLOCAL;
@@ -284,11 +303,12 @@ static int host_entry(const struct kva__req *r)
 	return -1;
 }
 
-/* The same, -1 also when it was stated before the last reset. */
+/* The same, -1 also when it was stated before the last reset or was
+ * reported evicted since it was stated. */
 static int host_idx(kva_engine *e, const struct kva__req *r)
 {
 	int h = host_entry(r);
-	return h >= 0 && host_stale(e, &kva__ents(r)[h]) ? -1 : h;
+	return h >= 0 && entry_gone(e, &kva__ents(r)[h]) ? -1 : h;
 }
 
 uint32_t kva__host_position(kva_engine *e, const struct kva__req *r)
@@ -351,8 +371,11 @@ void kva__lookup_requeue(kva_engine *e, struct kva__req *r, bool keep)
 {
 	int h = keep ? host_idx(e, r) : -1;
 	kva_checkpoint host;
-	if (h >= 0)
+	if (h >= 0) {
 		host = kva__ents(r)[h];
+		if (r->flags & KVA__F_HELD) /* held already: no room needed */
+			kva__held_hold(e, &host);
+	}
 	kva__manifest_drop(e, r);
 	if (h >= 0) {
 		r->one = host;
@@ -394,7 +417,7 @@ void kva__lookup_begin(kva_engine *e, struct kva__req *r, bool resume)
  * block the head for good. */
 static void upgrade(kva_engine *e, struct kva__req *r, int cur)
 {
-	int best = select_entry(e, kva__ents(r), r->nents, r->prompt_tokens, ANY_POSITION);
+	int best = select_entry(e, kva__ents(r), r->nents, r->prompt_tokens, ANY_POSITION, true);
 	if (best < 0)
 		return;
 	if (cur >= 0) {
@@ -427,6 +450,13 @@ void kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoin
 	if (kva__state_is_terminal(st) || (h >= 0 && kva__ents(r)[h].position >= cp->position) ||
 	    host_stale(e, cp))
 		return; /* ended meanwhile, no news, or stated before a reset called since */
+	bool held = r->flags & KVA__F_HELD; /* else held at its ingest, still to come */
+	if (held && kva__held_reserve(e, 1) != 0) {
+		/* no room to remember its eviction: not stated (no reuse lost
+		 * that was ever promised; the host hears of the memory) */
+		kva__alloc_failed(e, r->id, "local checkpoint");
+		return;
+	}
 	bool restore = r->flags & KVA__F_RESTORE;
 	uint64_t sel_id = restore ? kva__sel(r)->id : 0;
 	/* The index is keyed by the selected checkpoint's id: a selected host
@@ -447,6 +477,12 @@ void kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoin
 		r->manifest = grow;
 	}
 	kva_checkpoint *ents = need > 1 ? r->manifest->entries : &r->one;
+	if (held) { /* cp in, the entries put_host replaces out */
+		kva__held_hold(e, cp);
+		for (uint32_t i = 0; i < n; i++)
+			if ((ents[i].reserved_ & KVA__CK_HOST) || ents[i].id == cp->id)
+				kva__held_drop(e, &ents[i]);
+	}
 	uint32_t cnt = put_host(ents, n, cp);
 	if (need > 1 && cnt == 1) { /* it replaced the only other entry */
 		struct kva__answer *m = r->manifest;
@@ -497,15 +533,20 @@ int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a)
 		kva__answer_free(a);
 		return 0;
 	}
-	/* An index entry must not fail halfway: make room first. */
-	if (kva_idmap_reserve(&e->ckpt, 1) != 0)
+	/* An index entry must not fail halfway: make room first, also for
+	 * the answer's local entries among the held ones (record.c; the
+	 * host's, merged below, is held already). */
+	uint32_t locals = 0;
+	for (uint32_t i = 0; i < a->count; i++)
+		locals += a->entries[i].location == KVA_LOC_LOCAL;
+	if (kva_idmap_reserve(&e->ckpt, 1) != 0 || (locals && kva__held_reserve(e, locals) != 0))
 		return -ENOMEM;
 	atomic_store_explicit(&r->lookup_word, a->token.seq << 1, memory_order_relaxed);
 	kva__st_sched(e, ST_ANSWERED, 1);
 	int h = host_idx(e, r); /* rule 22: the directory does not know the host's cache */
 	if (h >= 0)
 		a->count = put_host(a->entries, a->count, &kva__ents(r)[h]); /* room: cap */
-	int sel = select_entry(e, a->entries, a->count, r->prompt_tokens, ANY_POSITION);
+	int sel = select_entry(e, a->entries, a->count, r->prompt_tokens, ANY_POSITION, false);
 
 	if (r->flags & KVA__F_REFRESH) {
 		/* rule 18: the refresh's answer replaces the retained manifest —
@@ -612,6 +653,8 @@ static void evict_done(kva_engine *e, struct kva__evict *p)
  * budget allows now, the rest in the next steps (the file comment). */
 void kva__lookup_on_evict(kva_engine *e, struct kva__evict *ev)
 {
+	/* requests holding it unselected: remembered for when they take it */
+	kva__held_evicted(e, ev->checkpoint_id, ev->epoch);
 	uint32_t *first = kva_idmap_find(&e->ckpt, ev->checkpoint_id);
 	struct kva__req *r = first ? kva_slab_get(&e->slab, *first) : NULL;
 	struct kva__evict *p = e->n_evicting ? evicting(e, ev->checkpoint_id) : NULL;

@@ -430,8 +430,158 @@ static void manifest_free(struct kva__req *r)
 	r->nents = 0;
 }
 
+/* ---- held local checkpoints ---------------------------------------------------------
+ *
+ * The checkpoint index (lookup.c) finds a waiting request by the checkpoint
+ * it selected. A request also holds entries it has not selected: the
+ * shorter ones of its manifest (rule 11 takes one when copies fail), the
+ * host's own (rule 22: a lookup's miss or timeout, a preemption's resume,
+ * the local tokens of an import's admission). An external entry taken later
+ * is copied, and its copy finds out; a local one is not, so its eviction
+ * must not be forgotten while a request holds it. The engine counts the
+ * local entries of live records' manifests per id and keeps, while the
+ * count is not 0, the newest epoch an eviction of that id reported: O(1)
+ * per eviction and per entry held or dropped (a manifest has at most
+ * KVA_MAX_CHECKPOINTS + 1), memory for the distinct local ids live requests
+ * hold (12 + 16 bytes each, trackers in chunks that are reused, never
+ * moved), nothing for external entries. An id nobody holds remembers
+ * nothing, and a directory's answer is taken as it lists its entries (the
+ * news its directory had when it answered; lookup.c, select_entry): what
+ * is checked is an entry retained and taken later. */
+
+static struct kva__held *held_at(const kva_engine *e, uint32_t i)
+{
+	return &e->held_chunks[i / KVA__HELD_CHUNK][i % KVA__HELD_CHUNK];
+}
+
+int kva__held_init(kva_engine *e)
+{
+	e->held_chunks = NULL;
+	e->n_held_chunks = e->held_chunks_cap = 0;
+	e->held_free = e->n_held_free = 0;
+	return kva_idmap_init(&e->held, kva__alloc, kva__free, 64);
+}
+
+void kva__held_fini(kva_engine *e)
+{
+	for (uint32_t i = 0; i < e->n_held_chunks; i++)
+		kva__free(e->held_chunks[i], KVA__HELD_CHUNK * sizeof(struct kva__held));
+	if (e->held_chunks)
+		kva__free(e->held_chunks, e->held_chunks_cap * sizeof(*e->held_chunks));
+	kva_idmap_fini(&e->held);
+}
+
+static void held_free_push(kva_engine *e, uint32_t i)
+{
+	held_at(e, i)->next_free = e->held_free;
+	e->held_free = i + 1;
+	e->n_held_free++;
+}
+
+int kva__held_reserve(kva_engine *e, uint32_t n)
+{
+	if (kva_idmap_reserve(&e->held, n) != 0)
+		return -ENOMEM;
+	while (e->n_held_free < n) {
+		if (e->n_held_chunks == e->held_chunks_cap) {
+			/* the chunk list: a pointer per 1,024 ids, doubled */
+			uint32_t cap = e->held_chunks_cap ? 2 * e->held_chunks_cap : 4;
+			struct kva__held **c = kva__alloc(cap * sizeof(*c));
+			if (!c)
+				return -ENOMEM;
+			if (e->held_chunks) {
+				memcpy(c, e->held_chunks, e->n_held_chunks * sizeof(*c));
+				kva__free(e->held_chunks, e->held_chunks_cap * sizeof(*c));
+			}
+			e->held_chunks = c;
+			e->held_chunks_cap = cap;
+		}
+		struct kva__held *chunk = kva__alloc(KVA__HELD_CHUNK * sizeof(*chunk));
+		if (!chunk)
+			return -ENOMEM;
+		uint32_t base = e->n_held_chunks * KVA__HELD_CHUNK;
+		e->held_chunks[e->n_held_chunks++] = chunk;
+		for (uint32_t i = KVA__HELD_CHUNK; i-- > 0;)
+			held_free_push(e, base + i);
+	}
+	return 0;
+}
+
+static struct kva__held *held_find(const kva_engine *e, uint64_t id)
+{
+	const uint32_t *i = kva_idmap_find(&e->held, id);
+	return i ? held_at(e, *i) : NULL;
+}
+
+void kva__held_hold(kva_engine *e, const kva_checkpoint *cp)
+{
+	if (cp->location != KVA_LOC_LOCAL)
+		return;
+	struct kva__held *t = held_find(e, cp->id);
+	if (t) {
+		t->refs++;
+		return;
+	}
+	uint32_t i = e->held_free - 1; /* reserved: the list is not empty */
+	t = held_at(e, i);
+	e->held_free = t->next_free;
+	e->n_held_free--;
+	t->refs = 1;
+	t->evicted = 0;
+	(void)kva_idmap_insert(&e->held, cp->id, i); /* reserved: cannot fail */
+}
+
+void kva__held_drop(kva_engine *e, const kva_checkpoint *cp)
+{
+	if (cp->location != KVA_LOC_LOCAL)
+		return;
+	uint32_t *i = kva_idmap_find(&e->held, cp->id);
+	if (!i)
+		return; /* cannot happen: every held entry counted */
+	uint32_t at = *i;
+	if (--held_at(e, at)->refs)
+		return;
+	kva_idmap_remove(&e->held, cp->id);
+	held_free_push(e, at);
+}
+
+void kva__held_evicted(kva_engine *e, uint64_t id, uint64_t epoch)
+{
+	struct kva__held *t = held_find(e, id);
+	if (t && t->evicted < epoch)
+		t->evicted = epoch;
+}
+
+bool kva__held_gone(const kva_engine *e, const kva_checkpoint *cp)
+{
+	if (cp->location != KVA_LOC_LOCAL || !e->held.count)
+		return false;
+	const struct kva__held *t = held_find(e, cp->id);
+	return t && t->evicted > cp->epoch;
+}
+
+void kva__held_hold_all(kva_engine *e, struct kva__req *r)
+{
+	if (!(r->flags & KVA__F_HELD))
+		return;
+	const kva_checkpoint *c = kva__ents(r);
+	for (uint32_t i = 0; i < r->nents; i++)
+		kva__held_hold(e, &c[i]);
+}
+
+void kva__held_drop_all(kva_engine *e, struct kva__req *r)
+{
+	if (!(r->flags & KVA__F_HELD))
+		return;
+	const kva_checkpoint *c = kva__ents(r);
+	for (uint32_t i = 0; i < r->nents; i++)
+		kva__held_drop(e, &c[i]);
+}
+
 void kva__rec_retire(kva_engine *e, struct kva__req *r)
 {
+	kva__held_drop_all(e, r);
+	r->flags &= (uint16_t)~KVA__F_HELD;
 	manifest_free(r);
 	struct kva__grant *g = r->flags & KVA__F_GRANTED ? kva__grant(r) : NULL;
 	if (g) { /* readers that see NULL from now on find no grant (grant reuse) */

@@ -178,6 +178,8 @@ enum kva__req_flag {
 	KVA__F_GRANTED = 1u << 10,   /* has a grant (from its first reservation on):
 	                              * the record's grant pointer is a line the
 	                              * step need not read otherwise */
+	KVA__F_HELD = 1u << 11,      /* its manifest's local entries are counted in
+	                              * the held map (record.c): from its ingest */
 };
 
 /* How far behind a waiting request the one its `ahead` hint names was
@@ -437,5 +439,28 @@ void kva__rec_retire(kva_engine *e, struct kva__req *r);
 void kva__rec_each_unreported(kva_engine *e, kva_unfinished_fn fn, void *ctx);
 /* Engine destroy: frees every grant and manifest left in the slab. */
 void kva__rec_free_all(kva_engine *e);
+
+/* Scheduler thread: the held local checkpoints (record.c). Every local
+ * entry of a KVA__F_HELD record's manifest counts once under its id, so an
+ * eviction of a checkpoint a request holds but has not selected (a shorter
+ * entry of its manifest, the host's own) is remembered for as long as some
+ * request holds that id, and an entry is never taken later from a copy
+ * reported evicted (rules 11, 15, 22).
+ *   reserve  room for n more ids: the next n holds cannot fail (0, -ENOMEM)
+ *   hold     one more entry (cp local, else nothing); room reserved unless
+ *            the id is held already
+ *   drop     one entry fewer; the id's record goes with its last entry
+ *   evicted  an eviction of id at epoch (a held id remembers the newest)
+ *   gone     cp is local and an eviction newer than its copy was reported
+ *   hold_all / drop_all  every entry of r's manifest (KVA__F_HELD only) */
+int kva__held_reserve(kva_engine *e, uint32_t n);
+void kva__held_hold(kva_engine *e, const kva_checkpoint *cp);
+void kva__held_drop(kva_engine *e, const kva_checkpoint *cp);
+void kva__held_evicted(kva_engine *e, uint64_t id, uint64_t epoch);
+bool kva__held_gone(const kva_engine *e, const kva_checkpoint *cp);
+void kva__held_hold_all(kva_engine *e, struct kva__req *r);
+void kva__held_drop_all(kva_engine *e, struct kva__req *r);
+int kva__held_init(kva_engine *e);
+void kva__held_fini(kva_engine *e);
 
 #endif

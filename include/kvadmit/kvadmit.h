@@ -421,7 +421,13 @@ KVA_API int kva_copy_done(kva_engine *e, kva_copy_token t, uint32_t rank, int st
 /* Any thread. A checkpoint was evicted (a local one, or one the store dropped:
  * a fleet directory reports both); waiting requests that selected it with an
  * older epoch look up again (rule 15). Imports already copying find out from
- * their copy. 0, -EINVAL, -ENOMEM. */
+ * their copy. A local checkpoint a request holds without having selected it
+ * (a shorter entry of its manifest, the host's own) is never taken later
+ * from a copy older than the eviction: not as the shorter checkpoint after
+ * failed copies, not after a lookup's miss or timeout, not on a
+ * preemption's resume, and its tokens are not counted local when an import
+ * is admitted; a request READY on such a local checkpoint looks up again.
+ * 0, -EINVAL, -ENOMEM. */
 KVA_API int kva_checkpoint_evicted(kva_engine *e, uint64_t checkpoint_id, uint64_t epoch);
 
 /* ---- the step ---------------------------------------------------------- */
