@@ -652,6 +652,13 @@ uint32_t kva__admit_run(kva_engine *e)
 	uint32_t left = 0;
 	if (plan->hold_admissions)
 		return 0; /* the host preempted this step: nothing new starts */
+	/* An event that stalled for memory holds the rest of the inbox for
+	 * the next step: cancels, preemptions, finishes and copy reports the
+	 * host has made. Admitting without them could start a request its host
+	 * cancelled or take a preempted request's place at the front (kvadmit.h:
+	 * each takes effect at the next step), so nothing new starts. */
+	if (e->stalled)
+		return 0;
 	/* rule 7: restores that own their capacity go first, past the head */
 	while (e->n_ready) {
 		plan->records_touched++;

@@ -168,10 +168,46 @@ static void stalled_answer_is_never_dropped_by_a_second_stall(void **st)
 	sc_free(S);
 }
 
+/* A cancel behind an event that stalled waits with it in the inbox, but its
+ * request is not admitted meanwhile: a cancel takes effect at the next
+ * step (kvadmit.h). W (no key, a recompute) waits at the head while the host
+ * holds admissions; then X's answer, with a local checkpoint the engine has
+ * no memory to track yet, stalls, and W's cancel sits behind it. */
+static void cancel_behind_a_stalled_event_is_not_admitted(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_handle w = sc_submit(s, 1, 0, 16);
+	kva_handle x = sc_submit(s, 2, KEY_F, 64); /* answered by the test */
+	s->plan.hold_admissions = true;
+	sc_step(s, SC_MS);
+	assert_int_equal(s->plan.n_admitted, 0);
+	assert_int_equal(s->n_lookups, 1);
+	kva_manifest m = {.count = 1};
+	m.entries[0] = sc_ckpt(32, 500, 1);
+	assert_int_equal(kva_lookup_answer(s->e, s->lookups[0].token, &m), 0);
+	assert_int_equal(kva_cancel(s->e, w), 0);
+	s->plan.hold_admissions = false;
+	kva__fault_arm(1, 0); /* the step's first allocation: for X's answer */
+	sc_step(s, SC_MS);
+	kva__fault_arm(0, 0);
+	assert_true(s->plan.backlog); /* the answer waits for memory, the cancel behind it */
+	assert_null(sc_admitted(s, w));
+	sc_step(s, SC_MS);
+	assert_null(sc_admitted(s, w));
+	const kva_ended *end = sc_ended(s, w);
+	assert_non_null(end);
+	assert_int_equal(end->state, KVA_STATE_CANCELLED);
+	assert_non_null(sc_admitted(s, x)); /* LOCAL, from its answer */
+	sc_assert_conserved(s);
+	sc_free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(stalled_answer_is_never_dropped_by_a_second_stall),
+		cmocka_unit_test(cancel_behind_a_stalled_event_is_not_admitted),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
