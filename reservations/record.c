@@ -560,6 +560,13 @@ bool kva__held_gone(const kva_engine *e, const kva_checkpoint *cp)
 	return t && t->evicted > cp->epoch;
 }
 
+#ifdef KVA_FAULT_INJECTION
+size_t kva__held_ids(const kva_engine *e)
+{
+	return e->held.count;
+}
+#endif
+
 void kva__held_hold_all(kva_engine *e, struct kva__req *r)
 {
 	if (!(r->flags & KVA__F_HELD))

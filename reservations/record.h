@@ -462,5 +462,9 @@ void kva__held_hold_all(kva_engine *e, struct kva__req *r);
 void kva__held_drop_all(kva_engine *e, struct kva__req *r);
 int kva__held_init(kva_engine *e);
 void kva__held_fini(kva_engine *e);
+#ifdef KVA_FAULT_INJECTION
+/* Ids held now: 0 once every request has ended and retired (fuzz_engine). */
+size_t kva__held_ids(const kva_engine *e);
+#endif
 
 #endif

@@ -40,6 +40,7 @@
 #ifdef KVA_FAULT_INJECTION
 uint64_t kva__fault_arm(uint64_t k, int sticky); /* reservations/alloc.h */
 void kva__evict_step_records_set(uint32_t n);    /* reservations/lookup.h */
+size_t kva__held_ids(const kva_engine *e);       /* reservations/record.h */
 #endif
 
 #define MAXH 160    /* handles per input */
@@ -86,7 +87,8 @@ struct pend {
 	kva_lookup_token t;
 	int hr;
 	bool answered;	      /* answered or known stale */
-	uint32_t answered_at; /* S.steps then: answers are refused for sure after a step */
+	uint32_t answered_at; /* S.steps then: answers are refused for sure after a
+	                       * step that did not stall (do_step) */
 };
 
 struct dir_entry {
@@ -430,11 +432,22 @@ static void do_step(uint64_t dt, uint32_t budget, bool hold)
 	for (uint32_t k = 0; k < S.nc; k++)
 		if (S.c[k].done)
 			S.c[k].processed = true;
-	/* Cancels accepted before the step are handled first in it. */
+	/* Cancels accepted before the step are handled first in it — unless
+	 * an event ahead of one stalls for memory: the rest of the inbox waits
+	 * for the next step. Their pages are free to the step; kept aside to be
+	 * held again if the cancel waits (below). */
+	static int limbo[MAXP];
+	bool any_limbo = false;
+	for (uint32_t q = 0; q < S.cfg.total_pages; q++)
+		limbo[q] = -1;
 	for (uint32_t i = 0; i < S.nh; i++)
 		if (S.h[i].cancel_ok && S.h[i].running) {
+			for (uint32_t q = 0; q < S.cfg.total_pages; q++)
+				if (S.owner[q] == (int)i)
+					limbo[q] = (int)i;
 			release_pages((int)i);
 			S.h[i].running = false;
+			any_limbo = true;
 		}
 	/* Ids live before the step: a new incarnation of one must be rejected. */
 	static bool must_reject[MAXH], was_ended[MAXH], admitted_nb[MAXH];
@@ -458,6 +471,26 @@ static void do_step(uint64_t dt, uint32_t budget, bool hold)
 	int n = kva_step(S.e, S.now, p);
 	S.in_step = false;
 	S.steps++;
+	/* A cancel behind a stalled event: still RUNNING, and its pages, which
+	 * the step cannot have handed out, are its own again. */
+	for (uint32_t i = 0; any_limbo && S.fault && p->backlog && i < S.nh; i++) {
+		kva_request_info info;
+		struct hreq *r = &S.h[i];
+		if (!r->cancel_ok || r->running || r->ended ||
+		    kva_query(S.e, r->h, &info) != 0 || info.state != KVA_STATE_RUNNING)
+			continue;
+		for (uint32_t q = 0; q < S.cfg.total_pages; q++)
+			if (limbo[q] == (int)i)
+				hold_page(q, (int)i);
+		r->running = true;
+	}
+	/* A step that stalled for memory may keep an answer it took for the
+	 * next one: until a step drains it, the same answer may be taken again
+	 * (the producer's refusal is early only, op_answer). */
+	if (S.fault && p->backlog)
+		for (uint32_t k = 0; k < S.npend; k++)
+			if (S.pend[k].answered)
+				S.pend[k].answered_at = S.steps;
 	for (uint32_t k = 0; k < p->n_ended; k++)
 		TRACE("  ended %llu.%u state %u\n", (unsigned long long)p->ended[k].handle.id,
 		      p->ended[k].handle.gen, p->ended[k].state);
@@ -681,7 +714,10 @@ static void do_step(uint64_t dt, uint32_t budget, bool hold)
 	CHECK(st.free_copy_slots + g_imp == S.cfg.copy_slots);
 	CHECK(st.free_run_slots + g_imp + g_ready + g_run == S.cfg.max_running);
 	CHECK(st.submitted == S.nsubmitted && (!settled || st.ingested == S.nsubmitted));
-	CHECK(st.finished == n_fin && st.cancelled == n_can && st.rejected == n_rej);
+	/* (a finish or cancel behind the stalled event: its state is terminal,
+	 * counted when the step gets to its event) */
+	CHECK(settled ? st.finished == n_fin && st.cancelled == n_can && st.rejected == n_rej
+		      : st.finished <= n_fin && st.cancelled <= n_can && st.rejected <= n_rej);
 	CHECK(st.admitted_restore + st.admitted_local + st.admitted_recompute == S.n_admitted);
 	CHECK(st.prompt_tokens_admitted == S.tok_admitted && st.tokens_local == S.tok_local &&
 	      st.tokens_restored == S.tok_restored && st.tokens_recomputed == S.tok_recomputed);
@@ -1090,6 +1126,12 @@ static void final_drain(void)
 	CHECK(st.finished + st.cancelled + st.rejected == S.nsubmitted);
 	for (uint32_t i = 0; i < S.nh; i++)
 		CHECK(S.h[i].ended);
+#ifdef KVA_FAULT_INJECTION
+	/* every local entry a manifest held was let go (record.c, held local
+	 * checkpoints): a count off by one would keep an id for ever */
+	do_step(1000000, 0, false);
+	CHECK(kva__held_ids(S.e) == 0);
+#endif
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
