@@ -415,8 +415,8 @@ static int dispatch_event(kva_engine *e, struct kva__event *ev)
 	case KVA__EV_LOCAL: {
 		struct kva__local *l = caa_container_of(ev, struct kva__local, ev);
 		struct kva__req *r = kva__rec_find(e, l->h.slot, l->h.gen, l->h.id);
-		if (r)
-			kva__lookup_on_local(e, r, &l->cp, &l->spare);
+		if (r && kva__lookup_on_local(e, r, &l->cp, &l->spare) != 0)
+			return -ENOMEM;
 		kva__local_free(l);
 		break;
 	}

@@ -442,21 +442,17 @@ static void upgrade(kva_engine *e, struct kva__req *r, int cur)
 	kva__select(e, r, best);
 }
 
-void kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint *cp,
-                          struct kva__answer **spare)
+int kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint *cp,
+                         struct kva__answer **spare)
 {
 	uint32_t st = atomic_load_explicit(&r->state, memory_order_relaxed);
 	int h = host_idx(e, r);
 	if (kva__state_is_terminal(st) || (h >= 0 && kva__ents(r)[h].position >= cp->position) ||
 	    host_stale(e, cp))
-		return; /* ended meanwhile, no news, or stated before a reset called since */
+		return 0; /* ended meanwhile, no news, or stated before a reset called since */
 	bool held = r->flags & KVA__F_HELD; /* else held at its ingest, still to come */
-	if (held && kva__held_reserve(e, 1) != 0) {
-		/* no room to remember its eviction: not stated (no reuse lost
-		 * that was ever promised; the host hears of the memory) */
-		kva__alloc_failed(e, r->id, "local checkpoint");
-		return;
-	}
+	if (held && kva__held_reserve(e, 1) != 0)
+		return -ENOMEM; /* room to remember its eviction first: nothing changed */
 	bool restore = r->flags & KVA__F_RESTORE;
 	uint64_t sel_id = restore ? kva__sel(r)->id : 0;
 	/* The index is keyed by the selected checkpoint's id: a selected host
@@ -510,16 +506,17 @@ void kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoin
 	/* importing, ready: admission counts it; running: kept for a
 	 * preemption. An index without room (memory) leaves the path as it is. */
 	if (!waiting || kva_idmap_reserve(&e->ckpt, 1) != 0)
-		return;
+		return 0;
 	if (!(r->flags & KVA__F_DECIDED)) {
 		/* the decisive lookup is out: only a full hit decides before it */
 		if (cp->position == r->prompt_tokens) {
 			lookup_abandon(e, r);
 			decide_host(e, r);
 		}
-		return;
+		return 0;
 	}
 	upgrade(e, r, cur);
+	return 0;
 }
 
 int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a)

@@ -24,10 +24,12 @@ void kva__lookup_begin(kva_engine *e, struct kva__req *r, bool resume);
  * `keep` (a requeue, an eviction of another checkpoint), which stays as its
  * only entry, unselected; one stated before the last reset never stays. */
 void kva__lookup_requeue(kva_engine *e, struct kva__req *r, bool keep);
-/* The host stated a local checkpoint of r (rule 22). Needs no memory: a
- * manifest that must grow takes *spare (set to NULL then). */
-void kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint *cp,
-                          struct kva__answer **spare);
+/* The host stated a local checkpoint of r (rule 22). A manifest that must
+ * grow takes *spare (set to NULL then). 0, or -ENOMEM: no room to hold the
+ * checkpoint (record.c, held local checkpoints), nothing changed; the event
+ * is retried next step. */
+int kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint *cp,
+                         struct kva__answer **spare);
 /* Tokens of the host's local checkpoint in r's manifest, 0 if none (or
  * stated before the last prefix-cache reset). */
 uint32_t kva__host_position(kva_engine *e, const struct kva__req *r);

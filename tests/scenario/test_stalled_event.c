@@ -203,11 +203,49 @@ static void cancel_behind_a_stalled_event_is_not_admitted(void **st)
 	sc_free(s);
 }
 
+/* kva_local_checkpoint() "takes effect at the next step" (kvadmit.h), and
+ * an event that needs memory waits for the next step (docs/design.md,
+ * "Memory"). A statement whose checkpoint the engine has no room to track
+ * yet (the held local checkpoints, reservations/record.c) used to be
+ * dropped, with a log saying it would be retried: the running request it
+ * was stated for, preempted, looked up again and recomputed instead of
+ * resuming from it (rule 22). */
+static void local_statement_without_memory_waits_for_the_next_step(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	kva_manifest miss = {0};
+	s->dir[s->n_dir++] = (struct sc_dir_entry){KEY_F, miss};
+	kva_handle h = sc_submit(s, 1, KEY_F, 256);
+	sc_step(s, SC_MS);
+	assert_non_null(sc_admitted(s, h)); /* a recompute: the directory missed */
+	kva_checkpoint loc = sc_ckpt(160, 70, 1);
+	assert_int_equal(kva_local_checkpoint(s->e, h, &loc), 0);
+	kva__fault_arm(1, 0); /* the step's first allocation: the tracker's */
+	sc_step(s, SC_MS);
+	kva__fault_arm(0, 0);
+	assert_true(sc_stats(s).alloc_failures > 0);
+	assert_true(s->plan.backlog); /* the statement waits for memory */
+	sc_step(s, SC_MS);
+	assert_int_equal(sc_stats(s).local_stated, 1);
+	uint32_t lookups = s->n_lookups;
+	assert_int_equal(kva_preempt(s->e, h), 0);
+	sc_step(s, SC_MS);
+	const kva_admission *a = sc_admitted(s, h);
+	assert_non_null(a);
+	assert_int_equal(a->how, KVA_ADMIT_LOCAL); /* resumed from the stated checkpoint */
+	assert_int_equal(a->local_tokens, 160);
+	assert_int_equal(s->n_lookups, lookups);
+	sc_assert_conserved(s);
+	sc_free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(stalled_answer_is_never_dropped_by_a_second_stall),
 		cmocka_unit_test(cancel_behind_a_stalled_event_is_not_admitted),
+		cmocka_unit_test(local_statement_without_memory_waits_for_the_next_step),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
