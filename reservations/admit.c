@@ -380,6 +380,29 @@ void kva__admit_forget_ready(kva_engine *e, struct kva__req *r)
 
 /* ---- admission ------------------------------------------------------------------------ */
 
+/* A cancel accepted for r is still in the inbox: behind an event that
+ * stalled for memory (which holds the rest of the inbox for the next step),
+ * or pushed while this step runs. r ends CANCELLED here, as its event would
+ * end it, instead of being admitted (kvadmit.h: a cancel takes effect at the
+ * next step); the event finds it ended. Needs no memory, so a step that
+ * waits for memory still admits whatever needs none. */
+static bool cancelled_meanwhile(kva_engine *e, struct kva__req *r, bool ready)
+{
+	/* Relaxed: kva_cancel claims the flag before it pushes its event, and
+	 * this step's splice of that event (acquire) orders the claim before
+	 * this load; a claim made during the step may or may not be seen. */
+	if (!atomic_load_explicit(&r->cancel_requested, memory_order_relaxed))
+		return false;
+	if (ready) {
+		ready_remove(e, r);
+		kva__rec_give_back(e, r, 0, true);
+	} else {
+		kva__admit_forget_waiting(e, r);
+	}
+	kva__rec_end(e, r, KVA_STATE_CANCELLED);
+	return true;
+}
+
 /* 1 admitted, 0 blocked, -1 no room in the plan. */
 static int admit_head(kva_engine *e, struct kva__req *r)
 {
@@ -652,16 +675,11 @@ uint32_t kva__admit_run(kva_engine *e)
 	uint32_t left = 0;
 	if (plan->hold_admissions)
 		return 0; /* the host preempted this step: nothing new starts */
-	/* An event that stalled for memory holds the rest of the inbox for
-	 * the next step: cancels, preemptions, finishes and copy reports the
-	 * host has made. Admitting without them could start a request its host
-	 * cancelled or take a preempted request's place at the front (kvadmit.h:
-	 * each takes effect at the next step), so nothing new starts. */
-	if (e->stalled)
-		return 0;
 	/* rule 7: restores that own their capacity go first, past the head */
 	while (e->n_ready) {
 		plan->records_touched++;
+		if (cancelled_meanwhile(e, e->ready[0].r, true))
+			continue;
 		int rc = admit_ready(e, e->ready[0].r);
 		if (!rc)
 			break;
@@ -691,6 +709,8 @@ uint32_t kva__admit_run(kva_engine *e)
 			}
 			prefetch_ahead(e, kva__req_of_wq(n));
 		}
+		if (cancelled_meanwhile(e, kva__req_of_wq(n), false))
+			continue; /* it left the queue, as an admitted head does */
 		if (admit_head(e, kva__req_of_wq(n)) <= 0)
 			break;
 		left++;

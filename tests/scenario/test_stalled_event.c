@@ -240,11 +240,84 @@ static void local_statement_without_memory_waits_for_the_next_step(void **st)
 	sc_free(s);
 }
 
+/* Lookups the test answers itself, in the order they were issued. */
+static kva_lookup_token ltok[160];
+static uint32_t nltok;
+
+static void record_cb(void *ctx, uint64_t key, uint32_t prompt, kva_lookup_token t)
+{
+	(void)ctx;
+	(void)key;
+	(void)prompt;
+	ltok[nltok++] = t;
+}
+
+/* While an event waits for memory, the step still admits what needs none:
+ * here the admission is what gives the waiting event its room. The index
+ * is full and cannot grow; the last answer waits for an entry. The head, a
+ * preempted request resuming from its local checkpoint with the pages list
+ * of its first admission, needs no allocation, and once it is admitted its
+ * index entry is free for that answer. (A step that admitted nothing while
+ * an event waited never got there: no admission, no room, for ever.) */
+static void a_waiting_event_does_not_stop_admissions_that_need_no_memory(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.lookup_timeout_ns = 0; /* a lookup waits for its answer */
+	c.max_restore_wait_ns = 0;
+	c.wait_log_interval_ns = 0;
+	S = sc_new(&c);
+	kva_engine_destroy(S->e);
+	S->cfg.lookup = record_cb;
+	int err;
+	S->e = kva_engine_create(&S->cfg, &err);
+	assert_non_null(S->e);
+	nltok = 0;
+	kva_request r = {.id = 1, .prompt_tokens = 32, .local = sc_ckpt(32, 500, 1)};
+	kva_handle f;
+	assert_int_equal(kva_submit(S->e, &r, &f), 0);
+	assert_int_equal(sc_step(S, 0), 1);
+	kva_handle hog = sc_occupy(S, 100, 98);
+	assert_int_equal(kva_preempt(S->e, f), 0);
+	assert_int_equal(kva_grow(S->e, hog, 2, NULL), 0);
+	sc_step(S, 0);
+	assert_int_equal(sc_state(S, f), KVA_STATE_WAITING); /* blocked: the hog has its pages */
+	for (int i = 0; i < 127; i++)
+		sc_submit(S, 200 + (uint64_t)i, KEY_W, 480);
+	sc_step(S, 0);
+	assert_int_equal(nltok, 127);
+	for (int i = 0; i < 95; i++) {
+		kva_manifest m = one(160, 2000 + (uint64_t)i);
+		answer(ltok[i], &m);
+	}
+	sc_step(S, 0);
+	failing = true; /* the index can no longer grow and fills up */
+	faults(true);
+	for (int i = 95; i < 126; i++) {
+		kva_manifest m = one(160, 2000 + (uint64_t)i);
+		answer(ltok[i], &m);
+	}
+	sc_step(S, 0);
+	assert_int_equal(S->e->ckpt.count, 127);
+	assert_int_equal(kva_finish(S->e, hog), 0);
+	kva_manifest last = one(160, 4000);
+	answer(ltok[126], &last);
+	for (int i = 0; i < 3; i++)
+		sc_step(S, SC_MS);
+	assert_int_equal(sc_state(S, f), KVA_STATE_RUNNING); /* admitted meanwhile */
+	assert_null(S->e->stalled); /* and the answer got the entry f left */
+	failing = false;
+	faults(false);
+	sc_free(S);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(stalled_answer_is_never_dropped_by_a_second_stall),
 		cmocka_unit_test(cancel_behind_a_stalled_event_is_not_admitted),
+		cmocka_unit_test(a_waiting_event_does_not_stop_admissions_that_need_no_memory),
 		cmocka_unit_test(local_statement_without_memory_waits_for_the_next_step),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
