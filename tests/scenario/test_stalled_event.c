@@ -75,21 +75,28 @@ static void lookup_cb(void *ctx, uint64_t key, uint32_t prompt, kva_lookup_token
 	}
 }
 
-static void stalled_answer_is_never_dropped_by_a_second_stall(void **st)
+/* S: an engine whose lookups wait for their answers (no timeout, no
+ * bounded wait, no wait logs) and go to `cb`: these tests answer them. */
+static void engine_answered_by(kva_lookup_fn cb)
 {
-	(void)st;
 	kva_config c;
 	sc_config(&c);
-	c.lookup_timeout_ns = 0; /* a lookup waits for its answer */
+	c.lookup_timeout_ns = 0;
 	c.max_restore_wait_ns = 0;
 	c.wait_log_interval_ns = 0;
 	S = sc_new(&c);
-	/* sc_new installed the scripted directory: this test answers itself */
+	/* sc_new installed the scripted directory: replaced */
 	kva_engine_destroy(S->e);
-	S->cfg.lookup = lookup_cb;
+	S->cfg.lookup = cb;
 	int err;
 	S->e = kva_engine_create(&S->cfg, &err);
 	assert_non_null(S->e);
+}
+
+static void stalled_answer_is_never_dropped_by_a_second_stall(void **st)
+{
+	(void)st;
+	engine_answered_by(lookup_cb);
 
 	/* F: full local hits of 2 pages, running */
 	kva_handle f[NF];
@@ -262,17 +269,7 @@ static void record_cb(void *ctx, uint64_t key, uint32_t prompt, kva_lookup_token
 static void a_waiting_event_does_not_stop_admissions_that_need_no_memory(void **st)
 {
 	(void)st;
-	kva_config c;
-	sc_config(&c);
-	c.lookup_timeout_ns = 0; /* a lookup waits for its answer */
-	c.max_restore_wait_ns = 0;
-	c.wait_log_interval_ns = 0;
-	S = sc_new(&c);
-	kva_engine_destroy(S->e);
-	S->cfg.lookup = record_cb;
-	int err;
-	S->e = kva_engine_create(&S->cfg, &err);
-	assert_non_null(S->e);
+	engine_answered_by(record_cb);
 	nltok = 0;
 	kva_request r = {.id = 1, .prompt_tokens = 32, .local = sc_ckpt(32, 500, 1)};
 	kva_handle f;

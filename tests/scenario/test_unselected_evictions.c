@@ -32,6 +32,16 @@ static const kva_admission *step_until_admitted(struct sc *s, kva_handle h)
 	return NULL;
 }
 
+/* h is admitted as a restore of `restored` tokens, with nothing local. */
+static void admitted_restoring_only(struct sc *s, kva_handle h, uint32_t restored)
+{
+	const kva_admission *a = step_until_admitted(s, h);
+	assert_int_equal(a->how, KVA_ADMIT_RESTORE);
+	assert_int_equal(a->local_tokens, 0);
+	assert_int_equal(a->restored_tokens, restored);
+	sc_assert_conserved(s);
+}
+
 /* Fails every copy of the last step's plan until the plan has none. */
 static void fail_copies(struct sc *s)
 {
@@ -124,11 +134,7 @@ static void rule11_ready_on_a_local_checkpoint_evicted_before_admission_looks_up
 	assert_int_equal(s->plan.n_copies, 1);
 	assert_int_equal(s->copies[0].checkpoint_id, 903);
 	sc_copies_done(s, 0);
-	const kva_admission *a = step_until_admitted(s, h);
-	assert_int_equal(a->how, KVA_ADMIT_RESTORE);
-	assert_int_equal(a->local_tokens, 0);
-	assert_int_equal(a->restored_tokens, 320);
-	sc_assert_conserved(s);
+	admitted_restoring_only(s, h, 320);
 	sc_free(s);
 }
 
@@ -260,11 +266,7 @@ static void rule22_host_checkpoint_evicted_during_the_import_is_not_counted(void
 	assert_int_equal(sc_state(s, h), KVA_STATE_IMPORTING);
 	assert_int_equal(kva_checkpoint_evicted(s->e, 70, 2), 0); /* handled first */
 	sc_copies_done(s, 0);
-	const kva_admission *a = step_until_admitted(s, h);
-	assert_int_equal(a->how, KVA_ADMIT_RESTORE);
-	assert_int_equal(a->local_tokens, 0);
-	assert_int_equal(a->restored_tokens, 320);
-	sc_assert_conserved(s);
+	admitted_restoring_only(s, h, 320);
 	sc_free(s);
 }
 
