@@ -122,6 +122,7 @@ static struct {
 	uint32_t preempt_seq;
 	uint32_t steps;
 	bool in_step;
+	bool copy_after_cancel; /* this step listed a copy of a cancelled request */
 	uint64_t budget_left; /* the step's prefill token budget, as the engine spends it */
 	/* totals over all plans */
 	uint64_t n_admitted, tok_admitted, tok_local, tok_restored, tok_recomputed;
@@ -272,7 +273,10 @@ static void job_seen(const kva_copy_job *job)
 	int i = find_h(job->handle.id, job->handle.gen, job->handle.slot);
 	CHECK(i >= 0);
 	struct hreq *r = &S.h[i];
-	CHECK(!r->ended && !r->running && !r->cancel_ok);
+	CHECK(!r->ended && !r->running);
+	/* a cancelled request's copy (a retry): only while its cancel waits
+	 * behind an event that stalled for memory (checked after the step) */
+	S.copy_after_cancel |= r->cancel_ok;
 	for (uint32_t j = 0; j < S.nc; j++)
 		if (S.c[j].hr == i) {
 			CHECK(S.c[j].done);				/* one attempt at a time */
@@ -560,6 +564,8 @@ static void do_step(uint64_t dt, uint32_t budget, bool hold)
 	if (!S.importers)
 		for (uint32_t k = 0; k < p->n_copies; k++)
 			job_seen(&p->copies[k]);
+	CHECK(!S.copy_after_cancel || (S.fault && p->backlog));
+	S.copy_after_cancel = false;
 	for (uint32_t k = 0; k < p->n_copies; k++)
 		CHECK(copy_find(p->copies[k].token) >= 0);
 	if (!S.importers) /* the plan is the only channel: all ranks listed at once */
