@@ -3,7 +3,8 @@
  * Admission (see admit.h): the FCFS head's paired reservation (rules 1, 4,
  * 5, 7, 9), immediate local and ordinary admissions, READY restores passing
  * a blocked head, the head's timers (rules 8, 18), the prefix-cache reset
- * (rule 17) and requeueing to the front. Calls copy.c, lookup.c, record.c.
+ * (rule 17), requeueing to the front and cancels (rule 13). Calls copy.c,
+ * lookup.c, record.c.
  */
 #include <string.h>
 
@@ -380,27 +381,59 @@ void kva__admit_forget_ready(kva_engine *e, struct kva__req *r)
 
 /* ---- admission ------------------------------------------------------------------------ */
 
+/* A cancel in whatever state r is in now (admit.h). */
+bool kva__admit_cancel(kva_engine *e, struct kva__req *r)
+{
+	switch (atomic_load_explicit(&r->state, memory_order_acquire)) {
+	case KVA_STATE_WAITING:
+		/* Not ingested yet: its submit came from another thread's lane and
+		 * is later in this batch, or not spliced yet. Retry. */
+		if (!(r->flags & KVA__F_INGESTED))
+			return false;
+		kva__admit_forget_waiting(e, r);
+		break;
+	case KVA_STATE_IMPORTING:
+		kva__copy_cancel(e, r);
+		break;
+	case KVA_STATE_READY:
+		kva__admit_forget_ready(e, r);
+		kva__rec_give_back(e, r, 0, true);
+		break;
+	case KVA_STATE_RUNNING: {
+		uint32_t want = KVA_STATE_RUNNING;
+		/* Pairs with R4 of intake.c: we own the page list afterwards. */
+		if (atomic_compare_exchange_strong_explicit(&r->state, &want, KVA__STATE_CANCELLING,
+		                                            memory_order_acquire, memory_order_relaxed)) {
+			kva__st_add(e, ST_RUNNING, -1);
+			kva__rec_give_back(e, r, 0, false);
+			break;
+		}
+		/* A kva_grow owns it this instant: retry. Finished or preempted
+		 * meanwhile: their events decide. */
+		return want != KVA__STATE_GROWING;
+	}
+	case KVA__STATE_GROWING:
+		return false;
+	default:
+		return true; /* PREEMPTED: handled with its requeue; terminal: nothing */
+	}
+	kva__rec_end(e, r, KVA_STATE_CANCELLED);
+	return true;
+}
+
 /* A cancel accepted for r is still in the inbox: behind an event that
  * stalled for memory (which holds the rest of the inbox for the next step),
- * or pushed while this step runs. r ends CANCELLED here, as its event would
- * end it, instead of being admitted (kvadmit.h: a cancel takes effect at the
- * next step); the event finds it ended. Needs no memory, so a step that
- * waits for memory still admits whatever needs none. */
-static bool cancelled_meanwhile(kva_engine *e, struct kva__req *r, bool ready)
+ * or pushed while this step runs. r (waiting, or READY) ends CANCELLED here,
+ * as its event would end it, instead of being admitted (kvadmit.h: a cancel
+ * takes effect at the next step); the event finds it ended. Needs no
+ * memory, so a step that waits for memory still admits whatever needs none. */
+static bool cancelled_meanwhile(kva_engine *e, struct kva__req *r)
 {
 	/* Relaxed: kva_cancel claims the flag before it pushes its event, and
 	 * this step's splice of that event (acquire) orders the claim before
 	 * this load; a claim made during the step may or may not be seen. */
-	if (!atomic_load_explicit(&r->cancel_requested, memory_order_relaxed))
-		return false;
-	if (ready) {
-		ready_remove(e, r);
-		kva__rec_give_back(e, r, 0, true);
-	} else {
-		kva__admit_forget_waiting(e, r);
-	}
-	kva__rec_end(e, r, KVA_STATE_CANCELLED);
-	return true;
+	return atomic_load_explicit(&r->cancel_requested, memory_order_relaxed) &&
+	       kva__admit_cancel(e, r);
 }
 
 /* 1 admitted, 0 blocked, -1 no room in the plan. */
@@ -678,7 +711,7 @@ uint32_t kva__admit_run(kva_engine *e)
 	/* rule 7: restores that own their capacity go first, past the head */
 	while (e->n_ready) {
 		plan->records_touched++;
-		if (cancelled_meanwhile(e, e->ready[0].r, true))
+		if (cancelled_meanwhile(e, e->ready[0].r))
 			continue;
 		int rc = admit_ready(e, e->ready[0].r);
 		if (!rc)
@@ -709,7 +742,7 @@ uint32_t kva__admit_run(kva_engine *e)
 			}
 			prefetch_ahead(e, kva__req_of_wq(n));
 		}
-		if (cancelled_meanwhile(e, kva__req_of_wq(n), false))
+		if (cancelled_meanwhile(e, kva__req_of_wq(n)))
 			continue; /* it left the queue, as an admitted head does */
 		if (admit_head(e, kva__req_of_wq(n)) <= 0)
 			break;

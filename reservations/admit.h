@@ -2,9 +2,10 @@
 /*
  * admit.c: the admission side — the FCFS waiting queue and its head (rules
  * 1, 4, 5, 7, 9), the head's bounded-wait, log and refresh timers (rules 8,
- * 18), READY restores passing a blocked head, the plan's admissions, and
- * requeueing to the front (preemption, reset: rule 17). Calls copy.c,
- * lookup.c and record.c. Scheduler thread only.
+ * 18), READY restores passing a blocked head, the plan's admissions,
+ * requeueing to the front (preemption, reset: rule 17) and cancels in any
+ * state (rule 13). Calls copy.c, lookup.c and record.c. Scheduler thread
+ * only.
  */
 #ifndef KVA_RESERVATIONS_ADMIT_H
 #define KVA_RESERVATIONS_ADMIT_H
@@ -23,6 +24,11 @@ void kva__admit_requeue_front(kva_engine *e, struct kva__req *r, bool preempted)
 void kva__admit_forget_waiting(kva_engine *e, struct kva__req *r);
 /* r leaves the READY heap (cancel). */
 void kva__admit_forget_ready(kva_engine *e, struct kva__req *r);
+/* A cancel of r in whatever state it is in now: it leaves the queue, the
+ * READY heap, its import or its running pages and ends CANCELLED. false: not
+ * now (not ingested yet, or a kva_grow owns it this instant): retry next
+ * step. */
+bool kva__admit_cancel(kva_engine *e, struct kva__req *r);
 /* A copy report: what it means for r's admission. */
 void kva__admit_on_copy(kva_engine *e, struct kva__req *r, struct kva__event *ev);
 /* A head timer fired. */

@@ -259,8 +259,6 @@ void kva_engine_destroy(kva_engine *e)
 
 /* ---- event handlers ------------------------------------------------------------ */
 
-static bool handle_cancel(kva_engine *e, struct kva__req *r);
-
 /* The live incarnation of r's id may be on its way out already: finished
  * (kva_finish released it) or cancelled on another thread, whose event is
  * in a lane spliced after this submit. For the host that end came first, so
@@ -281,7 +279,7 @@ static bool end_departing(kva_engine *e, uint64_t id)
 		old->flags |= KVA__F_EV_PENDING;
 		kva__rec_end(e, old, KVA_STATE_CANCELLED);
 	} else if (cancelled) {
-		handle_cancel(e, old); /* may not end it (growing): then not free */
+		kva__admit_cancel(e, old); /* may not end it (growing): then not free */
 	}
 	return kva__rec_live(e, id) == NULL;
 }
@@ -311,46 +309,6 @@ static int handle_submit(kva_engine *e, struct kva__req *r)
 	kva__st_sched(e, ST_WAITING, 1);
 	kva__admit_enqueue(e, r);
 	return 0;
-}
-
-/* A cancel in whatever state r is in now. false: retry it next step. */
-static bool handle_cancel(kva_engine *e, struct kva__req *r)
-{
-	switch (atomic_load_explicit(&r->state, memory_order_acquire)) {
-	case KVA_STATE_WAITING:
-		/* Not ingested yet: its submit came from another thread's lane and
-		 * is later in this batch, or not spliced yet. Retry. */
-		if (!(r->flags & KVA__F_INGESTED))
-			return false;
-		kva__admit_forget_waiting(e, r);
-		break;
-	case KVA_STATE_IMPORTING:
-		kva__copy_cancel(e, r);
-		break;
-	case KVA_STATE_READY:
-		kva__admit_forget_ready(e, r);
-		kva__rec_give_back(e, r, 0, true);
-		break;
-	case KVA_STATE_RUNNING: {
-		uint32_t want = KVA_STATE_RUNNING;
-		/* Pairs with R4 of intake.c: we own the page list afterwards. */
-		if (atomic_compare_exchange_strong_explicit(&r->state, &want, KVA__STATE_CANCELLING,
-		                                            memory_order_acquire, memory_order_relaxed)) {
-			kva__st_add(e, ST_RUNNING, -1);
-			kva__rec_give_back(e, r, 0, false);
-			break;
-		}
-		/* A kva_grow owns it this instant: retry. Finished or preempted
-		 * meanwhile: their events decide. */
-		return want != KVA__STATE_GROWING;
-	}
-	case KVA__STATE_GROWING:
-		return false;
-	default:
-		return true; /* PREEMPTED: handled with its requeue; terminal: nothing */
-	}
-	kva__rec_end(e, r, KVA_STATE_CANCELLED);
-	return true;
 }
 
 static void handle_life_event(kva_engine *e, struct kva__req *r, uint8_t type)
@@ -392,7 +350,7 @@ static int dispatch_event(kva_engine *e, struct kva__event *ev)
 	case KVA__EV_CANCEL: {
 		struct kva__cancel *c = caa_container_of(ev, struct kva__cancel, ev);
 		struct kva__req *r = kva__rec_find(e, c->h.slot, c->h.gen, c->h.id);
-		if (r && !handle_cancel(e, r))
+		if (r && !kva__admit_cancel(e, r))
 			kva_inbox_push(&e->deferred, &ev->node); /* retried once per step */
 		else
 			kva__cancel_free(e, c);
