@@ -152,6 +152,16 @@ static inline kva_handle sc_submit(struct sc *s, uint64_t id, uint64_t key, uint
 	return h;
 }
 
+/* A request that carries the host's own local checkpoint (rule 22). */
+static inline kva_handle sc_submit_local(struct sc *s, uint64_t id, uint64_t key, uint32_t prompt,
+                                         kva_checkpoint local)
+{
+	kva_request r = {.id = id, .prefix_key = key, .prompt_tokens = prompt, .local = local};
+	kva_handle h;
+	assert_int_equal(kva_submit(s->e, &r, &h), 0);
+	return h;
+}
+
 static inline kva_checkpoint sc_ckpt(uint32_t pos, uint64_t id, int local)
 {
 	kva_checkpoint c = {.position = pos, .location = local ? KVA_LOC_LOCAL : KVA_LOC_EXTERNAL,
@@ -189,6 +199,18 @@ static inline const kva_admission *sc_admitted(struct sc *s, kva_handle h)
 		    s->admitted[i].handle.slot == h.slot)
 			return &s->admitted[i];
 	return NULL;
+}
+
+/* h was admitted in the last step, `how`, with these local and restored tokens. */
+static inline const kva_admission *sc_expect_admitted(struct sc *s, kva_handle h, int how,
+                                                      uint32_t local, uint32_t restored)
+{
+	const kva_admission *a = sc_admitted(s, h);
+	assert_non_null(a);
+	assert_int_equal(a->how, how);
+	assert_int_equal(a->local_tokens, local);
+	assert_int_equal(a->restored_tokens, restored);
+	return a;
 }
 
 static inline const kva_ended *sc_ended(struct sc *s, kva_handle h)

@@ -3,15 +3,6 @@
  * stated at submit (kva_request.local) or later (kva_local_checkpoint). */
 #include "scenario/scenario.h"
 
-static kva_handle submit_local(struct sc *s, uint64_t id, uint64_t key, uint32_t prompt,
-                               kva_checkpoint local)
-{
-	kva_request r = {.id = id, .prefix_key = key, .prompt_tokens = prompt, .local = local};
-	kva_handle h;
-	assert_int_equal(kva_submit(s->e, &r, &h), 0);
-	return h;
-}
-
 static kva_request_info info_of(struct sc *s, kva_handle h)
 {
 	kva_request_info i;
@@ -19,25 +10,13 @@ static kva_request_info info_of(struct sc *s, kva_handle h)
 	return i;
 }
 
-/* h was admitted in the last step, `how`, with these local and restored tokens. */
-static const kva_admission *expect_admitted(struct sc *s, kva_handle h, int how, uint32_t local,
-                                            uint32_t restored)
-{
-	const kva_admission *a = sc_admitted(s, h);
-	assert_non_null(a);
-	assert_int_equal(a->how, how);
-	assert_int_equal(a->local_tokens, local);
-	assert_int_equal(a->restored_tokens, restored);
-	return a;
-}
-
 static void rule22_full_local_hit_is_admitted_without_a_lookup(void **st)
 {
 	(void)st;
 	struct sc *s = sc_default();
-	kva_handle h = submit_local(s, 1, 7, 256, sc_ckpt(256, 70, 1));
+	kva_handle h = sc_submit_local(s, 1, 7, 256, sc_ckpt(256, 70, 1));
 	assert_int_equal(sc_step(s, 0), 1);
-	const kva_admission *a = expect_admitted(s, h, KVA_ADMIT_LOCAL, 256, 0);
+	const kva_admission *a = sc_expect_admitted(s, h, KVA_ADMIT_LOCAL, 256, 0);
 	assert_int_equal(a->recompute_tokens, 0);
 	assert_int_equal(a->npages, 16);
 	assert_int_equal(s->n_lookups, 0); /* the directory was never asked */
@@ -52,9 +31,9 @@ static void rule22_request_without_a_key_uses_its_local_checkpoint(void **st)
 {
 	(void)st;
 	struct sc *s = sc_default();
-	kva_handle h = submit_local(s, 1, 0, 256, sc_ckpt(100, 70, 1));
+	kva_handle h = sc_submit_local(s, 1, 0, 256, sc_ckpt(100, 70, 1));
 	assert_int_equal(sc_step(s, 0), 1);
-	expect_admitted(s, h, KVA_ADMIT_LOCAL, 100, 0);
+	sc_expect_admitted(s, h, KVA_ADMIT_LOCAL, 100, 0);
 	assert_int_equal(s->n_lookups, 0);
 	sc_free(s);
 }
@@ -64,7 +43,7 @@ static void rule22_partial_local_is_merged_with_the_answer(void **st)
 	(void)st;
 	struct sc *s = sc_default();
 	sc_dir_set(s, 7, sc_ckpt(128, 80, 0)); /* external, longer than the local */
-	kva_handle h = submit_local(s, 1, 7, 256, sc_ckpt(64, 70, 1));
+	kva_handle h = sc_submit_local(s, 1, 7, 256, sc_ckpt(64, 70, 1));
 	sc_step(s, 0);
 	assert_int_equal(s->n_lookups, 1); /* partial: the directory may know more */
 	assert_int_equal(s->plan.n_copies, 1);
@@ -87,13 +66,13 @@ static void rule22_miss_or_timeout_keeps_the_local_checkpoint(void **st)
 	struct sc *s = sc_default();
 	kva_manifest miss = {0};
 	s->dir[s->n_dir++] = (struct sc_dir_entry){7, miss};
-	kva_handle a = submit_local(s, 1, 7, 256, sc_ckpt(64, 70, 1));
-	kva_handle b = submit_local(s, 2, 8, 256, sc_ckpt(96, 71, 1)); /* key 8: never answered */
+	kva_handle a = sc_submit_local(s, 1, 7, 256, sc_ckpt(64, 70, 1));
+	kva_handle b = sc_submit_local(s, 2, 8, 256, sc_ckpt(96, 71, 1)); /* key 8: never answered */
 	sc_step(s, 0);
-	expect_admitted(s, a, KVA_ADMIT_LOCAL, 64, 0);
+	sc_expect_admitted(s, a, KVA_ADMIT_LOCAL, 64, 0);
 	assert_null(sc_admitted(s, b)); /* waits for its answer */
 	sc_step(s, 2 * SC_SEC);          /* the lookup times out */
-	expect_admitted(s, b, KVA_ADMIT_LOCAL, 96, 0);
+	sc_expect_admitted(s, b, KVA_ADMIT_LOCAL, 96, 0);
 	kva_stats x = sc_stats(s);
 	assert_int_equal(x.lookups_timed_out, 1);
 	assert_int_equal(x.fallbacks[KVA_REASON_MISS] + x.fallbacks[KVA_REASON_LOOKUP_TIMEOUT], 0);
@@ -111,7 +90,7 @@ static void rule22_full_local_hit_decides_an_outstanding_lookup(void **st)
 	kva_checkpoint full = sc_ckpt(256, 70, 1);
 	assert_int_equal(kva_local_checkpoint(s->e, h, &full), 0);
 	assert_int_equal(sc_step(s, 0), 1);
-	expect_admitted(s, h, KVA_ADMIT_LOCAL, 256, 0);
+	sc_expect_admitted(s, h, KVA_ADMIT_LOCAL, 256, 0);
 	/* the directory's answer now comes late and changes nothing */
 	kva_manifest m = {.count = 1, .entries = {sc_ckpt(128, 80, 0)}};
 	assert_int_equal(kva_lookup_answer(s->e, s->lookups[0].token, &m), -ESTALE);
@@ -153,7 +132,7 @@ static void rule22_longer_local_upgrades_a_waiting_restore_without_a_lookup(void
 
 	assert_int_equal(kva_finish(s->e, big), 0);
 	assert_int_equal(sc_step(s, 0), 1);
-	expect_admitted(s, h, KVA_ADMIT_LOCAL, 192, 0);
+	sc_expect_admitted(s, h, KVA_ADMIT_LOCAL, 192, 0);
 	assert_int_equal(sc_stats(s).copy_jobs, 0); /* the external one was never copied */
 	sc_assert_conserved(s);
 	sc_free(s);
@@ -179,7 +158,7 @@ static void rule22_local_upgrades_a_waiting_recompute(void **st)
 	assert_int_equal(i.reason, KVA_REASON_NONE);
 	assert_int_equal(kva_finish(s->e, big), 0);
 	assert_int_equal(sc_step(s, 0), 1);
-	const kva_admission *a = expect_admitted(s, h, KVA_ADMIT_LOCAL, 128, 0);
+	const kva_admission *a = sc_expect_admitted(s, h, KVA_ADMIT_LOCAL, 128, 0);
 	assert_int_equal(a->recompute_tokens, 128);
 	sc_free(s);
 }
@@ -211,7 +190,7 @@ static void rule22_local_never_upgrades_a_recompute_too_large_to_restore(void **
 	assert_int_equal(i.reason, KVA_REASON_MISS);
 	assert_int_equal(kva_finish(s->e, hog), 0);
 	assert_int_equal(sc_step(s, SC_SEC), 2);
-	expect_admitted(s, big, KVA_ADMIT_RECOMPUTE, 0, 0);
+	sc_expect_admitted(s, big, KVA_ADMIT_RECOMPUTE, 0, 0);
 	assert_non_null(sc_admitted(s, small));
 	assert_int_equal(sc_stats(s).fallbacks[KVA_REASON_MISS], 1);
 	sc_free(s);
@@ -226,11 +205,11 @@ static void rule22_local_wins_over_an_external_checkpoint_at_the_same_position(v
 	(void)st;
 	struct sc *s = sc_default();
 	sc_dir_set(s, 7, sc_ckpt(128, 80, 0)); /* external, as long as the local */
-	kva_handle h = submit_local(s, 1, 7, 256, sc_ckpt(128, 70, 1));
+	kva_handle h = sc_submit_local(s, 1, 7, 256, sc_ckpt(128, 70, 1));
 	assert_int_equal(sc_step(s, 0), 1);
 	assert_int_equal(s->n_lookups, 1); /* partial: the directory was asked */
 	assert_int_equal(s->plan.n_copies, 0);
-	const kva_admission *a = expect_admitted(s, h, KVA_ADMIT_LOCAL, 128, 0);
+	const kva_admission *a = sc_expect_admitted(s, h, KVA_ADMIT_LOCAL, 128, 0);
 	assert_int_equal(a->recompute_tokens, 128);
 	assert_int_equal(sc_stats(s).copy_jobs, 0);
 	sc_assert_conserved(s);
@@ -264,7 +243,7 @@ static void rule22_local_never_revives_an_expired_restore_wait(void **st)
 	assert_int_equal(sc_stats(s).local_upgrades, 0);
 	assert_int_equal(kva_finish(s->e, hog), 0);
 	assert_int_equal(sc_step(s, 0), 1);
-	const kva_admission *a = expect_admitted(s, h, KVA_ADMIT_RECOMPUTE, 0, 0);
+	const kva_admission *a = sc_expect_admitted(s, h, KVA_ADMIT_RECOMPUTE, 0, 0);
 	assert_int_equal(a->reason, KVA_REASON_WAIT_EXPIRED);
 	assert_int_equal(sc_stats(s).wait_expired, 1);
 	sc_free(s);
@@ -288,7 +267,7 @@ static void rule22_local_on_a_wrapping_prompt_keeps_credits_conserved(void **st)
 	kva_checkpoint loc = sc_ckpt(10, 70, 1);
 	assert_int_equal(kva_local_checkpoint(s->e, big, &loc), 0);
 	assert_int_equal(sc_step(s, 0), 1);
-	const kva_admission *a = expect_admitted(s, big, KVA_ADMIT_RECOMPUTE, 0, 0);
+	const kva_admission *a = sc_expect_admitted(s, big, KVA_ADMIT_RECOMPUTE, 0, 0);
 	assert_int_equal(a->npages, 16); /* its first chunk */
 	sc_assert_conserved(s);
 	assert_int_equal(kva_finish(s->e, big), 0);
@@ -359,7 +338,7 @@ static void rule22_longer_local_stated_while_ready_is_used_at_admission(void **s
 	assert_int_equal(kva_local_checkpoint(s->e, h, &longer), 0);
 	s->plan.admitted_cap = SC_MAX;
 	assert_int_equal(sc_step(s, 0), 1);
-	const kva_admission *a = expect_admitted(s, h, KVA_ADMIT_LOCAL, 96, 0);
+	const kva_admission *a = sc_expect_admitted(s, h, KVA_ADMIT_LOCAL, 96, 0);
 	assert_int_equal(a->npages, 6);
 	assert_int_equal(a->npages + a->reserved_pages, 16);
 	sc_assert_conserved(s);
@@ -383,7 +362,7 @@ static void rule22_preempted_request_resumes_from_local_without_a_lookup(void **
 	assert_int_equal(kva_preempt(s->e, h), 0);
 	assert_int_equal(kva_preempt(s->e, plain), 0);
 	sc_step(s, 0);
-	expect_admitted(s, h, KVA_ADMIT_LOCAL, 160, 0);
+	sc_expect_admitted(s, h, KVA_ADMIT_LOCAL, 160, 0);
 	/* only the one without a local checkpoint asked the directory again */
 	assert_int_equal(s->n_lookups, 3);
 	assert_int_equal(s->lookups[2].token.id, 2);
@@ -400,7 +379,7 @@ static void rule22_eviction_keeps_the_hosts_other_local_checkpoint(void **st)
 	kva_handle big = sc_occupy(s, 100, 95);
 	/* the directory lists a longer local checkpoint (id 90) than the host's (id 70) */
 	sc_dir_set(s, 7, sc_ckpt(192, 90, 1));
-	kva_handle h = submit_local(s, 1, 7, 256, sc_ckpt(64, 70, 1));
+	kva_handle h = sc_submit_local(s, 1, 7, 256, sc_ckpt(64, 70, 1));
 	sc_step(s, 0);
 	assert_int_equal(info_of(s, h).selected_position, 192);
 	sc_dir_clear(s); /* after the eviction the directory knows nothing */
@@ -422,7 +401,7 @@ static void rule22_prefix_cache_reset_forgets_stated_checkpoints(void **st)
 	(void)st;
 	struct sc *s = sc_default();
 	sc_dir_set(s, 7, sc_ckpt(128, 80, 0));
-	kva_handle h = submit_local(s, 1, 7, 256, sc_ckpt(48, 70, 1));
+	kva_handle h = sc_submit_local(s, 1, 7, 256, sc_ckpt(48, 70, 1));
 	sc_step(s, 0);
 	assert_int_equal(s->plan.n_copies, 1);
 	kva_copy_job job = s->copies[0];
@@ -453,11 +432,11 @@ static void rule22_prefix_cache_reset_forgets_them_for_waiting_and_running(void 
 	struct sc *s = sc_default();
 	kva_manifest miss = {0};
 	s->dir[s->n_dir++] = (struct sc_dir_entry){7, miss};
-	kva_handle run = submit_local(s, 1, 7, 256, sc_ckpt(64, 70, 1));
+	kva_handle run = sc_submit_local(s, 1, 7, 256, sc_ckpt(64, 70, 1));
 	sc_step(s, 0); /* a miss: the local checkpoint decides */
-	expect_admitted(s, run, KVA_ADMIT_LOCAL, 64, 0);
+	sc_expect_admitted(s, run, KVA_ADMIT_LOCAL, 64, 0);
 	kva_handle hog = sc_occupy(s, 2, 80); /* 4 pages free */
-	kva_handle wait = submit_local(s, 3, 7, 256, sc_ckpt(64, 71, 1));
+	kva_handle wait = sc_submit_local(s, 3, 7, 256, sc_ckpt(64, 71, 1));
 	sc_step(s, 0);
 	assert_true(s->plan.head_blocked);
 	kva_request_info i = info_of(s, wait);
@@ -492,9 +471,9 @@ static void rule22_prefix_cache_reset_forgets_them_for_waiting_and_running(void 
 	assert_int_equal(s->n_lookups, asked + 2); /* both asked the directory again */
 
 	/* stated after the reset: a full local hit, admitted without a lookup */
-	kva_handle fresh = submit_local(s, 4, 7, 256, sc_ckpt(256, 72, 1));
+	kva_handle fresh = sc_submit_local(s, 4, 7, 256, sc_ckpt(256, 72, 1));
 	sc_step(s, 0);
-	expect_admitted(s, fresh, KVA_ADMIT_LOCAL, 256, 0);
+	sc_expect_admitted(s, fresh, KVA_ADMIT_LOCAL, 256, 0);
 	assert_int_equal(s->n_lookups, asked + 2);
 	sc_free(s);
 }
@@ -515,7 +494,7 @@ static void rule22_reset_rechecks_waiting_requests_together(void **st)
 		kva_handle hog = sc_occupy(s, 1000, 100);
 		kva_handle h[N];
 		for (int i = 0; i < N; i++)
-			h[i] = submit_local(s, (uint64_t)i + 1, key, 32, sc_ckpt(32, 500 + i, 1));
+			h[i] = sc_submit_local(s, (uint64_t)i + 1, key, 32, sc_ckpt(32, 500 + i, 1));
 		sc_step(s, 0);
 		assert_true(s->plan.head_blocked);
 		assert_int_equal(s->n_lookups, 0); /* full local hits ask nobody */
@@ -557,7 +536,7 @@ static void rule22_recheck_admitting_everything_leaves_no_head_blocked(void **st
 		s->dir[s->n_dir++] = (struct sc_dir_entry){7, miss}; /* answers at once */
 		kva_handle hog = sc_occupy(s, 1000, 100);
 		for (int i = 0; i < N; i++)
-			submit_local(s, (uint64_t)i + 1, 7, 32, sc_ckpt(32, 500 + i, 1));
+			sc_submit_local(s, (uint64_t)i + 1, 7, 32, sc_ckpt(32, 500 + i, 1));
 		sc_step(s, 0);
 		assert_true(s->plan.head_blocked);
 		assert_int_equal(kva_reset_prefix_cache(s->e), 0);
@@ -586,7 +565,7 @@ static void rule22_forgotten_checkpoint_is_never_the_shorter_fallback(void **st)
 	struct sc *s = sc_default(); /* max_copy_retries = 2 */
 	sc_dir_set(s, 7, sc_ckpt(320, 902, 0));
 	kva_handle hog = sc_occupy(s, 100, 90); /* 10 free */
-	kva_handle h = submit_local(s, 1, 7, 480, sc_ckpt(48, 70, 1));
+	kva_handle h = sc_submit_local(s, 1, 7, 480, sc_ckpt(48, 70, 1));
 	sc_step(s, 0); /* restores 320 tokens (30 pages): waits */
 	assert_true(s->plan.head_blocked);
 	assert_int_equal(kva_reset_prefix_cache(s->e), 0);
@@ -631,7 +610,7 @@ static void rule22_statement_queued_before_a_reset_is_forgotten(void **st)
 	sc_step(s, 0);
 	sc_copies_done(s, 0);
 	sc_step(s, 0);
-	expect_admitted(s, h, KVA_ADMIT_RESTORE, 0, 320);
+	sc_expect_admitted(s, h, KVA_ADMIT_RESTORE, 0, 320);
 	sc_free(s);
 }
 
@@ -654,7 +633,7 @@ static void rule22_stated_after_a_reset_survives_the_drain_requeue(void **st)
 	sc_step(s, 0);
 	assert_int_equal(kva_copy_done(s->e, job.token, job.rank, 0), 0);
 	sc_step(s, 0); /* drained: to the front, looks up again, keeps the local one */
-	expect_admitted(s, h, KVA_ADMIT_LOCAL, 400, 0);
+	sc_expect_admitted(s, h, KVA_ADMIT_LOCAL, 400, 0);
 	assert_int_equal(s->plan.n_copies, 0);
 	sc_free(s);
 }

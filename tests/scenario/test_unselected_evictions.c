@@ -10,15 +10,6 @@
 
 #define KEY 7
 
-static kva_handle submit_local(struct sc *s, uint64_t id, uint64_t key, uint32_t prompt,
-                               kva_checkpoint local)
-{
-	kva_request r = {.id = id, .prefix_key = key, .prompt_tokens = prompt, .local = local};
-	kva_handle h;
-	assert_int_equal(kva_submit(s->e, &r, &h), 0);
-	return h;
-}
-
 /* Steps until h is admitted (a few steps at most); its admission. */
 static const kva_admission *step_until_admitted(struct sc *s, kva_handle h)
 {
@@ -35,10 +26,8 @@ static const kva_admission *step_until_admitted(struct sc *s, kva_handle h)
 /* h is admitted as a restore of `restored` tokens, with nothing local. */
 static void admitted_restoring_only(struct sc *s, kva_handle h, uint32_t restored)
 {
-	const kva_admission *a = step_until_admitted(s, h);
-	assert_int_equal(a->how, KVA_ADMIT_RESTORE);
-	assert_int_equal(a->local_tokens, 0);
-	assert_int_equal(a->restored_tokens, restored);
+	step_until_admitted(s, h);
+	sc_expect_admitted(s, h, KVA_ADMIT_RESTORE, 0, restored);
 	sc_assert_conserved(s);
 }
 
@@ -179,7 +168,7 @@ static void rule22_preempted_request_does_not_resume_from_an_evicted_local(void 
 	struct sc *s = sc_default();
 	kva_manifest miss = {0};
 	s->dir[s->n_dir++] = (struct sc_dir_entry){KEY, miss};
-	kva_handle h = submit_local(s, 1, KEY, 256, sc_ckpt(160, 70, 1));
+	kva_handle h = sc_submit_local(s, 1, KEY, 256, sc_ckpt(160, 70, 1));
 	sc_step(s, 0);
 	const kva_admission *a = sc_admitted(s, h);
 	assert_non_null(a);
@@ -221,7 +210,7 @@ static void rule22_host_checkpoint_evicted_before_the_answer_is_not_used(void **
 {
 	(void)st;
 	struct sc *s = sc_default(); /* KEY not in the directory: answered by hand */
-	kva_handle h = submit_local(s, 1, KEY, 256, sc_ckpt(100, 70, 1));
+	kva_handle h = sc_submit_local(s, 1, KEY, 256, sc_ckpt(100, 70, 1));
 	sc_step(s, 0);
 	assert_int_equal(s->n_lookups, 1);
 	assert_int_equal(kva_checkpoint_evicted(s->e, 70, 2), 0);
@@ -240,7 +229,7 @@ static void rule22_host_checkpoint_evicted_before_a_timeout_is_not_used(void **s
 {
 	(void)st;
 	struct sc *s = sc_default();
-	kva_handle h = submit_local(s, 1, KEY, 256, sc_ckpt(100, 70, 1));
+	kva_handle h = sc_submit_local(s, 1, KEY, 256, sc_ckpt(100, 70, 1));
 	sc_step(s, 0);
 	assert_int_equal(kva_checkpoint_evicted(s->e, 70, 2), 0);
 	sc_step(s, 0);
@@ -261,7 +250,7 @@ static void rule22_host_checkpoint_evicted_during_the_import_is_not_counted(void
 	(void)st;
 	struct sc *s = sc_default();
 	sc_dir_set(s, KEY, sc_ckpt(320, 902, 0));
-	kva_handle h = submit_local(s, 1, KEY, 480, sc_ckpt(100, 70, 1));
+	kva_handle h = sc_submit_local(s, 1, KEY, 480, sc_ckpt(100, 70, 1));
 	sc_step(s, 0);
 	assert_int_equal(sc_state(s, h), KVA_STATE_IMPORTING);
 	assert_int_equal(kva_checkpoint_evicted(s->e, 70, 2), 0); /* handled first */
@@ -279,7 +268,7 @@ static void rule22_host_checkpoint_evicted_while_waiting_is_not_kept(void **st)
 	struct sc *s = sc_default();
 	kva_handle big = sc_occupy(s, 100, 95);
 	sc_dir_set(s, KEY, sc_ckpt(192, 90, 1));
-	kva_handle h = submit_local(s, 1, KEY, 256, sc_ckpt(64, 70, 1));
+	kva_handle h = sc_submit_local(s, 1, KEY, 256, sc_ckpt(64, 70, 1));
 	sc_step(s, 0);
 	kva_request_info i;
 	assert_int_equal(kva_query(s->e, h, &i), 0);
@@ -307,7 +296,7 @@ static void rule22_stale_eviction_or_newer_copy_keeps_the_host_checkpoint(void *
 	struct sc *s = sc_default();
 	kva_checkpoint c5 = sc_ckpt(100, 70, 1);
 	c5.epoch = 5;
-	kva_handle h = submit_local(s, 1, KEY, 256, c5);
+	kva_handle h = sc_submit_local(s, 1, KEY, 256, c5);
 	sc_step(s, 0);
 	assert_int_equal(kva_checkpoint_evicted(s->e, 70, 5), 0); /* not newer */
 	sc_step(s, 0);
@@ -318,7 +307,7 @@ static void rule22_stale_eviction_or_newer_copy_keeps_the_host_checkpoint(void *
 	assert_int_equal(a->local_tokens, 100);
 
 	/* evicted, then stated again (a newer copy of the same id) */
-	kva_handle g = submit_local(s, 2, KEY, 256, sc_ckpt(100, 71, 1));
+	kva_handle g = sc_submit_local(s, 2, KEY, 256, sc_ckpt(100, 71, 1));
 	sc_step(s, 0);
 	assert_int_equal(kva_checkpoint_evicted(s->e, 71, 2), 0);
 	sc_step(s, 0);
