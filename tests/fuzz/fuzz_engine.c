@@ -475,9 +475,13 @@ static void do_step(uint64_t dt, uint32_t budget, bool hold)
 	int n = kva_step(S.e, S.now, p);
 	S.in_step = false;
 	S.steps++;
+	/* The step stalled for memory: the events behind the one that needed
+	 * it (cancels, finishes, preemptions, answers, copy reports) wait for
+	 * the next step. */
+	bool stalled = S.fault && p->backlog;
 	/* A cancel behind a stalled event: still RUNNING, and its pages, which
 	 * the step cannot have handed out, are its own again. */
-	for (uint32_t i = 0; any_limbo && S.fault && p->backlog && i < S.nh; i++) {
+	for (uint32_t i = 0; any_limbo && stalled && i < S.nh; i++) {
 		kva_request_info info;
 		struct hreq *r = &S.h[i];
 		if (!r->cancel_ok || r->running || r->ended ||
@@ -491,7 +495,7 @@ static void do_step(uint64_t dt, uint32_t budget, bool hold)
 	/* A step that stalled for memory may keep an answer it took for the
 	 * next one: until a step drains it, the same answer may be taken again
 	 * (the producer's refusal is early only, op_answer). */
-	if (S.fault && p->backlog)
+	if (stalled)
 		for (uint32_t k = 0; k < S.npend; k++)
 			if (S.pend[k].answered)
 				S.pend[k].answered_at = S.steps;
@@ -564,7 +568,7 @@ static void do_step(uint64_t dt, uint32_t budget, bool hold)
 	if (!S.importers)
 		for (uint32_t k = 0; k < p->n_copies; k++)
 			job_seen(&p->copies[k]);
-	CHECK(!S.copy_after_cancel || (S.fault && p->backlog));
+	CHECK(!S.copy_after_cancel || stalled);
 	S.copy_after_cancel = false;
 	for (uint32_t k = 0; k < p->n_copies; k++)
 		CHECK(copy_find(p->copies[k].token) >= 0);
@@ -606,8 +610,8 @@ static void do_step(uint64_t dt, uint32_t budget, bool hold)
 			/* (an event ahead of its submit that needed memory holds the
 			 * rest of the inbox for the next step) */
 			CHECK(!must_reject[i] || info.state == KVA_STATE_REJECTED ||
-			      (S.fault && p->backlog));
-			if (S.fault && p->backlog && info.state == KVA_STATE_WAITING &&
+			      stalled);
+			if (stalled && info.state == KVA_STATE_WAITING &&
 			    r->last_state == 0)
 				continue; /* maybe not ingested yet: nothing to check */
 			switch (info.state) {
@@ -688,7 +692,6 @@ static void do_step(uint64_t dt, uint32_t budget, bool hold)
 	 * (not checked in a step that stalled for memory: a preemption behind
 	 * the stalled event is not back at the queue's front yet, and the
 	 * requests its event will put behind it may be admitted meanwhile) */
-	bool stalled = S.fault && p->backlog;
 	for (uint32_t k = 0; k < nnb && !stalled; k++) {
 		int64_t a = S.h[nonbypass[k]].age;
 		for (uint32_t i = 0; i < S.nh; i++)
@@ -718,7 +721,7 @@ static void do_step(uint64_t dt, uint32_t budget, bool hold)
 	 * step: submits behind it are not ingested yet (kva_query says WAITING,
 	 * the gauges do not count them), copy reports behind it not drained.
 	 * Checked again once nothing is held. */
-	bool settled = !(S.fault && p->backlog);
+	bool settled = !stalled;
 	CHECK(settled ? st.draining_pages == draining : st.draining_pages >= draining);
 	CHECK(!settled || st.waiting == g_wait);
 	CHECK(st.importing == g_imp && st.ready == g_ready && st.running == g_run);
