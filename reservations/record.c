@@ -567,22 +567,24 @@ size_t kva__held_ids(const kva_engine *e)
 }
 #endif
 
-void kva__held_hold_all(kva_engine *e, struct kva__req *r)
+static void held_each(kva_engine *e, struct kva__req *r,
+                      void (*fn)(kva_engine *, const kva_checkpoint *))
 {
 	if (!(r->flags & KVA__F_HELD))
 		return;
 	const kva_checkpoint *c = kva__ents(r);
 	for (uint32_t i = 0; i < r->nents; i++)
-		kva__held_hold(e, &c[i]);
+		fn(e, &c[i]);
+}
+
+void kva__held_hold_all(kva_engine *e, struct kva__req *r)
+{
+	held_each(e, r, kva__held_hold);
 }
 
 void kva__held_drop_all(kva_engine *e, struct kva__req *r)
 {
-	if (!(r->flags & KVA__F_HELD))
-		return;
-	const kva_checkpoint *c = kva__ents(r);
-	for (uint32_t i = 0; i < r->nents; i++)
-		kva__held_drop(e, &c[i]);
+	held_each(e, r, kva__held_drop);
 }
 
 void kva__rec_retire(kva_engine *e, struct kva__req *r)
