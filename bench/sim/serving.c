@@ -265,8 +265,7 @@ static void take_admission(struct sim_node *n, const kva_admission *ad)
 	} else if (kept_pages) {
 		/* vLLM: the local prefix-cache hit (get_computed_blocks) is found
 		 * before the connector is asked; refusing the external part does
-		 * not drop it. Page-aligned, and at least one token to compute;
-		 * a recurrent bundle only whole. */
+		 * not drop it (kept_local_pages). */
 		local = kept_pages * pt;
 		s->res->kept_local++;
 		s->res->kept_local_tokens += local;
