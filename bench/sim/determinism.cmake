@@ -20,10 +20,12 @@ function(check_admissions name json)
   endforeach()
 endfunction()
 
+# Two runs (sim_run_twice), then check_admissions; `out` = their JSON.
 function(run_twice name)
   sim_run_twice(${name} out ${ARGN})
   check_admissions(${name} "${out}")
   message(STATUS "${name}: identical, invariants ok")
+  set(out "${out}" PARENT_SCOPE)
 endfunction()
 
 # The default shape (production profile, cold start), shorter.
@@ -33,13 +35,12 @@ run_twice(defaults --agents 4 --duration 120 --seed 7)
 run_twice(h200_warm --profile h200-70b --warm --agents 6 --duration 300 --seed 5)
 # The 70B profile from a cold start: legacy recomputes that keep a local hit
 # (--keep-local, the profile's default) are admitted and run.
-sim_run_twice(h200_keep_local out --profile h200-70b --agents 6 --duration 600 --seed 5)
-check_admissions(h200_keep_local "${out}")
+run_twice(h200_keep_local --profile h200-70b --agents 6 --duration 600 --seed 5)
 string(JSON kept GET "${out}" policies legacy legacy_kept_local admissions)
 if(kept LESS 1)
   message(FATAL_ERROR "h200_keep_local: no legacy recompute kept a local hit")
 endif()
-message(STATUS "h200_keep_local: identical, ${kept} legacy recomputes kept a local hit")
+message(STATUS "h200_keep_local: ${kept} legacy recomputes kept a local hit")
 # Several engines sharing the store and the directory.
 run_twice(nodes --nodes 3 --agents 20 --duration 300 --seed 2 --warm)
 # Failure paths: copies fail, lookups time out, restores give up waiting.
@@ -47,7 +48,7 @@ run_twice(faults --agents 6 --duration 600 --seed 3 --copy-fail-rate 0.3
   --lookup-timeout 0.001 --max-restore-wait 2 --copy-slots 2)
 # Every later turn's history was stored before it began (10 minutes, about
 # 150 later turns: some end on a page boundary).
-sim_run_twice(stored out --agents 8 --duration 600 --seed 9)
+run_twice(stored --agents 8 --duration 600 --seed 9)
 foreach(policy legacy wait)
   string(JSON stored GET "${out}" policies ${policy} later_turns_stored)
   string(JSON later GET "${out}" policies ${policy} later_turns)
