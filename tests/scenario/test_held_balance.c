@@ -12,9 +12,6 @@
 
 #ifdef KVA_FAULT_INJECTION
 size_t kva__held_ids(const kva_engine *e); /* reservations/record.h */
-#define HELD_IDS(s) kva__held_ids((s)->e)
-#else
-#define HELD_IDS(s) ((size_t)0)
 #endif
 
 #define NH 48
@@ -233,8 +230,10 @@ static void walk_seed(uint64_t seed, bool refresh)
 	assert_true(most > 0); /* the walk held local checkpoints */
 #endif
 	(void)most;
-	drain(w);
-	assert_int_equal(HELD_IDS(s), 0);
+	drain(w); /* elsewhere the walk checks only that everything ends and credits return */
+#ifdef KVA_FAULT_INJECTION
+	assert_int_equal(kva__held_ids(s->e), 0);
+#endif
 	sc_free(s);
 	free(w);
 }
@@ -263,7 +262,7 @@ static void destroy_with_held_ids_leaks_nothing(void **st)
 	}
 	sc_step(s, 0);
 #ifdef KVA_FAULT_INJECTION
-	assert_true(HELD_IDS(s) >= 40);
+	assert_true(kva__held_ids(s->e) >= 40);
 #endif
 	sc_free(s);
 }
