@@ -133,7 +133,7 @@ active proctype owner()
 			pending--;
 			lookup(h1gen, found); /* engine.c dispatch_event: record.c kva__rec_find */
 			if
-			:: found -> assert(inc == 1) /* engine.c handle_cancel on the named record */
+			:: found -> assert(inc == 1) /* admit.c kva__admit_cancel on the named record */
 			:: else -> skip
 			fi
 		:: break

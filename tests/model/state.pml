@@ -27,7 +27,7 @@
  * deferred queue are empty.
  *
  * Memory model: the argument needs only that the state word is one atomic
- * location whose RMWs (the CASes of take_running and handle_cancel) are
+ * location whose RMWs (the CASes of take_running and the step's cancel (handle_cancel here)) are
  * totally ordered (true for C11 RMWs at any order), plus R2 of record.c /
  * R4 / A4 of intake.c: the owner that wins the CAS (acquire) sees the page
  * list the previous owner released (the release store of the new state).
@@ -93,21 +93,21 @@ inline rec_end(terminal_state)
 	state = terminal_state /* record.c kva__rec_set_state, R2 */
 }
 
-/* engine.c handle_cancel; ok: handled (false: retried next step) */
+/* admit.c kva__admit_cancel; ok: handled (false: retried next step) */
 inline handle_cancel(ok)
 {
-	s = state; /* engine.c handle_cancel: acquire load */
+	s = state; /* admit.c kva__admit_cancel: acquire load */
 	if
 	:: s == WAITING -> rec_end(CANCELLED); ok = 1 /* admit.c kva__admit_forget_waiting */
 	:: s == IMPORTING || s == READY ->
-		/* copy.c kva__copy_cancel (IMPORTING) / engine.c handle_cancel:
+		/* copy.c kva__copy_cancel (IMPORTING) / admit.c kva__admit_cancel:
 		 * record.c kva__rec_give_back (READY) */
 		give_back(); rec_end(CANCELLED); ok = 1
 	:: s == RUNNING ->
 #ifdef MUTANT_CANCEL_NO_CAS
 		state = CANCELLING; won = 1;
 #else
-		/* engine.c handle_cancel: CAS RUNNING -> CANCELLING (acquire, pairs with R4 of intake.c) */
+		/* admit.c kva__admit_cancel: CAS RUNNING -> CANCELLING (acquire, pairs with R4 of intake.c) */
 		atomic {
 			if
 			:: state == RUNNING -> state = CANCELLING; won = 1
@@ -117,9 +117,9 @@ inline handle_cancel(ok)
 #endif
 		if
 		:: won -> give_back(); rec_end(CANCELLED); ok = 1
-		:: else -> ok = (s != GROWING) /* engine.c handle_cancel: retry only under a grow */
+		:: else -> ok = (s != GROWING) /* admit.c kva__admit_cancel: retry only under a grow */
 		fi
-	:: s == GROWING -> ok = 0 /* engine.c handle_cancel: KVA__STATE_GROWING, retry */
+	:: s == GROWING -> ok = 0 /* admit.c kva__admit_cancel: KVA__STATE_GROWING, retry */
 	:: else -> ok = 1 /* PREEMPTED: handled with its requeue; terminal: nothing */
 	fi
 }
