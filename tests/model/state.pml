@@ -28,9 +28,10 @@
  *
  * Memory model: the argument needs only that the state word is one atomic
  * location whose RMWs (the CASes of take_running and of the step's cancel,
- * handle_cancel here) are totally ordered (true for C11 RMWs at any order), plus R2 of record.c /
- * R4 / A4 of intake.c: the owner that wins the CAS (acquire) sees the page
- * list the previous owner released (the release store of the new state).
+ * handle_cancel here) are totally ordered (true for C11 RMWs at any order),
+ * plus R2 of record.c / R4 / A4 of intake.c: the owner that wins the CAS
+ * (acquire) sees the page list the previous owner released (the release
+ * store of the new state).
  * The credit count and the page list are touched only by the CAS owner, so
  * no other reordering is visible; cancel_requested is an exchange (one
  * location). SC is therefore enough for these properties.
