@@ -4,7 +4,8 @@
  *
  * Owns the chunks, the range of never-used slots, the shared free stack, the
  * per-thread caches and the process-wide registry of live slabs, which only
- * the cold paths (a thread attaching or leaving a cache, init, fini) lock.
+ * init, fini and the call_rcu callbacks lock (never a thread attaching to
+ * or leaving a cache).
  *
  * Memory-order labels:
  *   R1/A1  chunk published (its zeroed memory) -> kva_slab_get, fresh_extend
@@ -17,17 +18,24 @@
  *   R8/A8  a flush's grace period passed -> kva_slab_flush_done (slab.h)
  *   R9/A9  the fresh range moved over a published chunk -> a thread taking
  *          slots from it (their chunk is published, nchunks covers it)
+ *   R10/A10 fini orphaned a cache a thread holds -> that thread, which
+ *          frees it
+ *   R11/A11 kvadmit's call_rcu data created -> a flush that uses it
  */
 #include "slab.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* A cache's owner word (see "per-thread caches"). */
+enum { CACHE_FREE, CACHE_OWNED, CACHE_ORPHAN };
+
 struct kva_slab_cache {
 	struct kva_slab_cache *next; /* the slab's list of caches, never unlinked */
-	_Atomic int owned;           /* a thread holds it in its TLS */
+	_Atomic int owned;           /* CACHE_*: who may use or free it */
 	uint32_t n;
 	uint32_t idx[KVA_SLAB_CACHE];
 };
@@ -40,13 +48,21 @@ struct tls_cache {
 	uint64_t serial; /* 0 = unused */
 	struct kva_slab_cache *c;
 };
+/* Open addressing by serial, KVA_SLAB_TLS_PROBE entries from its home. */
 static _Thread_local struct tls_cache tls_caches[KVA_SLAB_TLS_CACHES];
 static _Thread_local unsigned tls_victim;
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t exit_key;
 static int exit_key_err;
 
-static struct kva_slab *slab_by_serial(uint64_t serial);
+/* Under registry_lock: the live slab with this serial, or NULL. */
+static struct kva_slab *slab_by_serial(uint64_t serial)
+{
+	for (struct kva_slab *x = registry; x; x = x->live_next)
+		if (x->serial == serial)
+			return x;
+	return NULL;
+}
 
 /* ---- reclaim tickets ----------------------------------------------------------
  *
@@ -79,6 +95,12 @@ struct ticket {
 static _Atomic(struct ticket *) ticket_seg[TICKET_SEGS];
 static _Atomic uint32_t ticket_nsegs;
 static _Atomic uint64_t ticket_top; /* pop tag << 32 | (index + 1) */
+/* Tickets on the free list (an estimate: pushes and pops count it apart
+ * from the CAS that moves them). */
+static _Atomic int64_t ticket_free_n;
+/* Set once kva_slab_tickets_ahead ran: from then on a flush never grows the
+ * pool itself (no malloc on the retiring thread), it waits for the grower. */
+static _Atomic bool tickets_kept_ahead;
 
 static struct ticket *ticket_at(uint32_t i)
 {
@@ -88,9 +110,10 @@ static struct ticket *ticket_at(uint32_t i)
 	return &seg[i & ((1u << TICKET_SEG_SHIFT) - 1)];
 }
 
-/* Pushes the chain first..last (linked by next) on the free list. */
-static void ticket_push(struct ticket *first, struct ticket *last)
+/* Pushes the chain first..last (linked by next, n tickets) on the free list. */
+static void ticket_push(struct ticket *first, struct ticket *last, uint32_t n)
 {
+	atomic_fetch_add_explicit(&ticket_free_n, n, memory_order_relaxed);
 	uint64_t top = atomic_load_explicit(&ticket_top, memory_order_relaxed), want;
 	do {
 		atomic_store_explicit(&last->next, (uint32_t)top, memory_order_relaxed);
@@ -121,11 +144,12 @@ static struct ticket *ticket_grow(void)
 	}
 	/* R7: the tickets' indices, to ticket_at (A7). */
 	atomic_store_explicit(&ticket_seg[k], seg, memory_order_release);
-	ticket_push(&seg[1], &seg[n - 1]);
+	ticket_push(&seg[1], &seg[n - 1], n - 1);
 	return &seg[0];
 }
 
-/* Any thread: a free ticket, or NULL (no memory). */
+/* Any thread: a free ticket, or NULL (none free and the grower keeps the
+ * pool, or no memory). */
 static struct ticket *ticket_get(void)
 {
 	/* A6: pairs with R6 in ticket_push. */
@@ -133,14 +157,62 @@ static struct ticket *ticket_get(void)
 	for (;;) {
 		uint32_t i = (uint32_t)top;
 		if (!i)
-			return ticket_grow();
+			return atomic_load_explicit(&tickets_kept_ahead, memory_order_relaxed)
+			               ? NULL
+			               : ticket_grow();
 		struct ticket *t = ticket_at(i - 1);
 		uint32_t nx = atomic_load_explicit(&t->next, memory_order_relaxed);
 		uint64_t want = (((top >> 32) + 1u) << 32) | nx;
 		if (atomic_compare_exchange_weak_explicit(&ticket_top, &top, want, memory_order_acquire,
-		                                          memory_order_acquire))
+		                                          memory_order_acquire)) {
+			atomic_fetch_sub_explicit(&ticket_free_n, 1, memory_order_relaxed);
 			return t;
+		}
 	}
+}
+
+int kva_slab_tickets_ahead(uint32_t low)
+{
+	atomic_store_explicit(&tickets_kept_ahead, true, memory_order_relaxed);
+	while (atomic_load_explicit(&ticket_free_n, memory_order_relaxed) < (int64_t)low) {
+		struct ticket *t = ticket_grow();
+		if (!t)
+			return -ENOMEM;
+		ticket_push(t, t, 1);
+	}
+	return 0;
+}
+
+/* ---- kvadmit's call_rcu thread ------------------------------------------------
+ *
+ * Flushes go to a call_rcu thread of kvadmit's own, created real-time
+ * (URCU_CALL_RCU_RT): it polls its queue (every 10 ms when idle) instead of
+ * sleeping on a futex, so a flush on the scheduler thread is a wait-free
+ * enqueue and never a futex wake. Created once by the first kva_slab_init
+ * with every signal blocked (as the default one, rcu_thread.c); until then,
+ * or if it could not be created, flushes use the thread's usual call_rcu
+ * data. liburcu's fork handlers pause it; in a child liburcu frees it, and
+ * the next kva_slab_init there creates another.
+ */
+static _Atomic(struct call_rcu_data *) reclaimer;
+/* The first slab init that wins this creates it; no lock, so a fork in the
+ * middle leaves no lock taken (the child starts over). */
+static _Atomic int reclaimer_claimed;
+
+static void reclaimer_start(void)
+{
+	int no = 0;
+	if (atomic_load_explicit(&reclaimer_claimed, memory_order_relaxed) ||
+	    !atomic_compare_exchange_strong_explicit(&reclaimer_claimed, &no, 1,
+	                                             memory_order_relaxed, memory_order_relaxed))
+		return;
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	struct call_rcu_data *crdp = urcu_memb_create_call_rcu_data(URCU_CALL_RCU_RT, -1);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	/* R11: the call_rcu data, to every flush (A11). */
+	atomic_store_explicit(&reclaimer, crdp, memory_order_release);
 }
 
 static uint32_t chunk_slots(uint32_t c)
@@ -164,6 +236,7 @@ int kva_slab_init(struct kva_slab *s, size_t slot_size, size_t rcu_off, kva_slab
 	int rc = kva_rcu_init(); /* exit hooks for reader threads, the call_rcu thread */
 	if (rc)
 		return rc;
+	reclaimer_start();
 	memset(s, 0, sizeof(*s));
 	s->slot_size = (uint32_t)slot_size;
 	s->rcu_off = (uint32_t)rcu_off;
@@ -200,8 +273,13 @@ void kva_slab_fini(struct kva_slab *s)
 	 * never reused, so those entries never match again. */
 	struct kva_slab_cache *c = atomic_load_explicit(&s->caches, memory_order_acquire);
 	while (c) {
-		struct kva_slab_cache *next = c->next;
-		s->mem_free(c, sizeof(*c));
+		struct kva_slab_cache *next = c->next; /* before c may be freed */
+		/* A cache a thread still holds is left to that thread, which frees
+		 * it when it next looks at it (detach). R10: orphaned, to that
+		 * thread's failed CAS (A10). */
+		if (atomic_exchange_explicit(&c->owned, CACHE_ORPHAN, memory_order_acq_rel) ==
+		    CACHE_FREE)
+			free(c);
 		c = next;
 	}
 	/* Published chunks are a prefix: each is published only after those
@@ -449,26 +527,35 @@ void kva_slab_set_warm(struct kva_slab *s, kva_slab_warm_fn warm)
 	s->warm = warm;
 }
 
-/* ---- per-thread caches ------------------------------------------------------ */
+/* ---- per-thread caches ------------------------------------------------------
+ *
+ * A thread reaches its cache of a slab through its TLS table, by serial (a
+ * serial is never reused, so an entry of a finished slab never matches
+ * again). No lock on this path: a thread that uses many slabs (many engines)
+ * only ever detaches a cache with one CAS, and the registry lock, which the
+ * call_rcu thread holds for every reclaimed batch, is never taken here.
+ *
+ * A cache's owner word decides who frees it: FREE (in the slab's list, for
+ * any thread to adopt; fini frees it), OWNED (a thread's TLS holds it) or
+ * ORPHAN (its slab finished while a thread held it: that thread frees it).
+ * fini's exchange and the holder's CAS OWNED -> FREE race on the word, and
+ * exactly one of them frees the cache. Caches come from malloc, not the
+ * slab's allocator hook, since they may outlive the slab.
+ */
 
-/* Under registry_lock: the live slab with this serial, or NULL. */
-static struct kva_slab *slab_by_serial(uint64_t serial)
-{
-	for (struct kva_slab *x = registry; x; x = x->live_next)
-		if (x->serial == serial)
-			return x;
-	return NULL;
-}
+static _Atomic uint64_t detached; /* caches left by live threads (tests) */
 
 /* The thread stops using a cache; its slots stay in it for the next thread
- * that attaches to the slab. The slab may be gone: then nothing is touched. */
+ * that attaches to the slab. Touches nothing of the slab, which may be gone. */
 static void detach(struct tls_cache *t)
 {
-	pthread_mutex_lock(&registry_lock);
-	/* R3: the cache's slots, to the thread that adopts it (A3). */
-	if (slab_by_serial(t->serial))
-		atomic_store_explicit(&t->c->owned, 0, memory_order_release);
-	pthread_mutex_unlock(&registry_lock);
+	atomic_fetch_add_explicit(&detached, 1, memory_order_relaxed);
+	int o = CACHE_OWNED;
+	/* R3: the cache's slots, to the thread that adopts it (A3). A10: pairs
+	 * with R10 in kva_slab_fini — the slab is gone, the cache is ours. */
+	if (!atomic_compare_exchange_strong_explicit(&t->c->owned, &o, CACHE_FREE,
+	                                             memory_order_release, memory_order_acquire))
+		free(t->c);
 	t->serial = 0;
 	t->c = NULL;
 }
@@ -486,6 +573,31 @@ static void make_exit_key(void)
 	exit_key_err = pthread_key_create(&exit_key, detach_all_at_exit);
 }
 
+static struct tls_cache *tls_entry(uint64_t serial, unsigned j)
+{
+	return &tls_caches[(serial + j) & (KVA_SLAB_TLS_CACHES - 1)];
+}
+
+/* An entry of s's probe window for a new cache: an empty one, else one
+ * whose slab is gone (its orphan freed), else a victim detached. */
+static struct tls_cache *tls_claim(const struct kva_slab *s)
+{
+	for (unsigned j = 0; j < KVA_SLAB_TLS_PROBE; j++)
+		if (!tls_entry(s->serial, j)->serial)
+			return tls_entry(s->serial, j);
+	for (unsigned j = 0; j < KVA_SLAB_TLS_PROBE; j++) {
+		struct tls_cache *t = tls_entry(s->serial, j);
+		/* A10 (see detach) */
+		if (atomic_load_explicit(&t->c->owned, memory_order_acquire) == CACHE_ORPHAN) {
+			detach(t);
+			return t;
+		}
+	}
+	struct tls_cache *t = tls_entry(s->serial, tls_victim++ % KVA_SLAB_TLS_PROBE);
+	detach(t);
+	return t;
+}
+
 static struct kva_slab_cache *attach(struct kva_slab *s)
 {
 	(void)pthread_once(&exit_key_once, make_exit_key);
@@ -495,41 +607,36 @@ static struct kva_slab_cache *attach(struct kva_slab *s)
 	struct kva_slab_cache *c;
 	/* A5: pairs with R5 below — the cache's next link. */
 	for (c = atomic_load_explicit(&s->caches, memory_order_acquire); c; c = c->next) {
-		int free_ = 0;
+		int free_ = CACHE_FREE;
 		/* A3: pairs with R3 in detach — adopts its slots. */
-		if (!atomic_load_explicit(&c->owned, memory_order_relaxed) &&
-		    atomic_compare_exchange_strong_explicit(&c->owned, &free_, 1, memory_order_acquire,
-		                                            memory_order_relaxed))
+		if (atomic_load_explicit(&c->owned, memory_order_relaxed) == CACHE_FREE &&
+		    atomic_compare_exchange_strong_explicit(&c->owned, &free_, CACHE_OWNED,
+		                                            memory_order_acquire, memory_order_relaxed))
 			break;
 	}
 	if (!c) {
-		c = s->mem_alloc(sizeof(*c));
+		c = malloc(sizeof(*c));
 		if (!c)
 			return NULL;
 		c->n = 0;
-		atomic_init(&c->owned, 1);
+		atomic_init(&c->owned, CACHE_OWNED);
 		c->next = atomic_load_explicit(&s->caches, memory_order_relaxed);
 		/* R5: the cache, to threads walking the list (A5). */
 		while (!atomic_compare_exchange_weak_explicit(&s->caches, &c->next, c,
 		                                              memory_order_release, memory_order_relaxed))
 			;
 	}
-	unsigned i = 0;
-	while (i < KVA_SLAB_TLS_CACHES && tls_caches[i].serial)
-		i++;
-	if (i == KVA_SLAB_TLS_CACHES) {
-		i = tls_victim++ % KVA_SLAB_TLS_CACHES;
-		detach(&tls_caches[i]);
-	}
-	tls_caches[i] = (struct tls_cache){s->serial, c};
+	*tls_claim(s) = (struct tls_cache){s->serial, c};
 	return c;
 }
 
 static inline struct kva_slab_cache *my_cache(struct kva_slab *s)
 {
-	for (unsigned i = 0; i < KVA_SLAB_TLS_CACHES; i++)
-		if (tls_caches[i].serial == s->serial)
-			return tls_caches[i].c;
+	for (unsigned j = 0; j < KVA_SLAB_TLS_PROBE; j++) {
+		struct tls_cache *t = tls_entry(s->serial, j);
+		if (t->serial == s->serial)
+			return t->c;
+	}
 	return attach(s);
 }
 
@@ -611,7 +718,7 @@ static void reclaim_ticket(struct rcu_head *head)
 	 * mutex orders them too) and to whoever waits in urcu_memb_barrier. */
 	KVA__TSAN_RELEASE(&kva__rcu_tsan_gp);
 	pthread_mutex_unlock(&registry_lock);
-	ticket_push(t, t);
+	ticket_push(t, t, 1);
 }
 
 void kva_slab_retire(struct kva_slab *s, struct kva_slab_retired *b, uint32_t idx)
@@ -634,12 +741,33 @@ void kva_slab_flush(struct kva_slab *s, struct kva_slab_retired *b)
 		return;
 	struct ticket *t = ticket_get();
 	if (!t)
-		return; /* no memory for a ticket: the chain waits for a later flush */
+		return; /* no ticket free: the chain waits for a later flush */
 	t->serial = s->serial;
 	t->flush = ++b->flushed;
 	t->first = b->first - 1;
 	*b = (struct kva_slab_retired){0, 0, 0, b->flushed};
+	/* A11: pairs with R11 in reclaimer_start. */
+	struct call_rcu_data *rt = atomic_load_explicit(&reclaimer, memory_order_acquire), *own = NULL;
+	if (rt) {
+		own = urcu_memb_get_thread_call_rcu_data();
+		urcu_memb_set_thread_call_rcu_data(rt);
+	}
 	kva_rcu_call(&t->head, reclaim_ticket);
+	if (rt)
+		urcu_memb_set_thread_call_rcu_data(own);
+}
+
+uint64_t kva__slab_detached(void)
+{
+	return atomic_load_explicit(&detached, memory_order_relaxed);
+}
+
+void kva__slab_registry_hold(bool on)
+{
+	if (on)
+		pthread_mutex_lock(&registry_lock);
+	else
+		pthread_mutex_unlock(&registry_lock);
 }
 
 void kva_slab_atfork_prepare(void)
@@ -656,4 +784,7 @@ void kva_slab_atfork_child(void)
 {
 	/* The forking thread took it in prepare: it is the owner here too. */
 	pthread_mutex_unlock(&registry_lock);
+	/* liburcu's child handler frees every call_rcu data but its default */
+	atomic_store_explicit(&reclaimer, NULL, memory_order_relaxed);
+	atomic_store_explicit(&reclaimer_claimed, 0, memory_order_relaxed);
 }

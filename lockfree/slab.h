@@ -29,10 +29,11 @@
  * by design, without a tag: each is popped only inside an RCU
  * read-side section and pushed only by call_rcu callbacks (retired slots),
  * so a slot a popper saw on top cannot come back to the top before that
- * popper's section ends. A thread that exits (or uses more than
- * KVA_SLAB_TLS_CACHES slabs at once) leaves its cache, slots included, for
- * the next thread to adopt: nothing is lost, nothing passes through the
- * shared stack early.
+ * popper's section ends. A thread that exits (or whose cache table has no
+ * room left near a slab's entry: beyond about 128 slabs, 64 engines, at
+ * once) leaves its cache, slots included, for the next thread to adopt:
+ * nothing is lost, nothing passes through the shared stack early. Neither
+ * taking nor leaving a cache takes a lock.
  *
  * Never-used slots never go on a stack: the published chunks' slots not yet
  * handed out are one range of indices, [next, end), in one word; a refill
@@ -79,7 +80,10 @@
 #define KVA_SLAB_CACHE 64u       /* slot indices one thread keeps per slab */
 #define KVA_SLAB_REFILL 32u      /* taken from the shared stack at once */
 #define KVA_SLAB_RETIRE_BATCH 64u
-#define KVA_SLAB_TLS_CACHES 4u   /* slabs one thread keeps a cache for */
+/* Slabs one thread keeps a cache for: 64 engines of two slabs each, open
+ * addressing by serial over a window of KVA_SLAB_TLS_PROBE (2 KiB of TLS). */
+#define KVA_SLAB_TLS_CACHES 128u
+#define KVA_SLAB_TLS_PROBE 4u
 #define KVA_SLAB_STACKS 16u      /* shared free stacks: threads refill from their own first */
 
 /* First member of every slot. */
@@ -166,6 +170,12 @@ void *kva_slab_alloc(struct kva_slab *s, uint32_t *idx);
  * touched. 0, or -ENOMEM (no memory, or no chunk number left): alloc grows
  * as before. */
 int kva_slab_grow_ahead(struct kva_slab *s, uint32_t low);
+/* Any thread (meant for a grower, lockfree/slab_grower.h): keeps at least
+ * `low` tickets free in the process-wide pool that carries flushed batches
+ * to call_rcu. From its first call on, a flush that finds the pool empty no
+ * longer allocates one itself: its batch waits for a later flush. 0 or
+ * -ENOMEM. */
+int kva_slab_tickets_ahead(uint32_t low);
 /* Before the slab is shared: the hook kva_slab_grow_ahead warms with. */
 void kva_slab_set_warm(struct kva_slab *s, kva_slab_warm_fn warm);
 /* Gives back a slot the calling thread took with kva_slab_alloc and never
@@ -259,6 +269,12 @@ static inline bool kva_slab_flush_done(const struct kva_slab *s, uint64_t flush)
 void kva_slab_atfork_prepare(void);
 void kva_slab_atfork_parent(void);
 void kva_slab_atfork_child(void);
+
+/* Tests: caches threads detached so far (a thread leaving a cache while it
+ * lives, or at its exit); the registry lock that call_rcu callbacks, init
+ * and fini take, held (on) or released by the calling thread. */
+uint64_t kva__slab_detached(void);
+void kva__slab_registry_hold(bool on);
 
 /* Slots in published chunks (a statistic). */
 static inline uint32_t kva_slab_slots(const struct kva_slab *s)

@@ -90,30 +90,16 @@ int kva_plan_min_sizes(const kva_config *cfg, kva_plan_sizes *out)
 	return 0;
 }
 
-/* Never-used slots kept ready (and their pages faulted in) for the
- * producers between two steps, so that kva_submit and kva_cancel take a
- * slot instead of growing a slab (an allocation of up to 10 MiB) or
- * faulting in a huge page on the caller's thread. Ready chunks past these
- * are address space only. A burst past this between two steps grows and
- * faults on the submitting thread, as without it. In proportion to the
- * slab, up to these: an engine that holds few requests keeps few ready,
- * so creating one costs what it did (a fixed 16 Ki made it 460 us, and
- * 16x fewer fuzz runs a second); one that holds a million keeps them all. */
+/* Never-used slots the process's slab grower keeps ready (and their pages
+ * faulted in) for the producers, off every engine thread, so that
+ * kva_submit and kva_cancel take a slot instead of growing a slab (an
+ * allocation of up to 10 MiB) or faulting in a huge page, and the step
+ * does neither (lockfree/slab_grower.h). In proportion to the slab, up to
+ * these: an engine that holds few requests keeps few ready, one that holds
+ * a million keeps them all. A burst past this between two of the grower's
+ * polls grows on the submitting thread. */
 #define RECORDS_AHEAD 16384u
 #define CANCELS_AHEAD 1024u
-
-static uint32_t ahead(const struct kva_slab *s, uint32_t most)
-{
-	uint32_t n = kva_slab_slots(s) / 4;
-	return n < most ? n : most;
-}
-
-static void grow_ahead(kva_engine *e)
-{
-	/* On failure a producer grows on demand (or gets -ENOMEM). */
-	(void)kva_slab_grow_ahead(&e->slab, ahead(&e->slab, RECORDS_AHEAD));
-	(void)kva_slab_grow_ahead(&e->cancels, ahead(&e->cancels, CANCELS_AHEAD));
-}
 
 kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 {
@@ -157,6 +143,8 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 		goto fail_cancels;
 	kva_slab_set_warm(&e->slab, kva__warm);
 	kva_slab_set_warm(&e->cancels, kva__warm);
+	kva_slab_grower_add(&e->slab_ahead, &e->slab, RECORDS_AHEAD);
+	kva_slab_grower_add(&e->cancels_ahead, &e->cancels, CANCELS_AHEAD);
 	kva_capacity_init(&e->cap, (struct kva_credits){cfg->total_pages, cfg->copy_slots,
 	                                                cfg->max_running});
 	kva_fanin_init(&e->inbox);
@@ -242,6 +230,8 @@ void kva_engine_destroy(kva_engine *e)
 	 * find it gone (slab.c). Destroy never waits for liburcu's call_rcu
 	 * thread, which sleeps 10 ms between batches and may not exist at all
 	 * in a forked child. */
+	kva_slab_grower_remove(&e->slab_ahead);
+	kva_slab_grower_remove(&e->cancels_ahead);
 	kva__rec_free_all(e);
 	kva_slab_fini(&e->slab);
 	kva_slab_fini(&e->cancels); /* after the queues above: they held some */
@@ -510,9 +500,10 @@ static bool handle_local(kva_engine *e)
 }
 
 /* The events present when the step began, in order: one that stalled last
- * step, what the scheduler produced after its last look (refused copies),
- * deferred cancels, the inbox — then what handling those produced. Stops at
- * the first event that needs memory it cannot get. */
+ * step and the rest of the batches it stalled in, what the scheduler
+ * produced after its last look (refused copies), deferred cancels, the
+ * inbox — then what handling those produced. Stops at the first event that
+ * needs memory it cannot get. */
 static void handle_events(kva_engine *e)
 {
 	if (e->stalled) {
@@ -523,11 +514,23 @@ static void handle_events(kva_engine *e)
 			return;
 		}
 		kva__alloc_ok(e);
+		/* What the stall held back goes before what the stalled step
+		 * produced after it (its refused copy ranks), as without the
+		 * stall: a stall delays events, never reorders them (rule 7,
+		 * requests returning to the front). */
+		if (!kva_inbox_batch_empty(&e->local_batch) && !handle_batch(e, &e->local_batch))
+			return;
+		if (!kva_inbox_batch_empty(&e->batch) && !handle_batch(e, &e->batch))
+			return;
 	}
 	/* Each queue is looked at before it is handled: a step with nothing
 	 * to do (a blocked head at any waiting count) makes no call for it. */
-	if (local_pending(e) && !handle_local(e))
+	if (local_pending(e) && !handle_local(e)) {
+		/* the inbox as it is now waits behind the stall, ahead of what
+		 * this step produces from here on */
+		kva_fanin_splice_nonblocking(&e->inbox, &e->batch);
 		return;
+	}
 	if (!kva_inbox_empty(&e->deferred)) {
 		struct kva_inbox_batch d;
 		struct kva_inbox_node *n;
@@ -659,7 +662,6 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	kva__copy_dispatch_pending(e); /* refused ranks: handled next step */
 	kva__rec_ids_settle(e);        /* the ended ids' map misses, last */
 	kva__rec_flush_retired(e);
-	grow_ahead(e);
 	plan->backlog = e->stalled || e->head_recheck || e->n_evicting ||
 	                !kva_inbox_batch_empty(&e->batch) ||
 	                !kva_inbox_empty(&e->local) || !kva_inbox_batch_empty(&e->local_batch) ||

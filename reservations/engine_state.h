@@ -17,6 +17,7 @@
 #include "idmap.h"
 #include "pagepool.h"
 #include "record.h"
+#include "slab_grower.h"
 
 enum kva__head_timer { HT_WAIT, HT_LOG, HT_REFRESH, HT_COUNT };
 
@@ -59,6 +60,8 @@ struct kva_engine {
 	struct kva__shard shard[KVA__SHARDS]; /* what producers count */
 	struct kva_slab slab;                 /* the records (own cache lines inside) */
 	struct kva_slab cancels;              /* cancel events (struct kva__cancel) */
+	/* the process's slab grower keeps both ready ahead (engine.c) */
+	struct kva_slab_ahead slab_ahead, cancels_ahead;
 
 	/* scheduler thread only */
 	alignas(64) struct kva_waitq waitq; /* RCU readers: kva_waiting_foreach */

@@ -358,8 +358,9 @@ enum kva_reason {
 KVA_API const char *kva_reason_name(int reason);
 
 /* Any thread: a slot from the calling thread's cache and one wait-free
- * enqueue (the cache refills in batches; each step keeps slots ready, and a
- * submit grows the slab by a chunk only when submits outrun the steps). The
+ * enqueue, no lock (the cache refills in batches; a background thread keeps
+ * slots ready, and a submit grows the slab by a chunk only when submits
+ * outrun it, or while the engine holds fewer than 1,792 records). The
  * request is ingested at the next step. *out receives its handle.
  * 0, -EINVAL, -ERANGE (r->local past the prompt), -ENOMEM. */
 KVA_API int kva_submit(kva_engine *e, const kva_request *r, kva_handle *out);
