@@ -60,8 +60,9 @@ struct hreq {
 	bool running;	      /* admitted, not finished / preempted / cancelled */
 	bool cancel_ok;	      /* kva_cancel returned 0 */
 	bool finish_ok;	      /* kva_finish returned 0 */
-	bool preempted;	      /* kva_preempt returned 0 since the last step */
+	bool preempted;	      /* kva_preempt returned 0 since the last settled step */
 	uint32_t preempt_seq; /* call order of that preempt */
+	bool front_pending;   /* back at the front in a step that stalled for memory */
 	bool ended;	      /* reported in plan.ended */
 	uint8_t end_state;
 	bool had_copy; /* a copy job was seen since it last entered WAITING */
@@ -654,10 +655,10 @@ static void do_step(uint64_t dt, uint32_t budget, bool hold)
 			}
 			/* Back at the front of the queue in this step: preempted, or
 			 * requeued by a reset (seen waiting, or admitted from the head,
-			 * after owning capacity). */
+			 * after owning capacity), or in a step that stalled since. */
 			bool was_owning = r->last_state == KVA_STATE_IMPORTING ||
 					  r->last_state == KVA_STATE_READY;
-			if ((r->preempted && !terminal(info.state)) ||
+			if ((r->preempted && !terminal(info.state)) || r->front_pending ||
 			    (info.state == KVA_STATE_WAITING && was_owning) ||
 			    (admitted_nb[i] && was_owning)) {
 				front[nfront++] = (int)i;
@@ -676,17 +677,26 @@ static void do_step(uint64_t dt, uint32_t budget, bool hold)
 		}
 	}
 	/* Front pushes of one step: preempts in call order (the last one ends up
-	 * first); mixed with reset requeues their relative order is left open. */
-	if (nfront) {
-		S.front_age -= 1 << 20;
+	 * first); mixed with reset requeues their relative order is left open
+	 * (rule 7: each goes to the front as its event is handled). A step that
+	 * stalled for memory handles the events behind the stalled one in the
+	 * next step, in order: whether its preempts and requeues were handled
+	 * before the stall or after it, they are placed with the next settled
+	 * step's, and their call order is kept until then. */
+	if (stalled) {
+		for (uint32_t k = 0; k < nfront; k++)
+			S.h[front[k]].front_pending = true;
+	} else {
+		if (nfront)
+			S.front_age -= 1 << 20;
 		for (uint32_t k = 0; k < nfront; k++) {
 			struct hreq *r = &S.h[front[k]];
 			r->age = front_mixed ? S.front_age : S.front_age - r->preempt_seq;
 		}
+		for (uint32_t i = 0; i < S.nh; i++)
+			S.h[i].preempted = S.h[i].front_pending = false;
+		S.preempt_seq = 0;
 	}
-	for (uint32_t i = 0; i < S.nh; i++)
-		S.h[i].preempted = false;
-	S.preempt_seq = 0;
 
 	/* rule 7: nothing admitted from the head while an older request waits
 	 * (not checked in a step that stalled for memory: a preemption behind
