@@ -79,8 +79,9 @@ bench: deps
 
 # libFuzzer targets (tests/fuzz/README.md): their own clang build with
 # ASan+UBSan and allocation-failure injection. `make fuzz` replays the corpus
-# and runs each target FUZZ_SECONDS; test-fuzz (part of `make test`) is the
-# CI-sized run, about a minute per target.
+# and runs each target FUZZ_SECONDS from a fresh random seed, which it prints
+# (FUZZ_SEED=N reuses one); test-fuzz (part of `make test`) is the CI-sized
+# run, about a minute per target, seeded the same way.
 FUZZ_SECONDS ?= 300
 FUZZ_CI_SECONDS ?= 60
 fuzz-build:

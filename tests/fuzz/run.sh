@@ -11,8 +11,18 @@
 # targets run FUZZ_FORKS (default 4) libFuzzer fork-mode workers (an input
 # costs what its operations cost: kva_engine_destroy no longer waits for
 # liburcu's call_rcu thread, so more workers than cores only add overhead;
-# FUZZ_FORKS=1 is as fast on two cores). Exits non-zero if a replay or a run failed or left
-# a crash, leak or timeout artifact (kept in BUILD_DIR/fuzz-work/<target>/).
+# FUZZ_FORKS=1 is as fast on two cores); FUZZ_FORKS=0 runs them in one
+# process, without fork mode.
+#
+# Each run explores: every target starts from a fresh random -seed, printed
+# as "<target>: seed N" (FUZZ_SEED=N gives every target that seed; in one
+# process, FUZZ_FORKS=0 for the engine targets, and from the same scratch
+# corpus, empty in a fresh build directory as in CI, it tries the same
+# inputs in the same order).
+# Exits non-zero if a replay or a run failed or left a crash, leak or timeout
+# artifact (kept in BUILD_DIR/fuzz-work/<target>/); each artifact is printed
+# base64 ("<target>: artifact NAME (N bytes) base64 ..."), so the log alone
+# reproduces it: base64 -d into a file, then run the target on that file.
 set -uo pipefail
 
 build=${1:?usage: run.sh BUILD_DIR SECONDS}
@@ -20,6 +30,15 @@ secs=${2:?usage: run.sh BUILD_DIR SECONDS}
 forks=${FUZZ_FORKS:-4}
 src=$(cd "$(dirname "$0")" && pwd)
 status=0
+
+# Every artifact a replay or run left, base64 on one line each.
+show_artifacts() {
+	local f
+	for f in "$2"/*; do
+		[ -f "$f" ] || continue
+		echo "$1: artifact $(basename "$f") ($(wc -c <"$f") bytes) base64 $(base64 -w0 "$f")"
+	done
+}
 
 for t in fuzz_engine fuzz_differential fuzz_lockfree fuzz_config fuzz_fleet_wire; do
 	bin=$build/tests/fuzz/$t
@@ -31,6 +50,7 @@ for t in fuzz_engine fuzz_differential fuzz_lockfree fuzz_config fuzz_fleet_wire
 	if ! "$bin" -runs=0 -artifact_prefix="$work/artifacts/" "$src/corpus/$t" >"$work/replay.log" 2>&1; then
 		echo "$t: corpus replay FAILED ($n inputs); log: $work/replay.log"
 		grep -E "invariant violated|ERROR:|SUMMARY:|Running:" "$work/replay.log" | tail -5
+		show_artifacts "$t" "$work/artifacts"
 		status=1
 		continue
 	fi
@@ -38,9 +58,11 @@ for t in fuzz_engine fuzz_differential fuzz_lockfree fuzz_config fuzz_fleet_wire
 	[ "$secs" -gt 0 ] || continue
 
 	mode=()
-	case $t in fuzz_lockfree | fuzz_config) ;; *) mode=(-fork="$forks") ;; esac
+	case $t in fuzz_lockfree | fuzz_config) ;; *) [ "$forks" -gt 0 ] && mode=(-fork="$forks") ;; esac
+	seed=${FUZZ_SEED:-$(($(od -An -N4 -tu4 /dev/urandom) % 2147483646 + 1))}
+	echo "$t: seed $seed"
 	start=$(date +%s)
-	"$bin" "${mode[@]}" -max_total_time="$secs" -max_len=2048 -rss_limit_mb=2048 -timeout=60 \
+	"$bin" "${mode[@]}" -seed="$seed" -max_total_time="$secs" -max_len=2048 -rss_limit_mb=2048 -timeout=60 \
 		-print_final_stats=1 -artifact_prefix="$work/artifacts/" \
 		"$work/corpus" "$src/corpus/$t" >"$work/fuzz.log" 2>&1
 	rc=$?
@@ -53,8 +75,9 @@ for t in fuzz_engine fuzz_differential fuzz_lockfree fuzz_config fuzz_fleet_wire
 	[ -n "$execs" ] && [ "$took" -gt 0 ] &&
 		echo "$t: $execs executions in ${took} s ($((execs / took)) exec/s over all workers)"
 	if [ $rc -ne 0 ] || [ -n "$(ls -A "$work/artifacts")" ]; then
-		echo "$t: FAILED (exit $rc); artifacts in $work/artifacts/, log $work/fuzz.log"
+		echo "$t: FAILED (exit $rc, seed $seed); artifacts in $work/artifacts/, log $work/fuzz.log"
 		grep -E "invariant violated|ERROR:|SUMMARY:" "$work/fuzz.log" | sort | uniq -c | head -10
+		show_artifacts "$t" "$work/artifacts"
 		status=1
 	fi
 done
