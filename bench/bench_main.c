@@ -32,6 +32,7 @@ int main(int argc, char **argv)
 	bm_register_lifecycle();
 	bm_register_churn();
 	bm_register_stalls();
+	bm_register_step_tail();
 	int ran = gb_run(argc, argv);
 	bm_cleanup_step();
 	bm_cleanup_events();
