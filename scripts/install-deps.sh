@@ -11,7 +11,7 @@ if [ "${1:-}" = "--demo" ]; then
 else
   pkgs=(cmake make pkg-config gcc g++ clang liburcu-dev libjemalloc-dev libcmocka-dev
         libbenchmark-dev gnuplot-nox valgrind python3 python3-prometheus-client
-        python3-cffi python3-pytest python3-dev spin
+        python3-cffi python3-pytest python3-dev spin strace
         libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack "$@")
 fi
 missing=()
