@@ -23,6 +23,10 @@
  * thread's CPU time per submit), so the costs that grow with what is kept
  * (slab growth, cold memory) are in the figure; then the engine's
  * one step that ingests them all (counters ingest_ns, ingest_cpu_ns).
+ *
+ * One thread, many engines (BM_submit_engines/E): the same submits from one
+ * thread spread round-robin over E engines (1, 3, 8); E = 8 against E = 1
+ * is what a thread's per-engine caches cost when it serves several.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -75,18 +79,23 @@ static void submit_one(uint64_t id)
 	bx_check(kva_submit(engine->e, &r, &h), "kva_submit");
 }
 
-/* Ingests, admits, finishes and reports everything submitted so far, and
- * lets call_rcu free the records now rather than during the next batch
- * (the baselines free theirs here too). */
-static void submit_consume(void)
+/* Ingests, admits, finishes and reports everything submitted to b so far. */
+static void drain(struct bx *b)
 {
 	for (;;) {
-		int n = bx_step(engine);
-		if (n == 0 && engine->plan.events == 0)
+		int n = bx_step(b);
+		if (n == 0 && b->plan.events == 0)
 			break;
 		for (int i = 0; i < n; i++)
-			bx_check(kva_finish(engine->e, engine->plan.admitted[i].handle), "kva_finish");
+			bx_check(kva_finish(b->e, b->plan.admitted[i].handle), "kva_finish");
 	}
+}
+
+/* drain, and lets call_rcu free the records now rather than during the next
+ * batch (the baselines free theirs here too). */
+static void submit_consume(void)
+{
+	drain(engine);
 	urcu_memb_barrier();
 }
 
@@ -251,6 +260,55 @@ static void bm_wfcq_fill(gb_state *s, void *arg)
 	fill_report(s, &t, n);
 }
 
+/* ---- one thread, many engines: BM_submit_engines/E ------------------------ */
+
+#define ENGINES_MAX 8
+
+/* BATCH submits per timed batch from one thread, round-robin over E fresh
+ * engines (submit i to engine i % E), as a frontend thread that serves one
+ * engine per model, GPU or tenant hands them out; per submit (manual time;
+ * counter cpu_ns, the thread's CPU time per submit, is what the target
+ * compares: E = 8 against E = 1, the same requests in the same batches).
+ * Between batches, untimed, every engine ingests, admits and finishes its
+ * share and call_rcu frees the records. One untimed batch first, so every
+ * engine's slab has its first chunk. */
+static void bm_submit_engines(gb_state *s, void *arg)
+{
+	(void)arg;
+	size_t n_engines = (size_t)gb_range_arg(s, 0);
+	struct bx *eng[ENGINES_MAX];
+	if (n_engines < 1 || n_engines > ENGINES_MAX) {
+		gb_skip_with_error(s, "1 to ENGINES_MAX engines");
+		gb_keep_running_batch(s, 1);
+		return;
+	}
+	for (size_t i = 0; i < n_engines; i++)
+		eng[i] = bx_new();
+	struct fill_time t = {0, 0};
+	uint64_t id = 0;
+	kva_handle h;
+	for (bool timed = false;; timed = true) {
+		if (timed && !gb_keep_running_batch(s, BATCH))
+			break;
+		uint64_t w0 = bx_clock_ns(), c0 = bx_cpu_ns();
+		for (size_t i = 0; i < BATCH; i++) {
+			kva_request r = {.id = ++id, .prompt_tokens = BX_PAGE_TOKENS};
+			bx_check(kva_submit(eng[i % n_engines]->e, &r, &h), "kva_submit");
+		}
+		if (timed)
+			fill_timed(s, &t, w0, c0);
+		for (size_t i = 0; i < n_engines; i++)
+			drain(eng[i]);
+		urcu_memb_barrier();
+	}
+	double it = (double)gb_iterations_done(s);
+	gb_set_items_processed(s, gb_iterations_done(s));
+	gb_counter(s, "cpu_ns", it > 0 ? (double)t.cpu / it : 0, GB_COUNTER_DEFAULT);
+	gb_counter(s, "engines", (double)n_engines, GB_COUNTER_DEFAULT);
+	for (size_t i = 0; i < n_engines; i++)
+		bx_free(eng[i]);
+}
+
 void bm_register_submit(void)
 {
 	lockstep_register("BM_submit", &submit);
@@ -258,4 +316,6 @@ void bm_register_submit(void)
 	lockstep_register("BM_mutex_queue", &mutexq);
 	gb_arg(gb_use_manual_time(gb_register("BM_submit_fill", bm_submit_fill, NULL)), 1000000);
 	gb_arg(gb_use_manual_time(gb_register("BM_wfcq_enqueue_raw", bm_wfcq_fill, NULL)), 1000000);
+	gb_bench *b = gb_use_manual_time(gb_register("BM_submit_engines", bm_submit_engines, NULL));
+	gb_arg(gb_arg(gb_arg(b, 1), 3), ENGINES_MAX);
 }
