@@ -66,17 +66,28 @@ static struct front start(void)
 	return f;
 }
 
-static void fail_a_copy(struct front *f)
-{
-	assert_int_equal(kva_copy_done(f->s->e, f->a_copy, 0, -EIO), 0);
-}
+/* The host's calls between the setup and the steps. */
+enum call { RESET, FAIL_A_COPY, ANSWER_X, PREEMPT_B, CALLS_END };
 
-/* X's answer: a local checkpoint, which the engine tracks (an allocation). */
-static void answer_x(struct front *f)
+static void call(struct front *f, enum call c)
 {
+	kva_engine *e = f->s->e;
 	kva_manifest m = {.count = 1};
-	m.entries[0] = sc_ckpt(32, 500, 1);
-	assert_int_equal(kva_lookup_answer(f->s->e, f->x_lookup, &m), 0);
+	switch (c) {
+	case RESET:
+		assert_int_equal(kva_reset_prefix_cache(e), 0);
+		break;
+	case FAIL_A_COPY:
+		assert_int_equal(kva_copy_done(e, f->a_copy, 0, -EIO), 0);
+		break;
+	case ANSWER_X: /* a local checkpoint, which the engine tracks (an allocation) */
+		m.entries[0] = sc_ckpt(32, 500, 1);
+		assert_int_equal(kva_lookup_answer(e, f->x_lookup, &m), 0);
+		break;
+	default:
+		assert_int_equal(kva_preempt(e, f->b), 0);
+		break;
+	}
 }
 
 /* The next step; with `stall`, X's answer (the step's first allocation)
@@ -106,11 +117,17 @@ static int collect_id(void *ctx, const kva_waiting_info *w)
 	return 0;
 }
 
-/* The waiting queue after the returns: `first`, `second`, then X (which
- * waited at the back all along); then all three run. */
-static void expect_queue(struct front *f, uint64_t first, uint64_t second)
+/* The host's `calls`, two steps (the first stalls at X's answer with
+ * `stall`), then the waiting queue: `first`, `second`, then X (which waited
+ * at the back all along); then all three run. */
+static void returns(bool stall, const enum call *calls, uint64_t first, uint64_t second)
 {
-	struct sc *s = f->s;
+	struct front f = start();
+	struct sc *s = f.s;
+	for (; *calls != CALLS_END; calls++)
+		call(&f, *calls);
+	step(&f, stall);
+	step(&f, false);
 	uint64_t ids[4] = {0};
 	assert_int_equal(kva_waiting_foreach(s->e, collect_id, ids, 4), 3);
 	assert_int_equal(ids[0], first);
@@ -129,23 +146,7 @@ static void expect_queue(struct front *f, uint64_t first, uint64_t second)
  * A returns) and B is preempted, both handled in one step. B's event is
  * the later one: B goes first, whether or not a stall ahead of them made
  * them wait a step. */
-static void later_event_first(bool stall)
-{
-	struct front f = start();
-	answer_x(&f);
-	assert_int_equal(kva_reset_prefix_cache(f.s->e), 0);
-	fail_a_copy(&f);
-	assert_int_equal(kva_preempt(f.s->e, f.b), 0);
-	step(&f, stall);
-	step(&f, false);
-	expect_queue(&f, B_ID, A_ID);
-}
-
-static void returns_in_one_step_go_later_event_first(void **st)
-{
-	(void)st;
-	later_event_first(false);
-}
+static const enum call later_event[] = {ANSWER_X, RESET, FAIL_A_COPY, PREEMPT_B, CALLS_END};
 
 /* A's failed copy is retried before the reset; the retry's rank is refused
  * when it is dispatched, at the end of the step, and that refusal, the
@@ -155,35 +156,31 @@ static void returns_in_one_step_go_later_event_first(void **st)
  * second: A first. A stall at X's answer delays B's preemption to the
  * second step; it used to be handled there after the refusal, which the
  * stalled step produced later: B first. */
-static void refusal_after_preemption(bool stall)
+static const enum call refusal_later[] = {FAIL_A_COPY, RESET, ANSWER_X, PREEMPT_B, CALLS_END};
+
+static void returns_in_one_step_go_later_event_first(void **st)
 {
-	struct front f = start();
-	fail_a_copy(&f);
-	assert_int_equal(kva_reset_prefix_cache(f.s->e), 0);
-	answer_x(&f);
-	assert_int_equal(kva_preempt(f.s->e, f.b), 0);
-	step(&f, stall);
-	step(&f, false);
-	expect_queue(&f, A_ID, B_ID);
+	(void)st;
+	returns(false, later_event, B_ID, A_ID);
 }
 
 static void a_refused_copy_returns_after_an_earlier_preemption(void **st)
 {
 	(void)st;
-	refusal_after_preemption(false);
+	returns(false, refusal_later, A_ID, B_ID);
 }
 
 #ifdef KVA_FAULT_INJECTION
 static void a_stall_does_not_change_which_goes_first(void **st)
 {
 	(void)st;
-	later_event_first(true);
+	returns(true, later_event, B_ID, A_ID);
 }
 
 static void a_stall_does_not_reorder_a_preemption_and_a_refused_copy(void **st)
 {
 	(void)st;
-	refusal_after_preemption(true);
+	returns(true, refusal_later, A_ID, B_ID);
 }
 #endif
 
