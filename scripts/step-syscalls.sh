@@ -61,4 +61,5 @@ awk -v steps="$steps" '
     for (i = 1; i <= 10; i++) printf "  %-12s %d\n", order[i], n[order[i]]
     for (i = 1; i <= 10; i++)
       if (order[i] in first) printf "  first %s: %s\n", order[i], first[order[i]]
+    print "(under strace each traced call adds two voluntary context switches to the getrusage line)"
   }' "$tmp/trace"
