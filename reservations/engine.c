@@ -135,9 +135,11 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 		goto fail_ids;
 	if (kva__held_init(e) != 0)
 		goto fail_ckpt;
+	if (kva__lookup_evictions_init(e) != 0)
+		goto fail_held;
 	if (kva_slab_init(&e->cancels, sizeof(struct kva__cancel), offsetof(struct kva__cancel, rcu),
 	                  kva__calloc_big, kva__free_big) != 0)
-		goto fail_held;
+		goto fail_evictions;
 	e->ready = kva__alloc(cfg->max_running * sizeof(*e->ready));
 	if (!e->ready)
 		goto fail_cancels;
@@ -165,6 +167,8 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	return e;
 fail_cancels:
 	kva_slab_fini(&e->cancels);
+fail_evictions:
+	kva__lookup_evictions_free(e);
 fail_held:
 	kva__held_fini(e);
 fail_ckpt:
@@ -294,6 +298,14 @@ static int handle_submit(kva_engine *e, struct kva__req *r)
 		kva__rec_end(e, r, KVA_STATE_REJECTED);
 		return 0;
 	}
+	if (r->flags & KVA__F_CANCEL_EARLY) {
+		/* Its cancel came first, from another thread's lane (dispatch_event
+		 * took that event): it ends here, never queued, no lookup. */
+		r->flags |= KVA__F_INGESTED;
+		kva__st_sched(e, ST_WAITING, 1);
+		kva__rec_end(e, r, KVA_STATE_CANCELLED);
+		return 0;
+	}
 	r->flags |= KVA__F_INGESTED | KVA__F_HELD;
 	kva__held_hold_all(e, r);
 	kva__st_sched(e, ST_WAITING, 1);
@@ -340,8 +352,16 @@ static int dispatch_event(kva_engine *e, struct kva__event *ev)
 	case KVA__EV_CANCEL: {
 		struct kva__cancel *c = caa_container_of(ev, struct kva__cancel, ev);
 		struct kva__req *r = kva__rec_find(e, c->h.slot, c->h.gen, c->h.id);
-		if (r && !kva__admit_cancel(e, r))
-			kva_inbox_push(&e->deferred, &ev->node); /* retried once per step */
+		/* Not ingested yet (its submit is in another lane, or stalled):
+		 * the claimed flag ends it at ingest, so nothing waits here. A
+		 * kva_grow owns it this instant: retried next step, at most one
+		 * such cancel per thread inside kva_grow. */
+		if (r && !(r->flags & KVA__F_INGESTED) &&
+		    atomic_load_explicit(&r->state, memory_order_relaxed) == KVA_STATE_WAITING) {
+			r->flags |= KVA__F_CANCEL_EARLY;
+			kva__cancel_free(e, c);
+		} else if (r && !kva__admit_cancel(e, r))
+			kva_inbox_push(&e->deferred, &ev->node);
 		else
 			kva__cancel_free(e, c);
 		break;
@@ -358,7 +378,8 @@ static int dispatch_event(kva_engine *e, struct kva__event *ev)
 		kva__admit_on_copy(e, embedded_req(e, ev), ev);
 		break;
 	case KVA__EV_EVICT:
-		kva__lookup_on_evict(e, caa_container_of(ev, struct kva__evict, ev));
+		if (kva__lookup_on_evict(e, caa_container_of(ev, struct kva__evict, ev)) != 0)
+			return -ENOMEM;
 		break;
 	case KVA__EV_LOCAL: {
 		struct kva__local *l = caa_container_of(ev, struct kva__local, ev);

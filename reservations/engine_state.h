@@ -27,7 +27,6 @@ enum kva__hist { H_CAPACITY_WAIT, H_LOOKUP, H_COPY, H_ADMISSION, H_COUNT };
 
 #define KVA__SHARDS KVA_FANIN_LANES /* producer-counter shards, one line each */
 #define KVA__IDS_LEAVING 16         /* ended ids whose live-id entries go at the next settle */
-#define KVA__EVICTING 8             /* evictions revalidated over several steps at once (lookup.c) */
 
 /* The engine's record of the local checkpoints live requests hold in their
  * manifests (record.c, "held local checkpoints"): how many entries hold one
@@ -91,10 +90,12 @@ struct kva_engine {
 	struct kva__held **held_chunks;
 	uint32_t n_held_chunks, held_chunks_cap;
 	uint32_t held_free, n_held_free; /* free trackers: index + 1 list, its length */
-	/* Evictions whose sharers are still being looked at, a budget of them
-	 * per step (lookup.c). */
-	struct kva__evict *evicting[KVA__EVICTING];
-	uint32_t n_evicting;
+	/* Evictions whose sharers are still being looked at, any number of
+	 * them sharing one budget per step (lookup.c), found by checkpoint id
+	 * through evict_at (id -> index in evicting). */
+	struct kva__evict **evicting;
+	uint32_t n_evicting, evicting_cap;
+	struct kva_idmap evict_at;
 	uint32_t evict_budget; /* sharers this step may still look at */
 	struct kva_slab_retired retired;    /* slots waiting for their grace period */
 	struct kva_slab_retired cancels_retired; /* handled cancel events, likewise */

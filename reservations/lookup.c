@@ -45,12 +45,47 @@ void kva__evict_step_records_set(uint32_t n)
 }
 #endif
 
+/* The pending walk of checkpoint id, or NULL: one map probe, however many
+ * walks are pending. */
 static struct kva__evict *evicting(kva_engine *e, uint64_t id)
 {
-	for (uint32_t i = 0; i < e->n_evicting; i++)
-		if (e->evicting[i]->checkpoint_id == id)
-			return e->evicting[i];
-	return NULL;
+	if (!e->n_evicting)
+		return NULL;
+	uint32_t *i = kva_idmap_find(&e->evict_at, id);
+	return i ? e->evicting[*i] : NULL;
+}
+
+int kva__lookup_evictions_init(kva_engine *e)
+{
+	e->evicting = NULL;
+	e->n_evicting = e->evicting_cap = 0;
+	return kva_idmap_init(&e->evict_at, kva__alloc, kva__free, 64);
+}
+
+/* Room for one more pending walk, before anything changes. */
+static int evicting_reserve(kva_engine *e)
+{
+	if (e->n_evicting == e->evicting_cap) {
+		uint32_t cap = e->evicting_cap ? 2 * e->evicting_cap : 8;
+		struct kva__evict **a = kva__realloc(e->evicting, e->evicting_cap * sizeof(*a),
+		                                     cap * sizeof(*a));
+		if (!a)
+			return -ENOMEM;
+		e->evicting = a;
+		e->evicting_cap = cap;
+	}
+	return kva_idmap_reserve(&e->evict_at, 1);
+}
+
+/* Pending walk i is done: the last one takes its place. */
+static void evicting_remove(kva_engine *e, uint32_t i)
+{
+	kva_idmap_remove(&e->evict_at, e->evicting[i]->checkpoint_id);
+	struct kva__evict *last = e->evicting[--e->n_evicting];
+	if (i < e->n_evicting) {
+		e->evicting[i] = last;
+		*kva_idmap_find(&e->evict_at, last->checkpoint_id) = i;
+	}
 }
 
 static void ckpt_unindex(kva_engine *e, struct kva__req *r)
@@ -58,10 +93,11 @@ static void ckpt_unindex(kva_engine *e, struct kva__req *r)
 	if (!(r->flags & KVA__F_INDEXED))
 		return;
 	r->flags &= (uint16_t)~KVA__F_INDEXED;
-	/* a pending walk about to look at r goes on with the next one */
-	for (uint32_t i = 0; i < e->n_evicting; i++)
-		if (e->evicting[i]->cursor == kva__rec_slot(r) + 1)
-			e->evicting[i]->cursor = r->ck.next;
+	/* a pending walk about to look at r goes on with the next one: only
+	 * the walk of r's own checkpoint can be (its list is r's) */
+	struct kva__evict *p = evicting(e, kva__sel(r)->id);
+	if (p && p->cursor == kva__rec_slot(r) + 1)
+		p->cursor = r->ck.next;
 	struct kva__req *prev = at_slot(e, r->ck.prev), *next = at_slot(e, r->ck.next);
 	if (next)
 		next->ck.prev = r->ck.prev;
@@ -87,7 +123,7 @@ static void ckpt_index(kva_engine *e, struct kva__req *r, uint64_t id)
 	r->ck.prev = 0;
 	r->ck.next = 0;
 	r->ck.epoch_floor = kva__sel(r)->epoch;
-	struct kva__evict *p = e->n_evicting ? evicting(e, id) : NULL;
+	struct kva__evict *p = evicting(e, id);
 	if (p && p->joined_min > r->ck.epoch_floor)
 		p->joined_min = r->ck.epoch_floor; /* ahead of the cursor: see evict_done */
 	if (first) {
@@ -647,14 +683,17 @@ static void evict_done(kva_engine *e, struct kva__evict *p)
 
 /* Only the requests that selected this checkpoint, and only if their copy
  * of it is older than the eviction, look up again: as many as the step's
- * budget allows now, the rest in the next steps (the file comment). */
-void kva__lookup_on_evict(kva_engine *e, struct kva__evict *ev)
+ * budget allows now, the rest in the next steps (the file comment). Any
+ * number of walks may be pending: they share the budget. */
+int kva__lookup_on_evict(kva_engine *e, struct kva__evict *ev)
 {
+	if (evicting_reserve(e) != 0)
+		return -ENOMEM;
 	/* requests holding it unselected: remembered for when they take it */
 	kva__held_evicted(e, ev->checkpoint_id, ev->epoch);
 	uint32_t *first = kva_idmap_find(&e->ckpt, ev->checkpoint_id);
 	struct kva__req *r = first ? kva_slab_get(&e->slab, *first) : NULL;
-	struct kva__evict *p = e->n_evicting ? evicting(e, ev->checkpoint_id) : NULL;
+	struct kva__evict *p = evicting(e, ev->checkpoint_id);
 	if (r)
 		kva__touched(e);
 	/* A repeated or stale eviction (a directory resending its events)
@@ -664,7 +703,7 @@ void kva__lookup_on_evict(kva_engine *e, struct kva__evict *ev)
 	if (!r || ev->epoch <= r->ck.epoch_floor ||
 	    (p && ev->epoch <= p->epoch && (p->again || ev->epoch <= p->joined_min))) {
 		kva__free(ev, sizeof(*ev));
-		return;
+		return 0;
 	}
 	if (p) {
 		/* A newer one while walking: the rest of this pass looks at the
@@ -676,17 +715,19 @@ void kva__lookup_on_evict(kva_engine *e, struct kva__evict *ev)
 			p->epoch = ev->epoch;
 		p->again = true;
 		kva__free(ev, sizeof(*ev));
-		return;
+		return 0;
 	}
 	ev->cursor = *first + 1;
 	ev->again = false;
 	ev->joined_min = UINT64_MAX;
-	/* Room for one more pending walk, or this one is walked whole now. */
-	uint32_t all = UINT32_MAX;
-	if (evict_walk(e, ev, e->n_evicting < KVA__EVICTING ? &e->evict_budget : &all))
+	if (evict_walk(e, ev, &e->evict_budget)) {
 		evict_done(e, ev);
-	else
-		e->evicting[e->n_evicting++] = ev;
+		return 0;
+	}
+	/* room reserved above: neither can fail */
+	(void)kva_idmap_insert(&e->evict_at, ev->checkpoint_id, e->n_evicting);
+	e->evicting[e->n_evicting++] = ev;
+	return 0;
 }
 
 bool kva__lookup_evictions_continue(kva_engine *e)
@@ -696,7 +737,7 @@ bool kva__lookup_evictions_continue(kva_engine *e)
 		struct kva__evict *p = e->evicting[i];
 		walked = true;
 		if (evict_walk(e, p, &e->evict_budget)) {
-			e->evicting[i] = e->evicting[--e->n_evicting];
+			evicting_remove(e, i);
 			evict_done(e, p);
 		} else {
 			i++;
@@ -720,4 +761,6 @@ void kva__lookup_evictions_free(kva_engine *e)
 {
 	while (e->n_evicting)
 		kva__free(e->evicting[--e->n_evicting], sizeof(struct kva__evict));
+	kva__free(e->evicting, e->evicting_cap * sizeof(*e->evicting));
+	kva_idmap_fini(&e->evict_at);
 }

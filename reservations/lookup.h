@@ -42,8 +42,11 @@ bool kva__lookup_host_forgotten(kva_engine *e, struct kva__req *r);
 int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a);
 void kva__lookup_on_deadline(kva_engine *e, struct kva__req *r);
 /* An eviction: takes ev (kept while its sharers are revalidated over
- * several steps, or freed). */
-void kva__lookup_on_evict(kva_engine *e, struct kva__evict *ev);
+ * several steps, or freed). 0, or -ENOMEM: no room to keep one more walk
+ * pending; nothing changed, the event is retried. */
+int kva__lookup_on_evict(kva_engine *e, struct kva__evict *ev);
+/* Create: the pending walks' map. 0 or -ENOMEM. */
+int kva__lookup_evictions_init(kva_engine *e);
 /* Sharers the pending evictions look at per step, all together: about
  * 0.1 ms of cache misses at a million waiting. */
 #define KVA__EVICT_STEP_RECORDS 1024
@@ -67,7 +70,7 @@ bool kva__lookup_evictions_continue(kva_engine *e);
 /* Whether a pending eviction is newer than r's selected copy (r a restore,
  * WAITING, about to be admitted); if so r looks up again. */
 bool kva__lookup_sel_evicted(kva_engine *e, struct kva__req *r);
-/* Destroy: the pending evictions go. */
+/* Destroy: the pending evictions and their map go. */
 void kva__lookup_evictions_free(kva_engine *e);
 /* r leaves the waiting side: deadline and index entry go. */
 void kva__lookup_forget(kva_engine *e, struct kva__req *r);

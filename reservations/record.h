@@ -180,6 +180,8 @@ enum kva__req_flag {
 	                              * step need not read otherwise */
 	KVA__F_HELD = 1u << 11,      /* its manifest's local entries are counted in
 	                              * the held map (record.c): from its ingest */
+	KVA__F_CANCEL_EARLY = 1u << 12, /* its cancel was handled before its submit
+	                                 * (another lane): it ends at ingest */
 };
 
 /* How far behind a waiting request the one its `ahead` hint names was

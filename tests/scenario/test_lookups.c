@@ -495,6 +495,42 @@ static void rule15_eviction_of_a_widely_shared_checkpoint_is_spread_over_steps(v
 	sc_free(s);
 }
 
+/* Twenty checkpoints, each shared by 100 waiting requests, evicted at once:
+ * any number of walks may be pending, and they share the step's budget
+ * (rule 20). Before, eight walks were kept pending and the ninth to
+ * twentieth each ran whole in the step of its eviction (1,200 records in
+ * one step on top of the budget). */
+static void rule15_many_pending_evictions_share_one_budget(void **st)
+{
+	(void)st;
+	enum { K = 20, PER = 100 };
+	struct sc *s = sc_default();
+	sc_occupy(s, 1, 90);
+	for (uint32_t k = 0; k < K; k++) {
+		kva_checkpoint c = sc_ckpt(480, 500 + k, 1);
+		c.epoch = 7;
+		sc_dir_set(s, KEY + k, c);
+		for (uint32_t i = 0; i < PER; i++)
+			sc_submit(s, 2 + k * PER + i, KEY + k, 480);
+	}
+	sc_step(s, 0);
+	assert_true(s->plan.head_blocked);
+	uint64_t issued = sc_stats(s).lookups_issued;
+	sc_dir_clear(s);
+	for (uint32_t k = 0; k < K; k++) {
+		kva_checkpoint c = sc_ckpt(480, 500 + k, 1);
+		c.epoch = 9; /* what they find when they ask again */
+		sc_dir_set(s, KEY + k, c);
+		assert_int_equal(kva_checkpoint_evicted(s->e, 500 + k, 8), 0);
+	}
+	assert_int_equal(step_out_evictions(s), (K * PER + EVICT_STEP - 1) / EVICT_STEP);
+	assert_int_equal(sc_stats(s).revalidations, K * PER);
+	assert_int_equal(sc_stats(s).lookups_issued - issued, K * PER);
+	assert_int_equal(sc_stats(s).waiting, K * PER);
+	sc_assert_conserved(s);
+	sc_free(s);
+}
+
 /* The walk goes from the most recently indexed sharer, so the head of the
  * queue is the last it reaches. Capacity comes back in the eviction's
  * step: the head must not be admitted from the lost local copy on the way
@@ -1084,6 +1120,7 @@ int main(void)
 		cmocka_unit_test(rule15_repeated_eviction_of_a_shared_checkpoint_walks_nobody),
 		cmocka_unit_test(rule15_eviction_at_a_sharers_own_epoch_leaves_that_sharer_alone),
 		cmocka_unit_test(rule15_eviction_of_a_widely_shared_checkpoint_is_spread_over_steps),
+		cmocka_unit_test(rule15_many_pending_evictions_share_one_budget),
 		cmocka_unit_test(rule15_a_sharer_the_walk_has_not_reached_is_never_admitted_from_the_lost_copy),
 		cmocka_unit_test(rule15_cancelled_sharers_do_not_cut_a_pending_walk_short),
 		cmocka_unit_test(rule15_a_newer_eviction_during_a_walk_covers_every_older_copy),
