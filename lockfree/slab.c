@@ -2,58 +2,32 @@
 /*
  * slab: indexed slots with generations (see slab.h for the contract).
  *
- * Owns the chunks, the range of never-used slots, the shared free stack, the
- * per-thread caches and the process-wide registry of live slabs, which only
- * init, fini and the call_rcu callbacks lock (never a thread attaching to
- * or leaving a cache).
+ * Owns the chunks, the range of never-used slots, the shared free stacks,
+ * retirement, and the process-wide registry of live slabs, which only init,
+ * fini and the call_rcu callbacks lock. The per-thread caches are
+ * slab_cache.c's; the tickets and the call_rcu thread that carry retired
+ * batches, slab_reclaim.c's.
  *
  * Memory-order labels:
  *   R1/A1  chunk published (its zeroed memory) -> kva_slab_get, fresh_extend
  *   R2/A2  slot filled, generation made odd -> kva_slab_lookup
- *   R3/A3  a thread leaves its cache -> the thread that adopts it
  *   R4/A4  a chain pushed on the free stack -> the thread that pops it
- *   R5/A5  a cache linked into the slab's list -> a thread walking the list
- *   R6/A6  a ticket pushed on the ticket free list -> the thread that pops it
- *   R7/A7  a ticket segment published -> a thread reading a ticket by index
  *   R8/A8  a flush's grace period passed -> kva_slab_flush_done (slab.h)
  *   R9/A9  the fresh range moved over a published chunk -> a thread taking
  *          slots from it (their chunk is published, nchunks covers it)
- *   R10/A10 fini orphaned a cache a thread holds -> that thread, which
- *          frees it
- *   R11/A11 kvadmit's call_rcu data created -> a flush that uses it
  */
 #include "slab.h"
+#include "slab_cache.h"
+#include "slab_reclaim.h"
 
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A cache's owner word (see "per-thread caches"). */
-enum { CACHE_FREE, CACHE_OWNED, CACHE_ORPHAN };
-
-struct kva_slab_cache {
-	struct kva_slab_cache *next; /* the slab's list of caches, never unlinked */
-	_Atomic int owned;           /* CACHE_*: who may use or free it */
-	uint32_t n;
-	uint32_t idx[KVA_SLAB_CACHE];
-};
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct kva_slab *registry; /* live slabs */
 static uint64_t registry_serial;
-
-struct tls_cache {
-	uint64_t serial; /* 0 = unused */
-	struct kva_slab_cache *c;
-};
-/* Open addressing by serial, KVA_SLAB_TLS_PROBE entries from its home. */
-static _Thread_local struct tls_cache tls_caches[KVA_SLAB_TLS_CACHES];
-static _Thread_local unsigned tls_victim;
-static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
-static pthread_key_t exit_key;
-static int exit_key_err;
 
 /* Under registry_lock: the live slab with this serial, or NULL. */
 static struct kva_slab *slab_by_serial(uint64_t serial)
@@ -62,157 +36,6 @@ static struct kva_slab *slab_by_serial(uint64_t serial)
 		if (x->serial == serial)
 			return x;
 	return NULL;
-}
-
-/* ---- reclaim tickets ----------------------------------------------------------
- *
- * A flushed batch of retired slots travels through call_rcu on a ticket, not
- * in the slots' own memory, so a slab can be finished with callbacks still
- * queued: kva_slab_fini needs no urcu_memb_barrier (liburcu 0.13's call_rcu
- * thread sleeps 10 ms between batches, which made every engine teardown cost
- * 10 ms). A callback finds its slab by serial in the registry, under
- * registry_lock (fini unlinks it under the same lock before freeing), and
- * only hands its ticket back when the slab is gone.
- *
- * Tickets live in segments that are never freed (plain malloc: they outlive
- * every slab). The free list is a Treiber stack of ticket indices whose top
- * carries a 32-bit tag bumped by every pop: any retiring thread pops, call_rcu
- * threads push, and a pop whose top was popped and pushed again meanwhile
- * fails its CAS on the tag.
- */
-#define TICKET_SEG_SHIFT 8u
-#define TICKET_SEGS 4096u
-
-struct ticket {
-	struct rcu_head head;
-	uint64_t serial;      /* the slab the batch returns to */
-	uint64_t flush;       /* the flush's number (kva_slab_next_flush) */
-	uint32_t first;       /* the chain's first slot, linked by hdr.next */
-	uint32_t self;        /* index in the pool */
-	_Atomic uint32_t next; /* free list: index + 1, 0 = none */
-};
-
-static _Atomic(struct ticket *) ticket_seg[TICKET_SEGS];
-static _Atomic uint32_t ticket_nsegs;
-static _Atomic uint64_t ticket_top; /* pop tag << 32 | (index + 1) */
-/* Tickets on the free list (an estimate: pushes and pops count it apart
- * from the CAS that moves them). */
-static _Atomic int64_t ticket_free_n;
-/* Set once kva_slab_tickets_ahead ran: from then on a flush never grows the
- * pool itself (no malloc on the retiring thread), it waits for the grower. */
-static _Atomic bool tickets_kept_ahead;
-
-static struct ticket *ticket_at(uint32_t i)
-{
-	/* A7: pairs with R7 in ticket_grow — the segment's tickets are set up. */
-	struct ticket *seg = atomic_load_explicit(&ticket_seg[i >> TICKET_SEG_SHIFT],
-	                                          memory_order_acquire);
-	return &seg[i & ((1u << TICKET_SEG_SHIFT) - 1)];
-}
-
-/* Pushes the chain first..last (linked by next, n tickets) on the free list. */
-static void ticket_push(struct ticket *first, struct ticket *last, uint32_t n)
-{
-	atomic_fetch_add_explicit(&ticket_free_n, n, memory_order_relaxed);
-	uint64_t top = atomic_load_explicit(&ticket_top, memory_order_relaxed), want;
-	do {
-		atomic_store_explicit(&last->next, (uint32_t)top, memory_order_relaxed);
-		want = (top & ~(uint64_t)UINT32_MAX) | (first->self + 1u);
-		/* R6: the tickets' links, and the callback's last reads of them, to
-		 * the popper (A6). */
-	} while (!atomic_compare_exchange_weak_explicit(&ticket_top, &top, want, memory_order_release,
-	                                                memory_order_relaxed));
-}
-
-/* A new segment: its first ticket for the caller, the rest on the free list.
- * NULL when no segment is left or malloc fails (that segment stays a hole). */
-static struct ticket *ticket_grow(void)
-{
-	uint32_t k = atomic_load_explicit(&ticket_nsegs, memory_order_relaxed);
-	do {
-		if (k >= TICKET_SEGS)
-			return NULL;
-	} while (!atomic_compare_exchange_weak_explicit(&ticket_nsegs, &k, k + 1,
-	                                                memory_order_relaxed, memory_order_relaxed));
-	const uint32_t n = 1u << TICKET_SEG_SHIFT;
-	struct ticket *seg = malloc(n * sizeof(*seg));
-	if (!seg)
-		return NULL;
-	for (uint32_t i = 0; i < n; i++) {
-		seg[i].self = (k << TICKET_SEG_SHIFT) + i;
-		atomic_init(&seg[i].next, i + 1 < n ? seg[i].self + 2u : 0u);
-	}
-	/* R7: the tickets' indices, to ticket_at (A7). */
-	atomic_store_explicit(&ticket_seg[k], seg, memory_order_release);
-	ticket_push(&seg[1], &seg[n - 1], n - 1);
-	return &seg[0];
-}
-
-/* Any thread: a free ticket, or NULL (none free and the grower keeps the
- * pool, or no memory). */
-static struct ticket *ticket_get(void)
-{
-	/* A6: pairs with R6 in ticket_push. */
-	uint64_t top = atomic_load_explicit(&ticket_top, memory_order_acquire);
-	for (;;) {
-		uint32_t i = (uint32_t)top;
-		if (!i)
-			return atomic_load_explicit(&tickets_kept_ahead, memory_order_relaxed)
-			               ? NULL
-			               : ticket_grow();
-		struct ticket *t = ticket_at(i - 1);
-		uint32_t nx = atomic_load_explicit(&t->next, memory_order_relaxed);
-		uint64_t want = (((top >> 32) + 1u) << 32) | nx;
-		if (atomic_compare_exchange_weak_explicit(&ticket_top, &top, want, memory_order_acquire,
-		                                          memory_order_acquire)) {
-			atomic_fetch_sub_explicit(&ticket_free_n, 1, memory_order_relaxed);
-			return t;
-		}
-	}
-}
-
-int kva_slab_tickets_ahead(uint32_t low)
-{
-	atomic_store_explicit(&tickets_kept_ahead, true, memory_order_relaxed);
-	while (atomic_load_explicit(&ticket_free_n, memory_order_relaxed) < (int64_t)low) {
-		struct ticket *t = ticket_grow();
-		if (!t)
-			return -ENOMEM;
-		ticket_push(t, t, 1);
-	}
-	return 0;
-}
-
-/* ---- kvadmit's call_rcu thread ------------------------------------------------
- *
- * Flushes go to a call_rcu thread of kvadmit's own, created real-time
- * (URCU_CALL_RCU_RT): it polls its queue (every 10 ms when idle) instead of
- * sleeping on a futex, so a flush on the scheduler thread is a wait-free
- * enqueue and never a futex wake. Created once by the first kva_slab_init
- * with every signal blocked (as the default one, rcu_thread.c); until then,
- * or if it could not be created, flushes use the thread's usual call_rcu
- * data. liburcu's fork handlers pause it; in a child liburcu frees it, and
- * the next kva_slab_init there creates another.
- */
-static _Atomic(struct call_rcu_data *) reclaimer;
-/* The first slab init that wins this creates it; no lock, so a fork in the
- * middle leaves no lock taken (the child starts over). */
-static _Atomic int reclaimer_claimed;
-
-static void reclaimer_start(void)
-{
-	int no = 0;
-	if (atomic_load_explicit(&reclaimer_claimed, memory_order_relaxed) ||
-	    !atomic_compare_exchange_strong_explicit(&reclaimer_claimed, &no, 1,
-	                                             memory_order_relaxed, memory_order_relaxed))
-		return;
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	struct call_rcu_data *crdp = urcu_memb_create_call_rcu_data(URCU_CALL_RCU_RT, -1);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	/* R11: the call_rcu data, to every flush (A11). */
-	atomic_store_explicit(&reclaimer, crdp, memory_order_release);
 }
 
 static uint32_t chunk_slots(uint32_t c)
@@ -236,7 +59,7 @@ int kva_slab_init(struct kva_slab *s, size_t slot_size, size_t rcu_off, kva_slab
 	int rc = kva_rcu_init(); /* exit hooks for reader threads, the call_rcu thread */
 	if (rc)
 		return rc;
-	reclaimer_start();
+	kva__slab_reclaimer_start();
 	memset(s, 0, sizeof(*s));
 	s->slot_size = (uint32_t)slot_size;
 	s->rcu_off = (uint32_t)rcu_off;
@@ -271,17 +94,7 @@ void kva_slab_fini(struct kva_slab *s)
 	pthread_mutex_unlock(&registry_lock);
 	/* Threads may still name this slab's serial in their TLS: serials are
 	 * never reused, so those entries never match again. */
-	struct kva_slab_cache *c = atomic_load_explicit(&s->caches, memory_order_acquire);
-	while (c) {
-		struct kva_slab_cache *next = c->next; /* before c may be freed */
-		/* A cache a thread still holds is left to that thread, which frees
-		 * it when it next looks at it (detach). R10: orphaned, to that
-		 * thread's failed CAS (A10). */
-		if (atomic_exchange_explicit(&c->owned, CACHE_ORPHAN, memory_order_acq_rel) ==
-		    CACHE_FREE)
-			free(c);
-		c = next;
-	}
+	kva__slab_caches_orphan(s);
 	/* Published chunks are a prefix: each is published only after those
 	 * before it (grow). */
 	for (uint32_t i = 0; i < KVA_SLAB_MAX_CHUNKS; i++) {
@@ -527,124 +340,11 @@ void kva_slab_set_warm(struct kva_slab *s, kva_slab_warm_fn warm)
 	s->warm = warm;
 }
 
-/* ---- per-thread caches ------------------------------------------------------
- *
- * A thread reaches its cache of a slab through its TLS table, by serial (a
- * serial is never reused, so an entry of a finished slab never matches
- * again). No lock on this path: a thread that uses many slabs (many engines)
- * only ever detaches a cache with one CAS, and the registry lock, which the
- * call_rcu thread holds for every reclaimed batch, is never taken here.
- *
- * A cache's owner word decides who frees it: FREE (in the slab's list, for
- * any thread to adopt; fini frees it), OWNED (a thread's TLS holds it) or
- * ORPHAN (its slab finished while a thread held it: that thread frees it).
- * fini's exchange and the holder's CAS OWNED -> FREE race on the word, and
- * exactly one of them frees the cache. Caches come from malloc, not the
- * slab's allocator hook, since they may outlive the slab.
- */
-
-static _Atomic uint64_t detached; /* caches left by live threads (tests) */
-
-/* The thread stops using a cache; its slots stay in it for the next thread
- * that attaches to the slab. Touches nothing of the slab, which may be gone. */
-static void detach(struct tls_cache *t)
-{
-	atomic_fetch_add_explicit(&detached, 1, memory_order_relaxed);
-	int o = CACHE_OWNED;
-	/* R3: the cache's slots, to the thread that adopts it (A3). A10: pairs
-	 * with R10 in kva_slab_fini — the slab is gone, the cache is ours. */
-	if (!atomic_compare_exchange_strong_explicit(&t->c->owned, &o, CACHE_FREE,
-	                                             memory_order_release, memory_order_acquire))
-		free(t->c);
-	t->serial = 0;
-	t->c = NULL;
-}
-
-static void detach_all_at_exit(void *arg)
-{
-	(void)arg;
-	for (unsigned i = 0; i < KVA_SLAB_TLS_CACHES; i++)
-		if (tls_caches[i].serial)
-			detach(&tls_caches[i]);
-}
-
-static void make_exit_key(void)
-{
-	exit_key_err = pthread_key_create(&exit_key, detach_all_at_exit);
-}
-
-static struct tls_cache *tls_entry(uint64_t serial, unsigned j)
-{
-	return &tls_caches[(serial + j) & (KVA_SLAB_TLS_CACHES - 1)];
-}
-
-/* An entry of s's probe window for a new cache: an empty one, else one
- * whose slab is gone (its orphan freed), else a victim detached. */
-static struct tls_cache *tls_claim(const struct kva_slab *s)
-{
-	for (unsigned j = 0; j < KVA_SLAB_TLS_PROBE; j++)
-		if (!tls_entry(s->serial, j)->serial)
-			return tls_entry(s->serial, j);
-	for (unsigned j = 0; j < KVA_SLAB_TLS_PROBE; j++) {
-		struct tls_cache *t = tls_entry(s->serial, j);
-		/* A10 (see detach) */
-		if (atomic_load_explicit(&t->c->owned, memory_order_acquire) == CACHE_ORPHAN) {
-			detach(t);
-			return t;
-		}
-	}
-	struct tls_cache *t = tls_entry(s->serial, tls_victim++ % KVA_SLAB_TLS_PROBE);
-	detach(t);
-	return t;
-}
-
-static struct kva_slab_cache *attach(struct kva_slab *s)
-{
-	(void)pthread_once(&exit_key_once, make_exit_key);
-	/* Without the exit hook a thread's slots would stay owned forever. */
-	if (exit_key_err || pthread_setspecific(exit_key, (void *)1))
-		return NULL;
-	struct kva_slab_cache *c;
-	/* A5: pairs with R5 below — the cache's next link. */
-	for (c = atomic_load_explicit(&s->caches, memory_order_acquire); c; c = c->next) {
-		int free_ = CACHE_FREE;
-		/* A3: pairs with R3 in detach — adopts its slots. */
-		if (atomic_load_explicit(&c->owned, memory_order_relaxed) == CACHE_FREE &&
-		    atomic_compare_exchange_strong_explicit(&c->owned, &free_, CACHE_OWNED,
-		                                            memory_order_acquire, memory_order_relaxed))
-			break;
-	}
-	if (!c) {
-		c = malloc(sizeof(*c));
-		if (!c)
-			return NULL;
-		c->n = 0;
-		atomic_init(&c->owned, CACHE_OWNED);
-		c->next = atomic_load_explicit(&s->caches, memory_order_relaxed);
-		/* R5: the cache, to threads walking the list (A5). */
-		while (!atomic_compare_exchange_weak_explicit(&s->caches, &c->next, c,
-		                                              memory_order_release, memory_order_relaxed))
-			;
-	}
-	*tls_claim(s) = (struct tls_cache){s->serial, c};
-	return c;
-}
-
-static inline struct kva_slab_cache *my_cache(struct kva_slab *s)
-{
-	for (unsigned j = 0; j < KVA_SLAB_TLS_PROBE; j++) {
-		struct tls_cache *t = tls_entry(s->serial, j);
-		if (t->serial == s->serial)
-			return t->c;
-	}
-	return attach(s);
-}
-
 /* ---- allocation and retirement ------------------------------------------------ */
 
 void *kva_slab_alloc(struct kva_slab *s, uint32_t *idx)
 {
-	struct kva_slab_cache *c = my_cache(s);
+	struct kva_slab_cache *c = kva__slab_my_cache(s);
 	if (!c)
 		return NULL;
 	if (!c->n) {
@@ -662,7 +362,7 @@ void *kva_slab_alloc(struct kva_slab *s, uint32_t *idx)
 
 void kva_slab_unalloc(struct kva_slab *s, uint32_t idx)
 {
-	struct kva_slab_cache *c = my_cache(s);
+	struct kva_slab_cache *c = kva__slab_my_cache(s);
 	c->idx[c->n++] = idx; /* the alloc it undoes left room */
 }
 
@@ -699,7 +399,7 @@ static void reclaim_chain(struct kva_slab *s, uint32_t first)
 static void reclaim_ticket(struct rcu_head *head)
 {
 	kva_rcu_reclaim_begin();
-	struct ticket *t = caa_container_of(head, struct ticket, head);
+	struct kva__slab_ticket *t = caa_container_of(head, struct kva__slab_ticket, head);
 	pthread_mutex_lock(&registry_lock);
 	struct kva_slab *s = slab_by_serial(t->serial);
 	if (s) {
@@ -718,7 +418,7 @@ static void reclaim_ticket(struct rcu_head *head)
 	 * mutex orders them too) and to whoever waits in urcu_memb_barrier. */
 	KVA__TSAN_RELEASE(&kva__rcu_tsan_gp);
 	pthread_mutex_unlock(&registry_lock);
-	ticket_push(t, t, 1);
+	kva__slab_ticket_put(t);
 }
 
 void kva_slab_retire(struct kva_slab *s, struct kva_slab_retired *b, uint32_t idx)
@@ -739,27 +439,14 @@ void kva_slab_flush(struct kva_slab *s, struct kva_slab_retired *b)
 {
 	if (!b->n)
 		return;
-	struct ticket *t = ticket_get();
+	struct kva__slab_ticket *t = kva__slab_ticket_get();
 	if (!t)
 		return; /* no ticket free: the chain waits for a later flush */
 	t->serial = s->serial;
 	t->flush = ++b->flushed;
 	t->first = b->first - 1;
 	*b = (struct kva_slab_retired){0, 0, 0, b->flushed};
-	/* A11: pairs with R11 in reclaimer_start. */
-	struct call_rcu_data *rt = atomic_load_explicit(&reclaimer, memory_order_acquire), *own = NULL;
-	if (rt) {
-		own = urcu_memb_get_thread_call_rcu_data();
-		urcu_memb_set_thread_call_rcu_data(rt);
-	}
-	kva_rcu_call(&t->head, reclaim_ticket);
-	if (rt)
-		urcu_memb_set_thread_call_rcu_data(own);
-}
-
-uint64_t kva__slab_detached(void)
-{
-	return atomic_load_explicit(&detached, memory_order_relaxed);
+	kva__slab_call_rcu(&t->head, reclaim_ticket);
 }
 
 void kva__slab_registry_hold(bool on)
@@ -784,7 +471,5 @@ void kva_slab_atfork_child(void)
 {
 	/* The forking thread took it in prepare: it is the owner here too. */
 	pthread_mutex_unlock(&registry_lock);
-	/* liburcu's child handler frees every call_rcu data but its default */
-	atomic_store_explicit(&reclaimer, NULL, memory_order_relaxed);
-	atomic_store_explicit(&reclaimer_claimed, 0, memory_order_relaxed);
+	kva__slab_reclaimer_atfork_child();
 }

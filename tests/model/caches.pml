@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * caches.pml: a slab's per-thread slot caches (lockfree/slab.c, "per-thread
- * caches"): THREADS threads attach to a slab (slab.c attach: adopt a FREE
- * cache of the slab's list by CAS FREE -> OWNED, or add a new one), take
- * and put back slots in it, and leave it (slab.c detach: CAS OWNED -> FREE,
+ * caches.pml: a slab's per-thread slot caches (lockfree/slab_cache.c):
+ * THREADS threads attach to a slab (slab_cache.c attach: adopt a FREE cache
+ * of the slab's list by CAS FREE -> OWNED, or add a new one), take and put
+ * back slots in it, and leave it (slab_cache.c detach: CAS OWNED -> FREE,
  * or free it when the CAS finds ORPHAN), ROUNDS times, then once more at
- * their exit; the slab's owner finishes it (slab.c kva_slab_fini: exchange
- * every cache's word to ORPHAN, free it if it was FREE) once no thread uses
- * the slab any more (the contract), while threads may still be leaving.
+ * their exit; the slab's owner finishes it (slab.c kva_slab_fini, through
+ * slab_cache.c kva__slab_caches_orphan: exchange every cache's word to
+ * ORPHAN, free it if it was FREE) once no thread uses the slab any more
+ * (the contract), while threads may still be leaving.
  * Meanwhile the call_rcu thread holds the registry lock for a reclaimed
  * batch (slab.c reclaim_ticket) until every thread is done.
  *
@@ -66,7 +67,7 @@ proctype thread(byte me)
 	do
 	:: k < ROUNDS ->
 		k++;
-		/* slab.c attach: adopt a FREE cache of the list, A3 */
+		/* slab_cache.c attach: adopt a FREE cache of the list, A3 */
 		got = 0;
 		i = 0;
 		do
@@ -102,7 +103,7 @@ proctype thread(byte me)
 		:: k == ROUNDS -> atomic { using-- } /* from here on it only leaves */
 		:: else -> skip
 		fi;
-		/* slab.c detach (an eviction, or the exit hook at the end), R3 */
+		/* slab_cache.c detach (an eviction, or the exit hook at the end), R3 */
 #ifdef MUTANT_THRASH_LOCK
 		atomic { !lock -> lock = 1 };
 		lock = 0;
@@ -130,7 +131,7 @@ proctype thread(byte me)
 	atomic { done++ }
 }
 
-/* slab.c kva_slab_fini, once no thread uses the slab */
+/* slab_cache.c kva__slab_caches_orphan (kva_slab_fini), once no thread uses the slab */
 proctype owner()
 {
 	byte i, o;

@@ -13,7 +13,7 @@
  * as a synchronize_rcu before the push).
  *
  * -DTICKETS (tickets.pml): the reclaim-ticket free list
- * (slab.c ticket_push, slab.c ticket_get), whose top carries a tag bumped by
+ * (slab_reclaim.c ticket_push, slab_reclaim.c kva__slab_ticket_get), whose top carries a tag bumped by
  * every pop (C: 32 bits; here TAG_BITS, 4 by default, more than the model's
  * pops between one popper's load and its CAS can wrap) and no RCU.
  *
@@ -69,16 +69,16 @@ proctype popper(byte me)
 #ifndef TICKETS
 		rcu_ctr[me]++; /* slab.c kva_slab_alloc: kva_rcu_read_lock */
 #endif
-		w = top; /* slab.c pop_stack, A4 / slab.c ticket_get, A6 */
+		w = top; /* slab.c pop_stack, A4 / slab_reclaim.c kva__slab_ticket_get, A6 */
 		do
 		:: IDX(w) == 0 -> break
 		:: else ->
-			nx = next[IDX(w)]; /* slab.c pop_stack / slab.c ticket_get: relaxed load of next */
+			nx = next[IDX(w)]; /* slab.c pop_stack / slab_reclaim.c kva__slab_ticket_get: relaxed load of next */
 			atomic {
 				if
 				:: top == w ->
 #ifdef TICKETS
-					top = ((TAG(w) + 1) % TAGS) * 8 + nx; /* slab.c ticket_get: tag + 1 */
+					top = ((TAG(w) + 1) % TAGS) * 8 + nx; /* slab_reclaim.c kva__slab_ticket_get: tag + 1 */
 #else
 					top = nx;
 #endif
@@ -115,7 +115,7 @@ proctype popper(byte me)
 			:: else -> break
 			od;
 #endif
-			/* slab.c push_batches, R4 / slab.c ticket_push, R6 */
+			/* slab.c push_batches, R4 / slab_reclaim.c ticket_push, R6 */
 			w = top;
 			do
 			:: next[t] = IDX(w);

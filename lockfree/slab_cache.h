@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * slab_cache: each thread's caches of free slots, one per slab it uses, for
+ * slab.c only.
+ *
+ * Synchronisation table:
+ *   call                     | may run concurrently with
+ *   -------------------------+------------------------------------------
+ *   kva__slab_my_cache       | everything but init/fini of that slab
+ *   kva__slab_caches_orphan  | threads leaving its caches (slab.c fini)
+ */
+#ifndef KVA_LOCKFREE_SLAB_CACHE_H
+#define KVA_LOCKFREE_SLAB_CACHE_H
+
+#include <stdint.h>
+
+#include "slab.h"
+
+/* A cache's owner word (slab_cache.c). */
+enum { CACHE_FREE, CACHE_OWNED, CACHE_ORPHAN };
+
+struct kva_slab_cache {
+	struct kva_slab_cache *next; /* the slab's list of caches, never unlinked */
+	_Atomic int owned;           /* CACHE_*: who may use or free it */
+	uint32_t n;
+	uint32_t idx[KVA_SLAB_CACHE];
+};
+
+/* The calling thread's cache of s, attached (adopted or new) on first use;
+ * NULL when none could be made (no memory, no exit hook). */
+struct kva_slab_cache *kva__slab_my_cache(struct kva_slab *s);
+/* fini: frees s's caches no thread holds and leaves the others to their
+ * threads. */
+void kva__slab_caches_orphan(struct kva_slab *s);
+
+#endif
