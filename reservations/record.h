@@ -191,10 +191,16 @@ enum kva__req_flag {
 /* 160 bytes: 64 Ki of them fill a 10 MiB chunk (an exact jemalloc size
  * class), and with the live-id map's share a waiting request costs under 192. */
 struct kva__req {
-	/* What an any-thread call reads (handle check, state, claims, query)
-	 * fits in the first 32 bytes: one cache line whether the slot starts on
-	 * a line or half-way into one (slots are 160 bytes), so a call on a
-	 * record nobody touched lately costs one miss, not two. */
+	/* The handle check, the state word, the cancel claim and the lookup
+	 * word (kva_cancel, kva_lookup_answer, the CAS of kva_finish,
+	 * kva_preempt and kva_grow) sit in the first 32 bytes: one cache line
+	 * whether the slot starts on a line or half-way into one (slots are
+	 * 160 bytes). Other any-thread reads reach further lines: kva_query
+	 * and kva_waiting_foreach read user and prompt_tokens (bytes 48-67)
+	 * and the foreach its link (wq); kva_query, copy reports, kva_grow and
+	 * kva_finish read the grant pointer (byte 152), which must stay after
+	 * the area a free batch overwrites (docs/design.md, "Handles and
+	 * records"). */
 	struct kva_slab_hdr hdr; /* generation (handles) and the slab's free link */
 	uint64_t id;
 	_Atomic uint32_t state;       /* enum kva_state / KVA__STATE_* */
@@ -251,6 +257,12 @@ struct kva__req {
 	 * from retirement through the slot's next incarnation until it reserves. */
 	struct kva__grant *_Atomic grant; /* R1/A1 below: published at the first reservation */
 };
+/* The layout the comment at the top of the struct promises. */
+_Static_assert(offsetof(struct kva__req, pub_sel) + sizeof(uint32_t) <= 32,
+               "the hot any-thread fields fit in one line at either slot offset");
+_Static_assert(offsetof(struct kva__req, grant) >=
+                   offsetof(struct kva__req, rcu) + sizeof(struct kva_slab_rcu),
+               "the grant pointer survives a free batch");
 
 /* lookup_word's low bit: the lookup of that seq is still awaited. */
 #define KVA__LW_AWAITING 1u
