@@ -13,7 +13,8 @@
  * call; measured in bench/ (BM_reserve_release / BM_submit use this path).
  *
  * Thread contract: any thread. kva_rcu_enter() is idempotent and cheap after
- * the first call (one thread-local load).
+ * the first call (two thread-local loads: kvadmit's state and liburcu's own
+ * "registered" flag, which a host may clear behind kvadmit's back).
  */
 #ifndef KVA_LOCKFREE_RCU_THREAD_H
 #define KVA_LOCKFREE_RCU_THREAD_H
@@ -42,22 +43,29 @@ int kva_rcu_init(void);
  * inside each outermost kva_rcu_read_lock section and kva_rcu_call (slower,
  * still correct), so no exited thread stays registered. A thread that liburcu
  * or the host already registered is left alone (and never unregistered by
- * kvadmit); if the host unregisters a thread kvadmit registered, the exit
- * hook sees it and does not unregister it again. */
+ * kvadmit). A registration its host ended (urcu_memb_unregister_thread,
+ * kvadmit's or its own) is noticed on the next call, which returns -ESRCH:
+ * the thread is transient from then on, and left alone again once its host
+ * registers it again. Serialized with the fork handlers' count (reg_lock). */
 int kva_rcu_enter(void);
 
 /* true when the calling thread is registered for good (kvadmit's or its
- * owner's registration), false when unregistered or transient. */
+ * owner's registration, still standing in liburcu), false when unregistered
+ * or transient. */
 bool kva_rcu_registered(void);
 
 /* Fork handlers for liburcu's call_rcu threads (urcu-memb's
  * call_rcu_before_fork / after_fork_parent / after_fork_child); the child's
- * new call_rcu thread starts with every signal blocked. */
+ * new call_rcu thread starts with every signal blocked. prepare also takes
+ * the lock every registration kvadmit makes or ends takes (reg_lock), and
+ * parent / child release it: the count of other registered threads it reads
+ * is exact at the fork. Lock order: reg_lock, then liburcu's (in
+ * call_rcu_before_fork), then the slab registry lock. */
 void kva_rcu_atfork_prepare(void);
 void kva_rcu_atfork_parent(void);
 void kva_rcu_atfork_child(void);
 /* true in a child forked while another thread kvadmit had registered with
- * urcu-memb was alive: no grace period may run there (rcu_thread.c). */
+ * urcu-memb was registered: no grace period may run there (rcu_thread.c). */
 bool kva_rcu_fork_unsafe(void);
 
 /* Transient threads (see kva_rcu_enter). */

@@ -223,6 +223,72 @@ static void test_thread_registered_by_kvadmit_then_unregistered_by_its_host(void
 	kva_rcu_synchronize();
 }
 
+/* Issue 28, item 4: a host ends a registration (its own, or kvadmit's)
+ * with urcu_memb_unregister_thread and calls kvadmit again (a key destructor
+ * at its end): every read-side section is real, registered only for its
+ * length; once the host registers the thread again it is left alone. */
+struct ended_probe {
+	int before, inside, nested_inside, outer_after_nested, after, api_after;
+	int again_api, again_after_section;
+};
+
+static void section_after_end(struct ended_probe *r)
+{
+	r->before = kva__rcu_urcu_registered();
+	kva_rcu_read_lock();
+	r->inside = kva__rcu_urcu_registered();
+	kva_rcu_read_lock();
+	r->nested_inside = kva__rcu_urcu_registered();
+	kva_rcu_read_unlock();
+	r->outer_after_nested = kva__rcu_urcu_registered();
+	kva_rcu_read_unlock();
+	r->after = kva__rcu_urcu_registered();
+	r->api_after = kva_rcu_registered();
+}
+
+static void *ended_by_host(void *p)
+{
+	struct ended_probe *r = p;
+	bool own = r->before; /* in: the host registers the thread itself */
+	if (own)
+		urcu_memb_register_thread();
+	if (kva_rcu_enter() != 0 || !kva_rcu_registered())
+		return NULL;
+	kva_rcu_read_lock();
+	kva_rcu_read_unlock();
+	urcu_memb_unregister_thread(); /* the host's end of the registration */
+	section_after_end(r);
+	/* the host registers it again: its registration, kvadmit's sections
+	 * use it and never end it (liburcu asserts on a double unregister) */
+	urcu_memb_register_thread();
+	r->again_api = kva_rcu_enter() == 0 && kva_rcu_registered();
+	kva_rcu_read_lock();
+	kva_rcu_read_unlock();
+	r->again_after_section = kva__rcu_urcu_registered();
+	urcu_memb_unregister_thread();
+	return NULL;
+}
+
+static void test_section_after_the_host_ended_the_registration_is_real(void **state)
+{
+	(void)state;
+	for (int own = 0; own < 2; own++) {
+		pthread_t th;
+		struct ended_probe r = {.before = own};
+		assert_int_equal(pthread_create(&th, NULL, ended_by_host, &r), 0);
+		pthread_join(th, NULL);
+		assert_false(r.before);
+		assert_true(r.inside);
+		assert_true(r.nested_inside);
+		assert_true(r.outer_after_nested);
+		assert_false(r.after);
+		assert_false(r.api_after);
+		assert_true(r.again_api);
+		assert_true(r.again_after_section);
+		kva_rcu_synchronize(); /* walks the registry: no dangling reader */
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -233,6 +299,7 @@ int main(void)
 	    cmocka_unit_test(test_thread_registered_by_kvadmit_then_unregistered_by_its_host),
 	    cmocka_unit_test(test_thread_registers_on_first_use_and_unregisters_at_exit),
 	    cmocka_unit_test(test_thread_registered_by_its_owner_is_left_alone),
+	    cmocka_unit_test(test_section_after_the_host_ended_the_registration_is_real),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
