@@ -12,6 +12,8 @@
  */
 #include "capacity.h"
 
+#include <errno.h>
+
 #ifndef KVA_DEBUG
 #define KVA_DEBUG 0
 #endif
@@ -33,23 +35,31 @@ static inline bool fits(struct kva_credits have, struct kva_credits want, uint32
 	return want.pages == 0 || have.pages - want.pages >= floor;
 }
 
-bool kva_capacity_try_reserve(struct kva_capacity *c, struct kva_credits want, uint32_t pages_floor)
+int kva_capacity_reserve_bounded(struct kva_capacity *c, struct kva_credits want,
+                                 uint32_t pages_floor, uint32_t tries)
 {
 	const uint64_t take = kva_credits_pack(want);
 	/* Relaxed: only a guess for the CAS below, which re-reads the word. */
 	uint64_t old = atomic_load_explicit(&c->word, memory_order_relaxed);
 
-	for (;;) {
+	for (uint32_t i = 0;; i++) {
 		if (!fits(kva_credits_unpack(old), want, pages_floor))
-			return false;
+			return 0;
+		if (i == tries)
+			return -EAGAIN;
 		/* Every lane of old >= the same lane of take: no borrow crosses lanes. */
 		/* A1: pairs with R1 in kva_capacity_release — the reserver sees what
 		 * the releaser did before giving the credits back. Failure is relaxed:
 		 * the refreshed value is only re-checked, nothing is read through it. */
 		if (atomic_compare_exchange_weak_explicit(
 			&c->word, &old, old - take, memory_order_acquire, memory_order_relaxed))
-			return true;
+			return 1;
 	}
+}
+
+bool kva_capacity_try_reserve(struct kva_capacity *c, struct kva_credits want, uint32_t pages_floor)
+{
+	return kva_capacity_reserve_bounded(c, want, pages_floor, UINT32_MAX) > 0;
 }
 
 /* Debug only: would old + give exceed the totals in some lane? */

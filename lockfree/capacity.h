@@ -19,6 +19,7 @@
  *   call                     | may run concurrently with
  *   -------------------------+--------------------------------
  *   kva_capacity_try_reserve | everything
+ *   kva_capacity_reserve_bounded | everything
  *   kva_capacity_release     | everything
  *   kva_capacity_free        | everything (a snapshot)
  *   init                     | nothing
@@ -67,6 +68,15 @@ void kva_capacity_init(struct kva_capacity *c, struct kva_credits total);
 /* Any thread. Takes all of `want` or nothing. Fails if any lane lacks
  * credits or if the pages lane would drop below `pages_floor`. */
 bool kva_capacity_try_reserve(struct kva_capacity *c, struct kva_credits want, uint32_t pages_floor);
+/* Failed CASes after which a scheduler's reserve gives up for this step:
+ * other threads kept changing the word (each failure means another call
+ * completed, so this only ever stops a thread that is being starved). */
+#define KVA_CAPACITY_STEP_TRIES 64u
+/* Any thread: kva_capacity_try_reserve with at most `tries` CAS attempts.
+ * 1 reserved, 0 does not fit, -EAGAIN still contended after `tries`
+ * (nothing taken; whether it fits is not known). */
+int kva_capacity_reserve_bounded(struct kva_capacity *c, struct kva_credits want,
+                                 uint32_t pages_floor, uint32_t tries);
 
 /* Any thread. Gives credits back; never fails. Giving back more than was
  * taken is a caller bug (checked in debug builds only). */

@@ -436,6 +436,20 @@ static bool cancelled_meanwhile(kva_engine *e, struct kva__req *r)
 	       kva__admit_cancel(e, r);
 }
 
+/* The step's reservation (rules 4 and 5): 1 reserved, 0 does not fit,
+ * -EAGAIN other threads kept changing the capacity word for
+ * KVA_CAPACITY_STEP_TRIES CASes, so the step stops trying (a bounded
+ * step); the head waits for the next step, which the plan's backlog asks
+ * for. */
+static int reserve(kva_engine *e, struct kva_credits want)
+{
+	int got = kva_capacity_reserve_bounded(&e->cap, want, e->cfg.decode_reserve_pages,
+	                                       KVA_CAPACITY_STEP_TRIES);
+	if (got < 0)
+		e->contended = true;
+	return got;
+}
+
 /* 1 admitted, 0 blocked, -1 no room in the plan. */
 static int admit_head(kva_engine *e, struct kva__req *r)
 {
@@ -478,7 +492,8 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 		kva__alloc_ok(e);
 		/* rules 4 and 5: everything it needs or nothing, above the watermark */
 		struct kva_credits want = {total, local ? 0 : 1, 1};
-		if (kva_capacity_try_reserve(&e->cap, want, e->cfg.decode_reserve_pages)) {
+		int got = reserve(e, want);
+		if (got > 0) {
 			if (!take_pages(e, kva__grant(r), kp, total))
 				return pages_missing(e, r, want);
 			/* rule 11: a new reservation (after preemption or reset too)
@@ -496,8 +511,9 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 			return 1;
 		}
 		/* rule 1: wait, don't recompute. Legacy engines gave up only on
-		 * imports; a local prefix hit waited for capacity there too. */
-		if (e->cfg.policy != KVA_POLICY_LEGACY || local) {
+		 * imports; a local prefix hit waited for capacity there too. A
+		 * contended word waits too (the step says backlog). */
+		if (e->cfg.policy != KVA_POLICY_LEGACY || local || got < 0) {
 			head_block(e, r, true);
 			return 0;
 		}
@@ -518,7 +534,7 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 		return head_no_memory(e, r);
 	kva__alloc_ok(e);
 	struct kva_credits want = {first, 0, 1};
-	if (!kva_capacity_try_reserve(&e->cap, want, e->cfg.decode_reserve_pages)) {
+	if (reserve(e, want) <= 0) {
 		head_block(e, r, false);
 		return 0;
 	}

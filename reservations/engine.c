@@ -657,6 +657,7 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 		return -ENOTSUP; /* kvadmit.h, fork: retiring needs grace periods */
 	kva_rcu_enter(); /* call_rcu of retired slots needs a registered thread */
 	plan_clear(plan);
+	e->contended = false;
 	e->plan = plan;
 	e->in_step = true;
 	kva__rec_stepping(e);
@@ -683,7 +684,7 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	kva__copy_dispatch_pending(e); /* refused ranks: handled next step */
 	kva__rec_ids_settle(e);        /* the ended ids' map misses, last */
 	kva__rec_flush_retired(e);
-	plan->backlog = e->stalled || e->head_recheck || e->n_evicting ||
+	plan->backlog = e->stalled || e->head_recheck || e->n_evicting || e->contended ||
 	                !kva_inbox_batch_empty(&e->batch) ||
 	                !kva_inbox_empty(&e->local) || !kva_inbox_batch_empty(&e->local_batch) ||
 	                !kva_inbox_empty(&e->deferred) ||

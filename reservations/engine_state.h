@@ -126,6 +126,7 @@ struct kva_engine {
 	kva_plan *plan; /* the plan of the step in progress */
 	bool in_step;
 	bool was_too_small; /* the last step's plan was too small (log once per run) */
+	bool contended;     /* this step gave up a reservation to contention (admit.c) */
 	struct {
 		uint64_t window; /* second of the step clock the count is for */
 		uint32_t lines;

@@ -5,6 +5,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include "capacity.h"
 
 #ifndef KVA_DEBUG
@@ -152,6 +156,68 @@ static void test_overrelease_is_counted_in_every_lane(void **state)
 	assert_int_equal(atomic_load(&c.overreleases), KVA_DEBUG ? 1 : 0);
 }
 
+/* The scheduler's bounded reserve: "does not fit" is decided before any
+ * CAS; with no attempt left it reports contention and takes nothing. */
+static void test_bounded_reserve_reports_contention_and_takes_nothing(void **state)
+{
+	(void)state;
+	struct kva_capacity c;
+	kva_capacity_init(&c, cr(100, 2, 4));
+	assert_int_equal(kva_capacity_reserve_bounded(&c, cr(10, 1, 1), 0, 0), -EAGAIN);
+	assert_free(&c, 100, 2, 4);
+	assert_int_equal(kva_capacity_reserve_bounded(&c, cr(101, 0, 1), 0, 0), 0);
+	assert_int_equal(kva_capacity_reserve_bounded(&c, cr(95, 0, 1), 10, 5), 0); /* floor */
+	assert_int_equal(kva_capacity_reserve_bounded(&c, cr(10, 1, 1), 0, 1), 1);
+	assert_free(&c, 90, 1, 3);
+}
+
+struct hammer {
+	struct kva_capacity *c;
+	_Atomic int stop;
+};
+
+static void *hammer_main(void *arg)
+{
+	struct hammer *h = arg;
+	while (!atomic_load_explicit(&h->stop, memory_order_relaxed))
+		if (kva_capacity_try_reserve(h->c, cr(1, 0, 0), 0))
+			kva_capacity_release(h->c, cr(1, 0, 0));
+	return NULL;
+}
+
+/* Under another thread's reserve/release churn, bounded reserves of one
+ * try each succeed, fail to fit or give up, and never lose or make up a
+ * credit: once everything is released, every lane is whole again. */
+static void test_bounded_reserve_under_churn_conserves_credits(void **state)
+{
+	(void)state;
+	struct kva_capacity c;
+	kva_capacity_init(&c, cr(64, 8, 8));
+	struct hammer h = {&c, 0};
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, hammer_main, &h), 0);
+	uint32_t held = 0, took = 0, gave_up = 0;
+	for (int i = 0; i < 200000; i++) {
+		int got = kva_capacity_reserve_bounded(&c, cr(2, 1, 1), 0, 1);
+		if (got > 0) {
+			held++;
+			took++;
+		} else if (got < 0) {
+			gave_up++;
+		}
+		if (held == 8 || (got <= 0 && held)) {
+			kva_capacity_release(&c, cr(2 * held, (uint16_t)held, (uint16_t)held));
+			held = 0;
+		}
+	}
+	atomic_store(&h.stop, 1);
+	pthread_join(t, NULL);
+	kva_capacity_release(&c, cr(2 * held, (uint16_t)held, (uint16_t)held));
+	assert_free(&c, 64, 8, 8);
+	assert_true(took > 0);
+	print_message("bounded reserves: %u taken, %u gave up to contention\n", took, gave_up);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -163,6 +229,8 @@ int main(void)
 	    cmocka_unit_test(test_zero_reservation_always_succeeds),
 	    cmocka_unit_test(test_overrelease_is_counted_in_debug_builds),
 	    cmocka_unit_test(test_overrelease_is_counted_in_every_lane),
+	    cmocka_unit_test(test_bounded_reserve_reports_contention_and_takes_nothing),
+	    cmocka_unit_test(test_bounded_reserve_under_churn_conserves_credits),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
