@@ -40,7 +40,7 @@ elif [ "${1:-}" = "--refs" ]; then
   shift
 fi
 
-ALL=(inbox state slab fresh capacity copy freelist tickets pagepool caches)
+ALL=(inbox state slab fresh capacity copy freelist tickets pagepool caches registration)
 
 # Mutants: each must fail. -DMUTANT_<name> is passed to spin.
 declare -A MUTANTS=(
@@ -54,6 +54,7 @@ declare -A MUTANTS=(
   [tickets]="TAG_WRAPS"
   [pagepool]="NO_RECHECK TRUST_ALWAYS COUNT_FIRST TAKE_WHOLE_WORD"
   [caches]="FINI_FREES_OWNED DETACH_STORE THRASH_LOCK"
+  [registration]="READ_OUTSIDE_LOCK COUNT_LAGS STALE_FLAG"
 )
 # Models also searched for non-progress cycles (pan built with -DNP, run with
 # -l): a lock-free protocol has no run in which some thread spins while no
@@ -67,6 +68,7 @@ declare -A TEST_DEFS=(
   [capacity]="-DTHREADS=3" [copy]="-DWORLD=2 -DRETRIES=1" [freelist]="-DPOPPERS=3 -DROUNDS=1" [tickets]="-DPOPPERS=3 -DROUNDS=1"
   [pagepool]="-DNPAGES=3 -DTAKERS=2 -DROUNDS=2 -DMAXTAKE=3"
   [caches]="-DTHREADS=2 -DROUNDS=2"
+  [registration]="-DW=2 -DSETSPECIFIC_FAILS"
 )
 declare -A VERIFY_DEFS=(
   [inbox]="-DPUSHES=3" [state]="-DADMITS=3" [slab]="-DINCARNATIONS=4 -DREADERS=2"
@@ -74,6 +76,7 @@ declare -A VERIFY_DEFS=(
   [capacity]="-DTHREADS=4" [copy]="-DWORLD=2 -DRETRIES=2" [freelist]="-DPOPPERS=3 -DROUNDS=2" [tickets]="-DPOPPERS=3 -DROUNDS=2"
   [pagepool]="-DNPAGES=4 -DTAKERS=2 -DROUNDS=2 -DMAXTAKE=3"
   [caches]="-DTHREADS=3 -DROUNDS=2"
+  [registration]="-DW=3"
 )
 # Known failures: "model: reason" for a property the C code is known to
 # break (a real bug, reported, not yet fixed). The model keeps asserting the
