@@ -59,8 +59,8 @@ static int key_err;
  * until kvadmit notices (the thread's next call, or its exit). */
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static long registered_now;
-/* Set in a child forked while another thread kvadmit registered was alive
- * (written before any other thread of the child exists). */
+/* Set in a child forked while another thread was registered through
+ * kvadmit (written before any other thread of the child exists). */
 static bool fork_unsafe;
 static long others_at_fork;
 
@@ -224,7 +224,7 @@ void kva__rcu_transient_read_unlock(void)
  * the child's new threads, which overwrites those nodes — the child's next
  * grace period then never ends or crashes (liburcu: every registration but
  * the forking thread's must be released before a fork without exec). So a
- * child forked while another thread kvadmit registered was alive is marked
+ * child forked while another thread was registered through kvadmit is marked
  * unsafe: kva_engine_create and kva_step refuse (-ENOTSUP), and only
  * kva_engine_destroy, which never waits for a grace period, is left.
  *

@@ -272,13 +272,17 @@ KVA_API void kva_engine_destroy_with(kva_engine *e, kva_unfinished_fn fn, void *
  * exits. A host thread that uses urcu-memb itself registers before its first
  * kvadmit call (kvadmit then leaves the registration to it), or not at all
  * (a thread kvadmit registered may use urcu-memb read-side sections as it
- * is, and may unregister itself at its end); it must never register after
- * kvadmit did (liburcu's registry would hold the thread twice). A call from
- * a thread-specific-data destructor is handled (the thread then registers
- * only around each call), except a thread's first kvadmit call made in the
- * last of the C library's destructor rounds (PTHREAD_DESTRUCTOR_ITERATIONS,
- * 4 on glibc: a destructor that re-armed itself three times): no exit hook
- * can run after it, so that thread would stay registered after it ended.
+ * is, and may end that registration itself, e.g. at its end, but never
+ * register again: liburcu's registry would hold the thread twice, or
+ * kvadmit's exit hook would end the host's registration). A host may end and
+ * renew its own registration at any time outside a kvadmit call: kvadmit
+ * notices on its next call, and while the thread is not registered,
+ * registers it only around each call. A call from a thread-specific-data
+ * destructor is handled (the thread then registers only around each call),
+ * except a thread's first kvadmit call made in the last of the C library's
+ * destructor rounds (PTHREAD_DESTRUCTOR_ITERATIONS, 4 on glibc: a destructor
+ * that re-armed itself three times): no exit hook can run after it, so that
+ * thread would stay registered after it ended.
  *
  * Fork: a child forked without exec may use kvadmit only when the host calls
  * these around fork(), for example once at start-up:
@@ -293,14 +297,16 @@ KVA_API void kva_engine_destroy_with(kva_engine *e, kva_unfinished_fn fn, void *
  * may be created and used — but only if, at the fork, no thread other than
  * the forking one was registered with urcu-memb (liburcu's rule for a fork
  * without exec: the other readers' registry entries live in their TLS, which
- * the child's new threads reuse). A child forked while another thread that
- * kvadmit registered was alive may only destroy: kva_engine_create and
- * kva_step return -ENOTSUP there. Threads the host registered itself are its
- * own to unregister before the fork. Importers are not inherited (their
- * threads stay in the parent): never destroy them in the child, and destroy
- * an inherited engine that refers to one instead of stepping it. Without
- * these calls only exec or _exit is safe in the child. Call from the
- * forking thread only. */
+ * the child's new threads reuse). A child forked while another thread was
+ * registered through kvadmit may only destroy: kva_engine_create and
+ * kva_step return -ENOTSUP there. kvadmit's lock is held from that decision
+ * to the fork, so a thread registering or unregistering through kvadmit
+ * meanwhile (its first call, its exit) waits until the fork is done. Threads
+ * the host registered itself are its own to unregister before the fork.
+ * Importers are not inherited (their threads stay in the parent): never
+ * destroy them in the child, and destroy an inherited engine that refers to
+ * one instead of stepping it. Without these calls only exec or _exit is
+ * safe in the child. Call from the forking thread only. */
 KVA_API void kva_atfork_prepare(void);
 KVA_API void kva_atfork_parent(void);
 KVA_API void kva_atfork_child(void);
