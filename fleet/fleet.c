@@ -18,7 +18,9 @@
  *          acquire); the I/O thread makes it TAKEN (release) once it filled
  *          the slot, which kva_fleet_publisher_seq loads (acquire) before
  *          reading it, and frees it (release) once a removal is done.
- * Statistics are relaxed atomics written by the I/O thread only.
+ * Statistics are atomics written by the I/O thread only, relaxed but for
+ * the batch count (release, after the batch's blocks; stats readers load
+ * with acquire).
  */
 #define _GNU_SOURCE
 #include "kvadmit/fleet.h"
@@ -634,7 +636,6 @@ static void apply(kva_fleet *f, struct pub *P, const uint8_t *data, size_t len)
 			     P->endpoint, rc);
 		return;
 	}
-	st_add(f, ST(batches), 1);
 	st_add(f, ST(unknown_events), f->batch.unknown_events);
 	/* Only the batch's last AllBlocksCleared touches the index: it wipes
 	 * whatever the events before it would store or remove there, and each
@@ -706,6 +707,9 @@ static void apply(kva_fleet *f, struct pub *P, const uint8_t *data, size_t len)
 	st_add(f, ST(blocks_removed), removed);
 	st_set(f, ST(blocks), f->ix.count);
 	st_set(f, ST(cap_evictions), f->ix.evicted);
+	/* Last, and release: a stats reader that sees the batch counted sees
+	 * its blocks (its acquire loads, kva_fleet_stats_get). */
+	atomic_fetch_add_explicit(&f->st[ST(batches)], 1, memory_order_release);
 }
 
 /* ---- sequence tracking and replay -------------------------------------------- */
@@ -1494,5 +1498,5 @@ void kva_fleet_stats_get(const kva_fleet *f, kva_fleet_stats *out)
 		return;
 	uint64_t *o = (uint64_t *)out;
 	for (size_t i = 0; i < ST_N; i++)
-		o[i] = atomic_load_explicit(&((kva_fleet *)f)->st[i], memory_order_relaxed);
+		o[i] = atomic_load_explicit(&((kva_fleet *)f)->st[i], memory_order_acquire);
 }
