@@ -26,12 +26,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-struct tls_cache {
-	uint64_t serial; /* 0 = unused */
-	struct kva_slab_cache *c;
-};
-/* Open addressing by serial, KVA_SLAB_TLS_PROBE entries from its home. */
-static _Thread_local struct tls_cache tls_caches[KVA_SLAB_TLS_CACHES];
+_Thread_local struct kva__slab_tls kva__slab_tls_caches[KVA_SLAB_TLS_CACHES];
 static _Thread_local unsigned tls_victim;
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t exit_key;
@@ -41,7 +36,7 @@ static _Atomic uint64_t detached; /* caches left by live threads (tests) */
 
 /* The thread stops using a cache; its slots stay in it for the next thread
  * that attaches to the slab. Touches nothing of the slab, which may be gone. */
-static void detach(struct tls_cache *t)
+static void detach(struct kva__slab_tls *t)
 {
 	atomic_fetch_add_explicit(&detached, 1, memory_order_relaxed);
 	int o = CACHE_OWNED;
@@ -58,8 +53,8 @@ static void detach_all_at_exit(void *arg)
 {
 	(void)arg;
 	for (unsigned i = 0; i < KVA_SLAB_TLS_CACHES; i++)
-		if (tls_caches[i].serial)
-			detach(&tls_caches[i]);
+		if (kva__slab_tls_caches[i].serial)
+			detach(&kva__slab_tls_caches[i]);
 }
 
 static void make_exit_key(void)
@@ -67,27 +62,27 @@ static void make_exit_key(void)
 	exit_key_err = pthread_key_create(&exit_key, detach_all_at_exit);
 }
 
-static struct tls_cache *tls_entry(uint64_t serial, unsigned j)
+static struct kva__slab_tls *tls_entry(uint64_t serial, unsigned j)
 {
-	return &tls_caches[(serial + j) & (KVA_SLAB_TLS_CACHES - 1)];
+	return &kva__slab_tls_caches[(serial + j) & (KVA_SLAB_TLS_CACHES - 1)];
 }
 
 /* An entry of s's probe window for a new cache: an empty one, else one
  * whose slab is gone (its orphan freed), else a victim detached. */
-static struct tls_cache *tls_claim(const struct kva_slab *s)
+static struct kva__slab_tls *tls_claim(const struct kva_slab *s)
 {
 	for (unsigned j = 0; j < KVA_SLAB_TLS_PROBE; j++)
 		if (!tls_entry(s->serial, j)->serial)
 			return tls_entry(s->serial, j);
 	for (unsigned j = 0; j < KVA_SLAB_TLS_PROBE; j++) {
-		struct tls_cache *t = tls_entry(s->serial, j);
+		struct kva__slab_tls *t = tls_entry(s->serial, j);
 		/* A10 (see detach) */
 		if (atomic_load_explicit(&t->c->owned, memory_order_acquire) == CACHE_ORPHAN) {
 			detach(t);
 			return t;
 		}
 	}
-	struct tls_cache *t = tls_entry(s->serial, tls_victim++ % KVA_SLAB_TLS_PROBE);
+	struct kva__slab_tls *t = tls_entry(s->serial, tls_victim++ % KVA_SLAB_TLS_PROBE);
 	detach(t);
 	return t;
 }
@@ -120,14 +115,14 @@ static struct kva_slab_cache *attach(struct kva_slab *s)
 		                                              memory_order_release, memory_order_relaxed))
 			;
 	}
-	*tls_claim(s) = (struct tls_cache){s->serial, c};
+	*tls_claim(s) = (struct kva__slab_tls){s->serial, c};
 	return c;
 }
 
-struct kva_slab_cache *kva__slab_my_cache(struct kva_slab *s)
+struct kva_slab_cache *kva__slab_my_cache_slow(struct kva_slab *s)
 {
-	for (unsigned j = 0; j < KVA_SLAB_TLS_PROBE; j++) {
-		struct tls_cache *t = tls_entry(s->serial, j);
+	for (unsigned j = 1; j < KVA_SLAB_TLS_PROBE; j++) {
+		struct kva__slab_tls *t = tls_entry(s->serial, j);
 		if (t->serial == s->serial)
 			return t->c;
 	}

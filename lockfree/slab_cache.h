@@ -26,9 +26,27 @@ struct kva_slab_cache {
 	uint32_t idx[KVA_SLAB_CACHE];
 };
 
+/* A thread's table of its caches: open addressing by the slab's serial,
+ * KVA_SLAB_TLS_PROBE entries from its home (slab_cache.c). */
+struct kva__slab_tls {
+	uint64_t serial; /* 0 = unused */
+	struct kva_slab_cache *c;
+};
+extern _Thread_local struct kva__slab_tls kva__slab_tls_caches[KVA_SLAB_TLS_CACHES];
+
+/* The rest of the probe window, then attach (slab_cache.c). */
+struct kva_slab_cache *kva__slab_my_cache_slow(struct kva_slab *s);
+
 /* The calling thread's cache of s, attached (adopted or new) on first use;
- * NULL when none could be made (no memory, no exit hook). */
-struct kva_slab_cache *kva__slab_my_cache(struct kva_slab *s);
+ * NULL when none could be made (no memory, no exit hook). Inline: the
+ * home entry is one compare on every alloc. */
+static inline struct kva_slab_cache *kva__slab_my_cache(struct kva_slab *s)
+{
+	struct kva__slab_tls *t = &kva__slab_tls_caches[s->serial & (KVA_SLAB_TLS_CACHES - 1)];
+	if (__builtin_expect(t->serial == s->serial, 1))
+		return t->c;
+	return kva__slab_my_cache_slow(s);
+}
 /* fini: frees s's caches no thread holds and leaves the others to their
  * threads. */
 void kva__slab_caches_orphan(struct kva_slab *s);
