@@ -93,20 +93,36 @@ static struct kva_slab *slab_new(void)
 	return s;
 }
 
+/* A new slab the grower keeps ahead, `take` slots taken by this thread. */
+static struct kva_slab *kept_slab(struct kva_slab_ahead *a, uint32_t take)
+{
+	reset_counts();
+	struct kva_slab *s = slab_new();
+	kva_slab_grower_add(a, s, MOST);
+	uint32_t idx;
+	for (uint32_t i = 0; i < take; i++)
+		assert_non_null(kva_slab_alloc(s, &idx));
+	return s;
+}
+
+static void kept_slab_free(struct kva_slab_ahead *a)
+{
+	struct kva_slab *s = a->slab;
+	kva_slab_grower_remove(a);
+	urcu_memb_barrier();
+	kva_slab_fini(s);
+	free(s);
+}
+
 /* Once the slab holds KVA_SLAB_GROWER_FROM slots and its producers have
  * taken most of them, the grower (not the producer) publishes the next chunk
  * and warms min(slots / 4, most) never-used slots. */
 static void test_the_grower_keeps_a_large_slab_ahead(void **state)
 {
 	(void)state;
-	reset_counts();
-	struct kva_slab *s = slab_new();
 	struct kva_slab_ahead a;
-	kva_slab_grower_add(&a, s, MOST);
-	uint32_t idx;
 	/* chunks 0..2 (1,792 slots) grow on demand here; all but 92 taken */
-	for (uint32_t i = 0; i < KVA_SLAB_GROWER_FROM - 92; i++)
-		assert_non_null(kva_slab_alloc(s, &idx));
+	struct kva_slab *s = kept_slab(&a, KVA_SLAB_GROWER_FROM - 92);
 	assert_int_equal(kva_slab_slots(s), KVA_SLAB_GROWER_FROM);
 	unsigned mine = atomic_load(&chunks_by_others);
 	assert_true(eventually(ready_ahead, s));
@@ -116,10 +132,7 @@ static void test_the_grower_keeps_a_large_slab_ahead(void **state)
 	 * the grower's */
 	assert_int_equal(atomic_load(&chunks_by_others), mine);
 	assert_int_equal(atomic_load(&warmed_by_others), 0);
-	kva_slab_grower_remove(&a);
-	urcu_memb_barrier();
-	kva_slab_fini(s);
-	free(s);
+	kept_slab_free(&a);
 }
 
 /* A slab below KVA_SLAB_GROWER_FROM grows on its producers only, as it did
@@ -128,22 +141,14 @@ static void test_the_grower_keeps_a_large_slab_ahead(void **state)
 static void test_a_small_slab_is_left_to_its_producers(void **state)
 {
 	(void)state;
-	reset_counts();
-	struct kva_slab *s = slab_new();
 	struct kva_slab_ahead a;
-	kva_slab_grower_add(&a, s, MOST);
-	uint32_t idx;
-	for (int i = 0; i < 700; i++) /* chunks 0 and 1 taken, 68 left */
-		assert_non_null(kva_slab_alloc(s, &idx));
+	struct kva_slab *s = kept_slab(&a, 700); /* chunks 0 and 1 taken, 68 left */
 	struct timespec t = {0, 50000000}; /* a few of the grower's passes */
 	nanosleep(&t, NULL);
 	assert_int_equal(atomic_load(&chunks_by_grower), 0);
 	assert_int_equal(atomic_load(&warmed_by_grower), 0);
 	assert_int_equal(kva_slab_slots(s), 768);
-	kva_slab_grower_remove(&a);
-	urcu_memb_barrier();
-	kva_slab_fini(s);
-	free(s);
+	kept_slab_free(&a);
 }
 
 /* Removing and finishing slabs while the grower polls: each removed slab
@@ -152,20 +157,13 @@ static void test_remove_then_fini_while_the_grower_runs(void **state)
 {
 	(void)state;
 	for (int round = 0; round < 50; round++) {
-		struct kva_slab *s = slab_new();
 		struct kva_slab_ahead a;
-		kva_slab_grower_add(&a, s, MOST);
-		uint32_t idx;
-		for (uint32_t i = 0; i < KVA_SLAB_GROWER_FROM; i++)
-			assert_non_null(kva_slab_alloc(s, &idx));
+		(void)kept_slab(&a, KVA_SLAB_GROWER_FROM);
 		if (round & 1) {
 			struct timespec t = {0, 1000000};
 			nanosleep(&t, NULL);
 		}
-		kva_slab_grower_remove(&a);
-		urcu_memb_barrier();
-		kva_slab_fini(s);
-		free(s);
+		kept_slab_free(&a);
 	}
 }
 
