@@ -387,9 +387,12 @@ bool kva__admit_cancel(kva_engine *e, struct kva__req *r)
 	switch (atomic_load_explicit(&r->state, memory_order_acquire)) {
 	case KVA_STATE_WAITING:
 		/* Not ingested yet: its submit came from another thread's lane and
-		 * is later in this batch, or not spliced yet. Retry. */
-		if (!(r->flags & KVA__F_INGESTED))
-			return false;
+		 * is later in this batch, not spliced yet, or stalled. It ends at
+		 * its ingest (engine.c handle_submit): nothing is retried. */
+		if (!(r->flags & KVA__F_INGESTED)) {
+			r->flags |= KVA__F_CANCEL_EARLY;
+			return true;
+		}
 		kva__admit_forget_waiting(e, r);
 		break;
 	case KVA_STATE_IMPORTING:

@@ -25,9 +25,9 @@ void kva__admit_forget_waiting(kva_engine *e, struct kva__req *r);
 /* r leaves the READY heap (cancel). */
 void kva__admit_forget_ready(kva_engine *e, struct kva__req *r);
 /* A cancel of r in whatever state it is in now: it leaves the queue, the
- * READY heap, its import or its running pages and ends CANCELLED. false: not
- * now (not ingested yet, or a kva_grow owns it this instant): retry next
- * step. */
+ * READY heap, its import or its running pages and ends CANCELLED. Not ingested
+ * yet: marked to end at its ingest (true). false: a kva_grow owns it this
+ * instant: retry next step. */
 bool kva__admit_cancel(kva_engine *e, struct kva__req *r);
 /* A copy report: what it means for r's admission. */
 void kva__admit_on_copy(kva_engine *e, struct kva__req *r, struct kva__event *ev);

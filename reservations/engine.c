@@ -299,8 +299,9 @@ static int handle_submit(kva_engine *e, struct kva__req *r)
 		return 0;
 	}
 	if (r->flags & KVA__F_CANCEL_EARLY) {
-		/* Its cancel came first, from another thread's lane (dispatch_event
-		 * took that event): it ends here, never queued, no lookup. */
+		/* Its cancel came first, from another thread's lane
+		 * (kva__admit_cancel marked it): it ends here, never queued, no
+		 * lookup. */
 		r->flags |= KVA__F_INGESTED;
 		kva__st_sched(e, ST_WAITING, 1);
 		kva__rec_end(e, r, KVA_STATE_CANCELLED);
@@ -352,15 +353,9 @@ static int dispatch_event(kva_engine *e, struct kva__event *ev)
 	case KVA__EV_CANCEL: {
 		struct kva__cancel *c = caa_container_of(ev, struct kva__cancel, ev);
 		struct kva__req *r = kva__rec_find(e, c->h.slot, c->h.gen, c->h.id);
-		/* Not ingested yet (its submit is in another lane, or stalled):
-		 * the claimed flag ends it at ingest, so nothing waits here. A
-		 * kva_grow owns it this instant: retried next step, at most one
-		 * such cancel per thread inside kva_grow. */
-		if (r && !(r->flags & KVA__F_INGESTED) &&
-		    atomic_load_explicit(&r->state, memory_order_relaxed) == KVA_STATE_WAITING) {
-			r->flags |= KVA__F_CANCEL_EARLY;
-			kva__cancel_free(e, c);
-		} else if (r && !kva__admit_cancel(e, r))
+		/* Refused only while a kva_grow owns it: retried next step, at
+		 * most one such cancel per thread inside kva_grow. */
+		if (r && !kva__admit_cancel(e, r))
 			kva_inbox_push(&e->deferred, &ev->node);
 		else
 			kva__cancel_free(e, c);
