@@ -41,8 +41,8 @@
  * next), touching no slot. Chunks are published in order, and end moves over
  * each one published. A refill that finds the range empty too grows the slab
  * by a chunk on the calling thread (an allocation, no more); the slab's owner
- * avoids that by calling kva_slab_grow_ahead, e.g. once per scheduler step,
- * which can also fault in the pages of the next never-used slots (a warm
+ * avoids that by calling kva_slab_grow_ahead off the producers' path (a
+ * background thread: slab_grower.h), which can also fault in the pages of the next never-used slots (a warm
  * hook), so that neither a chunk nor a page fault lands on a producer.
  *
  * Synchronisation table:
@@ -161,8 +161,9 @@ void kva_slab_fini(struct kva_slab *s);
  * published or retired. From the thread's cache; a refill takes a batch of
  * retired slots, else never-used ones, else grows the slab by a chunk. */
 void *kva_slab_alloc(struct kva_slab *s, uint32_t *idx);
-/* Any thread; meant for the slab's owner, off the allocating threads' path
- * (a scheduler at the end of each step). Publishes chunks until at least
+/* Any thread; meant for a thread off the allocating threads' path (the
+ * slab grower). It maps and faults in memory, so not for a scheduler's
+ * step. Publishes chunks until at least
  * `low` never-used slots are ready, so that kva_slab_alloc does not have to
  * grow, and with a warm hook warms the next `low` of them (only those not
  * warmed before). Retired slots are not counted: they are reused first, and

@@ -34,12 +34,10 @@ bool kva_slab_grower_thread(void)
 static bool keep_ahead(struct kva_slab_ahead *a)
 {
 	struct kva_slab *s = a->slab;
-	if (kva_slab_slots(s) < KVA_SLAB_GROWER_FROM)
-		return false;
-	uint32_t low = kva_slab_slots(s) / 4;
-	if (low > a->most)
-		low = a->most;
 	uint32_t slots = kva_slab_slots(s);
+	if (slots < KVA_SLAB_GROWER_FROM)
+		return false;
+	uint32_t low = slots / 4 < a->most ? slots / 4 : a->most;
 	uint32_t warmed = atomic_load_explicit(&s->warmed, memory_order_relaxed);
 	(void)kva_slab_grow_ahead(s, low); /* on failure producers grow on demand */
 	return kva_slab_slots(s) != slots ||
