@@ -13,7 +13,7 @@
 #include <stdbool.h>
 
 #include "bm.h"
-#include "capacity.h"
+#include <kvadmit/lockfree/capacity.h>
 #include "fixture.h"
 #include "lockstep.h"
 

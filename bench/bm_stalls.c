@@ -32,10 +32,10 @@
 #include <unistd.h>
 
 #include "bm.h"
-#include "capacity.h"
+#include <kvadmit/lockfree/capacity.h>
 #include "fixture.h"
 #include "gbench.h"
-#include "pagepool.h"
+#include <kvadmit/lockfree/pagepool.h>
 
 /* Times of one run's calls (ns: thread CPU time, or wall time where a
  * benchmark says so). */

@@ -38,9 +38,9 @@
 #include "record.h"
 #include "fixture.h"
 #include "gbench.h"
-#include "inbox.h"
+#include <kvadmit/lockfree/inbox.h>
 #include "lockstep.h"
-#include "rcu_thread.h"
+#include <kvadmit/lockfree/rcu_thread.h>
 
 #define BATCH 4096 /* per thread per batch */
 

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
-#include "rcu_thread.h"
+#include <kvadmit/lockfree/rcu_thread.h>
 
 #define SMALL_CAP 1000u
 #define CACHE_SLOTS 8

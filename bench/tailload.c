@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rcu_thread.h"
+#include <kvadmit/lockfree/rcu_thread.h>
 
 /* producer p's request ids: bit 62 set, p above the sequence number, so they
  * never meet the fixture's ids (1, 2, ... in submission order) */

@@ -88,9 +88,15 @@ add_library(kvadmit_lockfree STATIC ${KVADMIT_LOCKFREE_SOURCES})
 add_library(kvadmit::lockfree ALIAS kvadmit_lockfree)
 set_target_properties(kvadmit_lockfree PROPERTIES POSITION_INDEPENDENT_CODE ON
   C_VISIBILITY_PRESET hidden EXPORT_NAME lockfree)
+# Its headers are included as <kvadmit/lockfree/NAME.h>, in the tree as
+# once installed: the build tree's include/kvadmit/lockfree links to
+# lockfree/, so no bare <hash.h> or <slab.h> reaches an include path.
+file(MAKE_DIRECTORY ${PROJECT_BINARY_DIR}/include/kvadmit)
+file(CREATE_LINK ${PROJECT_SOURCE_DIR}/lockfree ${PROJECT_BINARY_DIR}/include/kvadmit/lockfree
+  SYMBOLIC)
 target_include_directories(kvadmit_lockfree PUBLIC
-  $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/lockfree>
-  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/kvadmit/lockfree>)
+  $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>
+  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 target_link_libraries(kvadmit_lockfree PUBLIC PkgConfig::kvadmit_URCU Threads::Threads)
 
 # The engine and the CPU importer: the archive, and the shared library from

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "hash.h"
+#include <kvadmit/lockfree/hash.h>
 #include "import_common.h"
 
 uint64_t kva__imp_now_ns(void)

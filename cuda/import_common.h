@@ -24,7 +24,7 @@
 
 #include "kvadmit/importer.h"
 #include "completion.h"
-#include "inbox.h"
+#include <kvadmit/lockfree/inbox.h>
 
 /* One rank's share of a copy job, owned by the importer from submit until
  * it has been reported: the engine's page array is copied into ids[], so

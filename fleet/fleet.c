@@ -39,8 +39,8 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "hash.h"
-#include "inbox.h"
+#include <kvadmit/lockfree/hash.h>
+#include <kvadmit/lockfree/inbox.h>
 #include "index.h"
 #include "wire.h"
 

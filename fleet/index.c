@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hash.h" /* kva_hash64 (lockfree/) */
+#include <kvadmit/lockfree/hash.h>
 
 static inline size_t home(const struct kvf_index *ix, uint64_t hash, uint32_t loc)
 {

@@ -10,7 +10,7 @@
  * exactly (from the value the fetch_add returns) and count in
  * kva_capacity.overreleases. The library never aborts on that bug.
  */
-#include "capacity.h"
+#include <kvadmit/lockfree/capacity.h>
 
 #include <errno.h>
 

@@ -6,8 +6,8 @@
  *   R1/A1  a lane's bit set after its first node is linked -> the consumer's
  *          exchange, so a marked lane's first node is always linked
  */
-#include "fanin.h"
-#include "rcu_thread.h"
+#include <kvadmit/lockfree/fanin.h>
+#include <kvadmit/lockfree/rcu_thread.h>
 
 unsigned kva_fanin_lane(void)
 {

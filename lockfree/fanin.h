@@ -27,7 +27,7 @@
 #include <stdalign.h>
 #include <stdatomic.h>
 
-#include "inbox.h"
+#include <kvadmit/lockfree/inbox.h>
 
 #define KVA_FANIN_LANES 16
 

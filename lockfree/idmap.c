@@ -5,7 +5,7 @@
  * one bounded quantum of it (advance), a reserve that asks for more than the
  * growth leaves room for completes it (finish).
  */
-#include "idmap.h"
+#include <kvadmit/lockfree/idmap.h>
 
 #include <errno.h>
 #include <stddef.h>

@@ -36,7 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hash.h"
+#include <kvadmit/lockfree/hash.h>
 
 #define KVA_IDMAP_NONE UINT32_MAX /* reserved: not a storable value */
 

@@ -17,8 +17,8 @@
 #ifndef KVA_TSAN
 #define _LGPL_SOURCE 1
 #endif
-#include "inbox.h"
-#include "tsan_hb.h"
+#include <kvadmit/lockfree/inbox.h>
+#include <kvadmit/lockfree/tsan_hb.h>
 
 void kva_inbox_init(struct kva_inbox *q)
 {

@@ -31,7 +31,7 @@
  * while some thread is between its clear and its recheck, so a take's first
  * pass trusts the summary and any later pass reads every word.
  */
-#include "pagepool.h"
+#include <kvadmit/lockfree/pagepool.h>
 
 #include <errno.h>
 #include <stdlib.h>

@@ -33,7 +33,7 @@
 /* Always: the registered check reads liburcu's per-thread reader state,
  * declared only by the static headers (this thread's own TLS, no race). */
 #define _LGPL_SOURCE 1
-#include "rcu_thread.h"
+#include <kvadmit/lockfree/rcu_thread.h>
 
 #include <errno.h>
 #include <pthread.h>

@@ -28,7 +28,7 @@
 #endif
 #include <stdbool.h>
 #include <urcu/urcu-memb.h>
-#include "tsan_hb.h"
+#include <kvadmit/lockfree/tsan_hb.h>
 
 /* Once per process (any thread; idempotent): creates the exit-hook key and
  * liburcu's default call_rcu thread with every signal blocked. 0, or -EAGAIN

@@ -16,9 +16,9 @@
  *   R9/A9  the fresh range moved over a published chunk -> a thread taking
  *          slots from it (their chunk is published, nchunks covers it)
  */
-#include "slab.h"
-#include "slab_cache.h"
-#include "slab_reclaim.h"
+#include <kvadmit/lockfree/slab.h>
+#include <kvadmit/lockfree/slab_cache.h>
+#include <kvadmit/lockfree/slab_reclaim.h>
 
 #include <errno.h>
 #include <pthread.h>

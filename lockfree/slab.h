@@ -64,7 +64,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rcu_thread.h"
+#include <kvadmit/lockfree/rcu_thread.h>
 
 #define KVA_SLAB_FIRST_SHIFT 8u  /* first chunk: 256 slots */
 #define KVA_SLAB_DOUBLINGS 9u    /* chunks 0..8 double: 256 .. 64 Ki */

@@ -21,7 +21,7 @@
  *   R10/A10 fini orphaned a cache a thread holds -> that thread, which
  *          frees it
  */
-#include "slab_cache.h"
+#include <kvadmit/lockfree/slab_cache.h>
 
 #include <pthread.h>
 #include <stdlib.h>

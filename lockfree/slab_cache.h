@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "slab.h"
+#include <kvadmit/lockfree/slab.h>
 
 /* A cache's owner word (slab_cache.c). */
 enum { CACHE_FREE, CACHE_OWNED, CACHE_ORPHAN };

@@ -6,7 +6,7 @@
  * fork handlers take: never a slab's users.
  */
 #define _GNU_SOURCE 1 /* pthread_setname_np */
-#include "slab_grower.h"
+#include <kvadmit/lockfree/slab_grower.h>
 
 #include <pthread.h>
 #include <signal.h>

@@ -34,7 +34,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "slab.h"
+#include <kvadmit/lockfree/slab.h>
 
 /* Tickets kept free for flushes (each carries up to a whole retired chain). */
 #define KVA_SLAB_GROWER_TICKETS 1024u

@@ -31,7 +31,7 @@
  *   R7/A7  a ticket segment published -> a thread reading a ticket by index
  *   R11/A11 kvadmit's call_rcu data created -> a call that uses it
  */
-#include "slab_reclaim.h"
+#include <kvadmit/lockfree/slab_reclaim.h>
 
 #include <errno.h>
 #include <pthread.h>
@@ -40,7 +40,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-#include "slab.h"
+#include <kvadmit/lockfree/slab.h>
 
 #define TICKET_SEG_SHIFT 8u
 #define TICKET_SEGS 4096u

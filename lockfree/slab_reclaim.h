@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#include "rcu_thread.h"
+#include <kvadmit/lockfree/rcu_thread.h>
 
 /* A flushed batch on its way through call_rcu. */
 struct kva__slab_ticket {

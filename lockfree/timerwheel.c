@@ -37,7 +37,7 @@
  * cancelling a timer that is waiting to fire simply unlinks it from the
  * firing list.
  */
-#include "timerwheel.h"
+#include <kvadmit/lockfree/timerwheel.h>
 
 #define GROUP_BITS 6
 #define SLOT_MASK (KVA_TIMERWHEEL_SLOTS - 1)

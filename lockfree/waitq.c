@@ -16,7 +16,7 @@
  * is writer-private. The fields are plain pointers in liburcu's type, hence
  * builtins rather than <stdatomic.h>.
  */
-#include "waitq.h"
+#include <kvadmit/lockfree/waitq.h>
 
 static inline void set_next(struct cds_list_head *at, struct cds_list_head *n)
 {

@@ -14,7 +14,7 @@
  * its measured cost: docs/embedding.md. */
 #define _GNU_SOURCE 1 /* RTLD_DEFAULT */
 #include "alloc.h"
-#include "slab_grower.h"
+#include <kvadmit/lockfree/slab_grower.h>
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -13,11 +13,11 @@
 
 #include <stdalign.h>
 
-#include "fanin.h"
-#include "idmap.h"
-#include "pagepool.h"
+#include <kvadmit/lockfree/fanin.h>
+#include <kvadmit/lockfree/idmap.h>
+#include <kvadmit/lockfree/pagepool.h>
 #include "record.h"
-#include "slab_grower.h"
+#include <kvadmit/lockfree/slab_grower.h>
 
 enum kva__head_timer { HT_WAIT, HT_LOG, HT_REFRESH, HT_COUNT };
 

@@ -17,9 +17,9 @@
  */
 #include "kvadmit/kvadmit.h"
 
-#include "rcu_thread.h"
-#include "slab.h"
-#include "slab_grower.h"
+#include <kvadmit/lockfree/rcu_thread.h>
+#include <kvadmit/lockfree/slab.h>
+#include <kvadmit/lockfree/slab_grower.h>
 
 void kva_atfork_prepare(void)
 {

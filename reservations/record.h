@@ -24,11 +24,11 @@
 #include <urcu/list.h>
 
 #include "kvadmit/kvadmit.h"
-#include "capacity.h"
-#include "inbox.h"
-#include "slab.h"
-#include "timerwheel.h"
-#include "waitq.h"
+#include <kvadmit/lockfree/capacity.h>
+#include <kvadmit/lockfree/inbox.h>
+#include <kvadmit/lockfree/slab.h>
+#include <kvadmit/lockfree/timerwheel.h>
+#include <kvadmit/lockfree/waitq.h>
 
 #ifndef KVA_DEBUG
 #define KVA_DEBUG 0

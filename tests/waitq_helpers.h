@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "waitq.h"
+#include <kvadmit/lockfree/waitq.h>
 
 /* The head, unlinked (what a scheduler does with first + unlink). */
 static inline struct kva_waitq_node *pop_head(struct kva_waitq *q)

@@ -2,7 +2,7 @@
 /* kvadmit::lockfree on its own: an installed header and the static archive. */
 #include <stdio.h>
 
-#include <capacity.h>
+#include <kvadmit/lockfree/capacity.h>
 
 int main(void)
 {

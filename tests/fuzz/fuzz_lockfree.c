@@ -41,12 +41,12 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "inbox.h"
-#include "pagepool.h"
-#include "rcu_thread.h"
-#include "slab.h"
-#include "timerwheel.h"
-#include "waitq.h"
+#include <kvadmit/lockfree/inbox.h>
+#include <kvadmit/lockfree/pagepool.h>
+#include <kvadmit/lockfree/rcu_thread.h>
+#include <kvadmit/lockfree/slab.h>
+#include <kvadmit/lockfree/timerwheel.h>
+#include <kvadmit/lockfree/waitq.h>
 #include "waitq_helpers.h"
 #include "pagepool_model.h"
 #include "fuzz_input.h"

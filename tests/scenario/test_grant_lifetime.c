@@ -14,7 +14,7 @@
 #include <urcu/urcu-memb.h>
 
 #include "engine_state.h"
-#include "rcu_thread.h"
+#include <kvadmit/lockfree/rcu_thread.h>
 #include "record.h"
 
 #define KEY 7

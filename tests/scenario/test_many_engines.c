@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "slab.h"
+#include <kvadmit/lockfree/slab.h>
 
 #define ENGINES 8
 #define PER_ENGINE 600 /* > 2 x 256: refills from the fresh range and chunk growth */

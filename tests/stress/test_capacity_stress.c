@@ -13,7 +13,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "capacity.h"
+#include <kvadmit/lockfree/capacity.h>
 #include "kva_test.h"
 
 #define WORKERS 4

@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "fanin.h"
-#include "inbox.h"
+#include <kvadmit/lockfree/fanin.h>
+#include <kvadmit/lockfree/inbox.h>
 #include "kva_test.h"
 
 #define PRODUCERS 3

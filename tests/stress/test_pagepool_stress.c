@@ -16,8 +16,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "capacity.h"
-#include "pagepool.h"
+#include <kvadmit/lockfree/capacity.h>
+#include <kvadmit/lockfree/pagepool.h>
 #include "kva_test.h"
 
 #define WORKERS 4

@@ -33,8 +33,8 @@
 #include <string.h>
 
 #include "kva_test.h"
-#include "rcu_thread.h"
-#include "slab.h"
+#include <kvadmit/lockfree/rcu_thread.h>
+#include <kvadmit/lockfree/slab.h>
 
 #define PRODUCERS 2
 #define READERS 2

@@ -19,7 +19,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "fanin.h"
+#include <kvadmit/lockfree/fanin.h>
 #include "kva_test.h"
 #include "kvadmit/kvadmit.h"
 

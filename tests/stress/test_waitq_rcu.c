@@ -24,8 +24,8 @@
 #include <time.h>
 
 #include "kva_test.h"
-#include "rcu_thread.h"
-#include "waitq.h"
+#include <kvadmit/lockfree/rcu_thread.h>
+#include <kvadmit/lockfree/waitq.h>
 #include "waitq_helpers.h"
 
 #define READERS 2

@@ -9,7 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "capacity.h"
+#include <kvadmit/lockfree/capacity.h>
 
 #ifndef KVA_DEBUG
 #define KVA_DEBUG 0

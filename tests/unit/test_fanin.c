@@ -8,7 +8,7 @@
 
 #include <pthread.h>
 
-#include "fanin.h"
+#include <kvadmit/lockfree/fanin.h>
 
 struct item {
 	struct kva_inbox_node node;

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "idmap.h"
+#include <kvadmit/lockfree/idmap.h>
 #include "kva_test.h"
 
 /* The map's memory through its hooks: bytes held, and a switch that makes

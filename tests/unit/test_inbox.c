@@ -8,7 +8,7 @@
 
 #include <urcu/uatomic.h>
 
-#include "inbox.h"
+#include <kvadmit/lockfree/inbox.h>
 
 struct item {
 	struct kva_inbox_node node;

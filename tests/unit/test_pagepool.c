@@ -12,7 +12,7 @@
 #define KVA_DEBUG 0
 #endif
 
-#include "pagepool.h"
+#include <kvadmit/lockfree/pagepool.h>
 #include "pagepool_model.h"
 #include "kva_test.h"
 

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rcu_thread.h"
+#include <kvadmit/lockfree/rcu_thread.h>
 
 struct probe {
 	int before, after_enter, after_second, enter_rc;

@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "kva_test.h"
-#include "rcu_thread.h"
-#include "slab.h"
+#include <kvadmit/lockfree/rcu_thread.h>
+#include <kvadmit/lockfree/slab.h>
 
 struct slot {
 	struct kva_slab_hdr h;

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "rcu_thread.h"
-#include "slab.h"
-#include "slab_grower.h"
+#include <kvadmit/lockfree/rcu_thread.h>
+#include <kvadmit/lockfree/slab.h>
+#include <kvadmit/lockfree/slab_grower.h>
 
 struct slot {
 	struct kva_slab_hdr h;

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "timerwheel.h"
+#include <kvadmit/lockfree/timerwheel.h>
 #include "kva_test.h"
 
 /* ---- small fixtures ------------------------------------------------------ */

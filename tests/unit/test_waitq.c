@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "kva_test.h"
-#include "rcu_thread.h"
-#include "waitq.h"
+#include <kvadmit/lockfree/rcu_thread.h>
+#include <kvadmit/lockfree/waitq.h>
 #include "waitq_helpers.h"
 
 #define POOL 200
