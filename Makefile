@@ -68,10 +68,12 @@ BENCH_TIMEOUT ?= 1800
 bench: deps
 	cmake -S . -B $(B)/bench -DCMAKE_BUILD_TYPE=Release $(CMAKE_COMMON)
 	cmake --build $(B)/bench -j$(JOBS) --target kvadmit-bench
-	mkdir -p docs/bench
 	timeout $(BENCH_TIMEOUT) $(B)/bench/bench/kvadmit-bench $(BENCH_ARGS) \
-	  --benchmark_out=docs/bench/results.json --benchmark_out_format=json
-	python3 bench/report.py docs/bench/results.json --readme bench/README.md --plots docs/bench
+	  --benchmark_out=$(B)/bench/results.json --benchmark_out_format=json
+	@# a complete run replaces docs/bench/results.json, the table and the plots;
+	@# a filtered one only prints its rows
+	python3 bench/report.py $(B)/bench/results.json --publish docs/bench/results.json \
+	  --readme bench/README.md --plots docs/bench
 	@# the fleet directory (fleet/, when libzmq and msgpack-c are there): events/s, bytes/block
 	if [ -x $(B)/bench/bench/kvadmit-fleet-bench ] || \
 	   cmake --build $(B)/bench -j$(JOBS) --target kvadmit-fleet-bench 2>/dev/null; then \

@@ -3,18 +3,24 @@
 """Turns kvadmit-bench's Google Benchmark JSON into the target table and plots.
 
     report.py RESULTS.json [--readme bench/README.md] [--plots docs/bench]
+                           [--publish docs/bench/results.json]
 
-Prints the target table (every ratio from the same run). With --readme it
-replaces the text between the results markers of that file; with --plots it
-draws SVGs with gnuplot (bench/plots.gp) into that folder. With repetitions the median is used.
-Timings are reported, never asserted: the exit status is 0 whether targets
-are met or not (2 when a benchmark is missing from the JSON).
+Prints the target table (every ratio from the same run). With repetitions
+the median is used. Only a complete run (every benchmark the table names is
+in the JSON) is published: then --readme replaces the text between the
+results markers of that file, --plots draws SVGs with gnuplot
+(bench/plots.gp) into that folder and --publish copies the JSON there. A
+subset (a --benchmark_filter run) prints its rows, says what it lacks and
+leaves those files as they are. Timings are reported, never asserted: the
+exit status is 0 whether targets are met or not, and whether the run was
+complete or a subset (1 only on an unreadable JSON or README).
 """
 import argparse
 import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -398,7 +404,7 @@ def write_readme(path, text):
     with open(path) as f:
         doc = f.read()
     if BEGIN not in doc or END not in doc:
-        sys.exit(f"report.py: {path} has no results markers")
+        sys.exit(f"report.py: {path} has no results markers")  # status 1
     head, rest = doc.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
     with open(path, "w") as f:
@@ -434,21 +440,28 @@ def main():
     ap.add_argument("json")
     ap.add_argument("--readme")
     ap.add_argument("--plots", metavar="DIR")
+    ap.add_argument("--publish", metavar="JSON", help="copy the JSON here when the run is complete")
     a = ap.parse_args()
     context, runs = load(a.json)
     res = Results(runs)
-    text = table(context, res, os.path.relpath(a.json))
+    text = table(context, res, os.path.relpath(a.publish or a.json))
     print(text)
+    if res.missing:
+        print("report.py: a subset run; missing from the JSON: "
+              + ", ".join(sorted(set(res.missing))), file=sys.stderr)
+        if a.readme or a.plots or a.publish:
+            print("report.py: the README, plots and published JSON are left as they were "
+                  "(only a complete run replaces them)", file=sys.stderr)
+        return 0
+    if a.publish and os.path.abspath(a.publish) != os.path.abspath(a.json):
+        os.makedirs(os.path.dirname(os.path.abspath(a.publish)), exist_ok=True)
+        shutil.copyfile(a.json, a.publish)
     if a.readme:
         write_readme(a.readme, text)
     if a.plots:
         here = os.path.dirname(os.path.abspath(__file__))
         with tempfile.TemporaryDirectory() as datadir:
             plots(res, datadir, a.plots, os.path.join(here, "plots.gp"))
-    if res.missing:
-        print("report.py: missing from the JSON: " + ", ".join(sorted(set(res.missing))),
-              file=sys.stderr)
-        return 2
     return 0
 
 
