@@ -7,9 +7,14 @@
 set -euo pipefail
 if [ "${1:-}" = "--demo" ]; then
   shift
-  pkgs=(cmake make pkg-config gcc liburcu-dev libjemalloc-dev "$@")
+  # g++: the project's languages are C and C++ (the benchmark wrapper), so
+  # CMake's configure step looks for both even when only C is built.
+  # libc6-dev: gcc only recommends it, and --no-install-recommends skips it.
+  pkgs=(cmake make pkg-config gcc g++ libc6-dev liburcu-dev libjemalloc-dev "$@")
 else
-  pkgs=(cmake make pkg-config gcc g++ clang liburcu-dev libjemalloc-dev libcmocka-dev
+  # libclang-rt-14-dev: the fuzzer and sanitizer runtimes, which clang only
+  # recommends.
+  pkgs=(cmake make pkg-config gcc g++ libc6-dev clang libclang-rt-14-dev liburcu-dev libjemalloc-dev libcmocka-dev
         libbenchmark-dev gnuplot-nox valgrind python3 python3-prometheus-client
         python3-cffi python3-pytest python3-dev spin strace
         libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack "$@")
