@@ -6,7 +6,7 @@ CMAKE_COMMON := -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
 CTEST := ctest --output-on-failure --timeout 1200 -j$(JOBS)
 
 .PHONY: all deps build run test test-rel test-asan test-tsan bench fuzz check-valgrind clean \
-	fuzz-build test-fuzz verify
+	fuzz-build test-fuzz verify check-fresh check-fresh-run
 
 all: build
 
@@ -118,6 +118,15 @@ check-valgrind:
 # test's (docs/model-checking.md).
 verify: deps
 	tests/model/check.sh --verify
+
+# The two commands above in a minimal Debian 12 root built from the archive
+# (root only; about 2 min for the root, then the commands from scratch):
+# what a machine without this one's extra packages would do.
+check-fresh:
+	scripts/check-fresh-debian.sh run test
+
+check-fresh-run:
+	scripts/check-fresh-debian.sh run
 
 clean:
 	rm -rf $(B)

@@ -13,6 +13,10 @@
 # is copied to /src in it, and each command runs there from scratch, its
 # own install-deps included. KVA_FRESH_MIRROR picks the mirror; KVA_FRESH_KEEP=1
 # keeps the root (its path is printed) for a look afterwards.
+#
+# Exit status: 0 both passed, 1 a command failed in the root, 2 usage,
+# 3 this machine could not build or enter a root (no archive, no mounts):
+# nothing was checked, and the reason is printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 commands=("$@")
@@ -34,7 +38,8 @@ if ! command -v mmdebstrap >/dev/null; then
 	echo "check-fresh-debian: installing mmdebstrap" >&2
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get install -y --no-install-recommends mmdebstrap >/dev/null ||
-		{ apt-get update >/dev/null && apt-get install -y --no-install-recommends mmdebstrap >/dev/null; }
+		{ apt-get update >/dev/null && apt-get install -y --no-install-recommends mmdebstrap >/dev/null; } ||
+		{ echo "check-fresh-debian: cannot install mmdebstrap; nothing checked" >&2; exit 3; }
 fi
 
 root=$(mktemp -d /tmp/kvadmit-fresh.XXXXXX)
@@ -51,7 +56,8 @@ trap cleanup EXIT
 
 t0=$(date +%s)
 echo "check-fresh-debian: building a minimal Debian 12 root in $root"
-mmdebstrap --quiet --variant=minbase --mode=root bookworm "$root" "$mirror"
+mmdebstrap --quiet --variant=minbase --mode=root bookworm "$root" "$mirror" ||
+	{ echo "check-fresh-debian: mmdebstrap could not build the root; nothing checked" >&2; exit 3; }
 echo "check-fresh-debian: root ready in $(($(date +%s) - t0)) s; installed packages:" \
 	"$(chroot "$root" dpkg-query -W -f='${Package}\n' | wc -l)"
 
@@ -66,7 +72,7 @@ for m in proc sys dev dev/pts; do
 	sys) mount -t sysfs sys "$root/sys" ;;
 	dev) mount --bind /dev "$root/dev" ;;
 	dev/pts) mount -t devpts devpts "$root/dev/pts" ;;
-	esac
+	esac || { echo "check-fresh-debian: cannot mount /$m in the root; nothing checked" >&2; exit 3; }
 	mounted+=("$root/$m")
 done
 
@@ -75,7 +81,8 @@ inroot() {
 		LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive /bin/bash -c "$1"
 }
 # The README's one prerequisite: make itself (minbase has none).
-inroot "apt-get update -qq && apt-get install -y -qq --no-install-recommends make >/dev/null"
+inroot "apt-get update -qq && apt-get install -y -qq --no-install-recommends make >/dev/null" ||
+	{ echo "check-fresh-debian: cannot install make in the root; nothing checked" >&2; exit 3; }
 
 status=0
 for c in "${commands[@]}"; do
