@@ -8,15 +8,18 @@ libkvadmit (cffi, ABI mode). See python/README.md.
         plan = eng.step(now_ns)
 """
 from ._lib import ABI_MAJOR, ABI_MINOR, library_path
-from ._types import (Admission, AlreadyDone, Busy, Checkpoint, CopyJob, CopyToken, Ended,
-                     Fallback, Feature, Handle, Histogram, How, InvalidArgument, KvadmitError,
-                     Location, LogEvent, LogLevel, LogRecord, LookupToken, MetricsFormat,
-                     NoDevice, NoSpace, NotFound, NotSupported, OutOfMemory, OutOfRange,
-                     PlanSizes, Policy, Reason, RequestInfo, Stale, State, TimedOut, TryAgain,
-                     WaitingInfo, strerror)
-from ._engine import (Config, Engine, Plan, Stats, cuda_importer_supported, has_feature,
-                      histogram_bounds, plan_min_sizes, reason_name, register_at_fork, version,
-                      version_string)
+from ._errors import (AlreadyDone, Busy, InvalidArgument, KvadmitError, NoDevice, NoSpace,
+                      NotFound, NotSupported, OutOfMemory, OutOfRange, Stale, TimedOut, TryAgain,
+                      strerror)
+from ._types import (Admission, Checkpoint, CopyJob, CopyToken, Ended, Fallback, Feature, Handle,
+                     Histogram, How, Location, LogEvent, LogLevel, LogRecord, LookupToken,
+                     MetricsFormat, PlanSizes, Policy, Reason, RequestInfo, State, WaitingInfo)
+from ._config import Config, plan_min_sizes
+from ._stats import Stats, histogram_bounds
+from ._plan import Plan
+from ._engine import Engine
+from ._process import (cuda_importer_supported, has_feature, reason_name, register_at_fork,
+                       version, version_string)
 from ._importer import CpuImporter, ImporterStats
 
 __version__ = version_string()

@@ -5,10 +5,10 @@ import threading
 import weakref
 from typing import Callable
 
+from ._callback_context import enter_callback, get_ident, onerror, report_callback_error
+from ._errors import CONVERSION, arg_error, error
 from ._lib import ffi, lib
-from ._types import CopyToken, error
-from ._engine import _CONVERSION, _arg_error, _cb_enter, _get_ident, _onerror, \
-    _report_callback_error
+from ._types import CopyToken
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +41,7 @@ class _ImporterCore:
         self.dest = ffi.from_buffer(dest, require_writable=True)
         self.imp = None       # the C importer; None once its destroy has returned
         self.closing = False  # its destroy has begun: no more calls into it
-        self.owner = None     # the _State of the engine that owns it
+        self.owner = None     # the EngineState of the engine that owns it
         # Worker thread -> the source its current job resolved. In
         # cpu_importer.c a job's resolve and its report run one after the
         # other on one worker thread, so this pins exactly one job's source
@@ -50,13 +50,13 @@ class _ImporterCore:
         self.pins = {}
         self.lock = threading.Lock()
         self.resolve_cb = ffi.callback("kva_resolve_fn", self._resolve_c,
-                                       onerror=_onerror("resolve"))
+                                       onerror=onerror("resolve"))
         self.report_cb = ffi.callback("kva_report_fn", self._report_c,
-                                      onerror=_onerror("report"))
+                                      onerror=onerror("report"))
 
     # -- callbacks (importer worker threads) ----------------------------------------
     def _resolve_c(self, ctx, cid, epoch, rank, src, nbytes):
-        s = _cb_enter(self)
+        s = enter_callback(self)
         try:
             try:
                 importer = self.importer()
@@ -69,9 +69,9 @@ class _ImporterCore:
                 buf = ffi.from_buffer(obj)
             except BaseException as exc:
                 if not isinstance(exc, LookupError):
-                    _report_callback_error("resolve", type(exc), exc, exc.__traceback__)
+                    report_callback_error("resolve", type(exc), exc, exc.__traceback__)
                 return -2  # -ENOENT: the job fails
-            self.pins[_get_ident()] = buf
+            self.pins[get_ident()] = buf
             src[0] = buf
             nbytes[0] = len(buf)
             return 0
@@ -79,20 +79,20 @@ class _ImporterCore:
             s.pop()
 
     def _report_c(self, ctx, e, job, status):
-        s = _cb_enter(self)
+        s = enter_callback(self)
         try:
             if e != ffi.NULL:
                 rc = lib.kva_copy_done(e, job.token, job.rank, status)
                 if rc and rc != -116:  # -ESTALE: a cancelled / superseded attempt
                     t = job.token
-                    _report_callback_error(
+                    report_callback_error(
                         "report", RuntimeError,
                         RuntimeError(f"kva_copy_done({CopyToken(t.id, t.gen, t.attempt, t.slot)},"
                                      f" rank {job.rank}) returned {rc}"), None)
         finally:
             # this job is reported (its pages were copied before): its source
             # may go; nothing when it never resolved (failed or cancelled)
-            self.pins.pop(_get_ident(), None)
+            self.pins.pop(get_ident(), None)
             s.pop()
 
     # -- lifetime ---------------------------------------------------------------------------
@@ -165,8 +165,8 @@ class CpuImporter:
             cfg.bandwidth_bytes_per_s = bandwidth_bytes_per_s
             cfg.fail_rate = fail_rate
             cfg.seed = seed
-        except _CONVERSION as exc:
-            raise _arg_error("kva_cpu_importer_config", exc) from exc
+        except CONVERSION as exc:
+            raise arg_error("kva_cpu_importer_config", exc) from exc
         err = ffi.new("int *")
         imp = lib.kva_cpu_importer_create(cfg, err)
         if imp == ffi.NULL:
@@ -219,8 +219,8 @@ class CpuImporter:
         imp = self._core.live()
         try:
             rc = lib.kva_cpu_importer_wait_idle(imp, timeout_ns)
-        except _CONVERSION as exc:
-            raise _arg_error("kva_cpu_importer_wait_idle", exc) from exc
+        except CONVERSION as exc:
+            raise arg_error("kva_cpu_importer_wait_idle", exc) from exc
         if rc == 0:
             return True
         if rc == -110:  # -ETIMEDOUT
@@ -238,16 +238,16 @@ class CpuImporter:
         imp = self._core.live()
         try:
             lib.kva_cpu_importer_set_failures(imp, fail_rate, seed)
-        except _CONVERSION as exc:
-            raise _arg_error("kva_cpu_importer_set_failures", exc) from exc
+        except CONVERSION as exc:
+            raise arg_error("kva_cpu_importer_set_failures", exc) from exc
 
     @staticmethod
     def fails(seed: int, fail_rate: float, token: CopyToken, rank: int) -> bool:
         """kva_cpu_importer_fails: the deterministic failure decision."""
         try:
             return bool(lib.kva_cpu_importer_fails(seed, fail_rate, token, rank))
-        except _CONVERSION as exc:
-            raise _arg_error("kva_cpu_importer_fails", exc) from exc
+        except CONVERSION as exc:
+            raise arg_error("kva_cpu_importer_fails", exc) from exc
 
     @property
     def pinned(self) -> int:

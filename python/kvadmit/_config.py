@@ -1,0 +1,90 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Config (kva_config, with Python callables for its callbacks) and
+plan_min_sizes."""
+import dataclasses
+from typing import Any, Callable, Optional, Sequence
+
+from ._errors import CONVERSION, arg_error, error
+from ._lib import ffi, lib
+from ._types import LogLevel, LogRecord, LookupToken, PlanSizes, Policy
+
+_DEFAULTS = ffi.new("kva_config *")
+lib.kva_config_default(_DEFAULTS)
+
+
+@dataclasses.dataclass
+class Config:
+    """kva_config. Numeric fields as in kvadmit.h (ranges there); defaults are
+    kva_config_default()'s. Callbacks are Python callables:
+
+    lookup(prefix_key, prompt_tokens, token)   the directory; scheduler thread,
+        inside Engine.step(). Must not block: hand `token` to another thread
+        and call Engine.answer(token, checkpoints) from there (or answer at
+        once, re-entrantly). If it raises, the exception is logged and the
+        lookup is answered as a miss.
+    log(level, message)                        text log lines; scheduler thread
+    log_record(record)                         structured lines (LogRecord);
+        scheduler thread. With neither log nor log_record (and
+        log_to_logging true) the lines go to logging.getLogger("kvadmit.engine").
+    wake()                                     the inbox went from empty to
+        non-empty; runs on the thread that called submit/cancel/answer/...,
+        inside that call: must be cheap (threading.Event.set) and must not
+        call kvadmit.
+    importers: one per rank, each a CpuImporter or a callable
+        submit(job: CopyJob) -> int (scheduler thread, must not block; report
+        with Engine.copy_done); empty: the host runs plan.copies itself.
+    plan_sizes: the step's array sizes (PlanSizes); None: kva_plan_min_sizes,
+        with at least 256 admissions, fallbacks and ended, 64 copy jobs a rank.
+    """
+    total_pages: int = 0
+    page_tokens: int = 0
+    decode_reserve_pages: int = _DEFAULTS.decode_reserve_pages
+    decode_headroom_pages: int = _DEFAULTS.decode_headroom_pages
+    prefill_chunk_tokens: int = _DEFAULTS.prefill_chunk_tokens
+    copy_slots: int = _DEFAULTS.copy_slots
+    max_running: int = _DEFAULTS.max_running
+    world_size: int = _DEFAULTS.world_size
+    max_copy_retries: int = _DEFAULTS.max_copy_retries
+    lookup_timeout_ns: int = _DEFAULTS.lookup_timeout_ns
+    max_restore_wait_ns: int = _DEFAULTS.max_restore_wait_ns
+    wait_log_interval_ns: int = _DEFAULTS.wait_log_interval_ns
+    lookup_refresh_ns: int = _DEFAULTS.lookup_refresh_ns
+    policy: Policy = Policy(_DEFAULTS.policy)
+    start_ns: int = _DEFAULTS.start_ns
+    log_level: LogLevel = LogLevel(_DEFAULTS.log_level)
+    lookup: Optional[Callable[[int, int, LookupToken], None]] = None
+    log: Optional[Callable[[LogLevel, str], None]] = None
+    log_record: Optional[Callable[[LogRecord], None]] = None
+    log_to_logging: bool = True
+    wake: Optional[Callable[[], None]] = None
+    importers: Sequence[Any] = ()
+    plan_sizes: Optional[PlanSizes] = None
+
+    # the kva_config fields set from the numeric attributes above
+    NUMERIC = ("total_pages", "page_tokens", "decode_reserve_pages", "decode_headroom_pages",
+               "prefill_chunk_tokens", "copy_slots", "max_running", "world_size",
+               "max_copy_retries", "lookup_timeout_ns", "max_restore_wait_ns",
+               "wait_log_interval_ns", "lookup_refresh_ns", "policy", "start_ns",
+               "log_level")
+
+    def to_c(self):
+        """A kva_config with the numeric fields (callbacks NULL)."""
+        c = ffi.new("kva_config *")
+        lib.kva_config_default(c)
+        for name in self.NUMERIC:
+            v = getattr(self, name)
+            try:
+                setattr(c, name, int(v))
+            except CONVERSION as exc:
+                raise arg_error(f"kva_config.{name}", exc) from exc
+        return c
+
+
+def plan_min_sizes(config):
+    """kva_plan_min_sizes: array sizes with which every step makes progress."""
+    out = ffi.new("kva_plan_sizes *")
+    rc = lib.kva_plan_min_sizes(config.to_c(), out)
+    if rc < 0:
+        raise error(rc, "kva_plan_min_sizes")
+    return PlanSizes(out.admitted, out.pages, out.copies, out.fallbacks, out.ended)
+

@@ -1,0 +1,115 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Plan (one step's decisions, read from the engine's preallocated kva_plan)
+and copy_job_of (a kva_copy_job as a CopyJob)."""
+from ._errors import CONVERSION, arg_error
+from ._lib import ffi
+from ._types import (_HOW, _REASON, _STATE, Admission, CopyJob, CopyToken, Ended, Fallback,
+                     Handle, handle_of, user_of)
+
+class Plan:
+    """What one Engine.step() decided, read from the engine's preallocated
+    buffers. Valid until the next step of the same engine (the next step
+    overwrites the buffers; copy what you keep).
+
+    Counts and flags are plain attributes of the C plan. The lists build one
+    small NamedTuple per admission / copy job / fallback / ended request;
+    page ids are never Python objects: `pages` is a memoryview ('I') of the
+    page array, and pages_of(admission) a slice of it (numpy.frombuffer
+    works on both)."""
+
+    __slots__ = ("_c", "_keep", "_pages_mv", "_ffi")
+
+    def __init__(self, sizes):
+        self._c = c = ffi.new("kva_plan *")
+        self._keep = []
+        for name, ctype, cap in (("admitted", "kva_admission[]", sizes.admitted),
+                                 ("pages", "uint32_t[]", sizes.pages),
+                                 ("copies", "kva_copy_job[]", sizes.copies),
+                                 ("fallbacks", "kva_fallback[]", sizes.fallbacks),
+                                 ("ended", "kva_ended[]", sizes.ended)):
+            try:
+                setattr(c, name + "_cap", cap)
+                arr = ffi.new(ctype, max(cap, 1))
+            except CONVERSION as exc:
+                raise arg_error(f"plan_sizes.{name}", exc) from exc
+            self._keep.append(arr)
+            setattr(c, name, arr)
+        self._pages_mv = memoryview(ffi.buffer(c.pages, 4 * max(sizes.pages, 1))).cast("I")
+
+    # counts and flags
+    n_admitted = property(lambda self: self._c.n_admitted)
+    n_pages = property(lambda self: self._c.n_pages)
+    n_copies = property(lambda self: self._c.n_copies)
+    n_fallbacks = property(lambda self: self._c.n_fallbacks)
+    n_ended = property(lambda self: self._c.n_ended)
+    events = property(lambda self: self._c.events)
+    timers_fired = property(lambda self: self._c.timers_fired)
+    records_touched = property(lambda self: self._c.records_touched)
+    head_blocked = property(lambda self: self._c.head_blocked)
+    backlog = property(lambda self: self._c.backlog)
+    too_small = property(lambda self: self._c.too_small)
+
+    @property
+    def raw(self):
+        """The kva_plan cdata itself (cffi), for code that wants no tuples."""
+        return self._c
+
+    @property
+    def pages(self):
+        """Every page id handed over in this step: memoryview of uint32."""
+        return self._pages_mv[:self._c.n_pages]
+
+    def pages_of(self, admission):
+        off = admission.pages_off
+        return self._pages_mv[off:off + admission.npages]
+
+    @property
+    def admissions(self):
+        c = self._c
+        a = c.admitted
+        out = []
+        for i in range(c.n_admitted):
+            x = a[i]
+            h = x.handle
+            out.append(Admission(Handle(h.id, h.gen, h.slot), user_of(x.user),
+                                 _HOW.get(x.how, x.how), _REASON.get(x.reason, x.reason),
+                                 x.local_tokens, x.restored_tokens, x.recompute_tokens,
+                                 x.pages_off, x.npages, x.reserved_pages))
+        return out
+
+    @property
+    def copies(self):
+        c = self._c
+        return [copy_job_of(c.copies[i]) for i in range(c.n_copies)]
+
+    @property
+    def fallbacks(self):
+        c = self._c
+        f = c.fallbacks
+        return [Fallback(handle_of(f[i].handle), _REASON.get(f[i].reason, f[i].reason))
+                for i in range(c.n_fallbacks)]
+
+    @property
+    def ended(self):
+        c = self._c
+        e = c.ended
+        return [Ended(handle_of(e[i].handle), user_of(e[i].user), _STATE.get(e[i].state,
+                                                                                e[i].state))
+                for i in range(c.n_ended)]
+
+    def __repr__(self):
+        c = self._c
+        return (f"Plan(admitted={c.n_admitted}, pages={c.n_pages}, copies={c.n_copies}, "
+                f"fallbacks={c.n_fallbacks}, ended={c.n_ended}, events={c.events}, "
+                f"head_blocked={bool(c.head_blocked)}, backlog={bool(c.backlog)}, "
+                f"too_small={bool(c.too_small)})")
+
+
+def copy_job_of(j):
+    t, h = j.token, j.handle
+    pages = memoryview(ffi.buffer(j.pages, 4 * j.npages)).cast("I") if j.npages else \
+        memoryview(b"").cast("I")
+    return CopyJob(CopyToken(t.id, t.gen, t.attempt, t.slot), Handle(h.id, h.gen, h.slot),
+                   j.rank, j.world_size, j.checkpoint_id, j.checkpoint_epoch, j.position,
+                   j.npages, pages)
+

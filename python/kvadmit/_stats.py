@@ -1,0 +1,52 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Stats (kva_stats as a frozen dataclass built from the C declaration) and
+histogram_bounds."""
+import dataclasses
+
+from ._lib import ffi, lib
+from ._types import _REASON, Histogram
+
+
+def _make_stats_class():
+    fields = []
+    for name, f in ffi.typeof("kva_stats").fields:
+        if f.type.kind == "array" and f.type.item.cname == "uint64_t" and name == "fallbacks":
+            fields.append((name, dict))
+        elif f.type.kind == "struct":
+            fields.append((name, Histogram))
+        else:
+            fields.append((name, int))
+    cls = dataclasses.make_dataclass("Stats", fields, frozen=True)
+    cls.__module__ = __name__
+    cls.__doc__ = ("kva_stats (fields in kvadmit.h order). fallbacks: {Reason: count}; "
+                   "histograms: Histogram.")
+    return cls
+
+
+Stats = _make_stats_class()
+_BOUNDS = None
+
+
+def histogram_bounds():
+    """kva_histogram_bounds(): the buckets' upper bounds in ns (+Inf last, as None)."""
+    global _BOUNDS
+    if _BOUNDS is None:
+        p = lib.kva_histogram_bounds()
+        n = ffi.typeof("kva_histogram").fields[2][1].type.length
+        _BOUNDS = tuple(p[i] for i in range(n - 1)) + (None,)
+    return _BOUNDS
+
+
+def stats_from_c(s):
+    """The Stats of a kva_stats."""
+    values = {}
+    bounds = histogram_bounds()
+    for name, f in ffi.typeof("kva_stats").fields:
+        v = getattr(s, name)
+        if name == "fallbacks":
+            values[name] = {_REASON.get(i, i): v[i] for i in range(len(v))}
+        elif f.type.kind == "struct":
+            values[name] = Histogram(v.count, v.sum_ns, tuple(v.buckets), bounds)
+        else:
+            values[name] = v
+    return Stats(**values)
