@@ -1,13 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * KVA_API marks the public functions: the libraries are built with hidden
- * visibility (-fvisibility=hidden), so only declarations carrying KVA_API are
- * exported from libkvadmit.so and libkvadmit-cuda.so (as libuv's UV_EXTERN).
- * tests/package/check_symbols.py compares the exports with the headers.
- * The static archives are compiled with KVA_API defined empty, so their
- * public functions are hidden too: a shared object that links an archive
- * does not re-export kvadmit's API (cmake/libraries.cmake).
- * Nothing to do for a host: the attribute is harmless on the using side.
+ * KVA_API marks the exported functions of the shared libraries (built -fvisibility=hidden, as
+ * libuv's UV_EXTERN); empty in the static archives. docs/embedding.md, "Exported symbols".
  */
 #ifndef KVADMIT_EXPORT_H
 #define KVADMIT_EXPORT_H

@@ -1,32 +1,22 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * kvadmit fleet: a directory fed by the KV-event streams serving engines
- * publish (ZeroMQ PUB + msgpack EventBatch, vLLM's kv_events.py format; the
- * ROUTER replay endpoint for gaps). Optional component: its own library
- * (libkvadmit-fleet.so and .a, CMake targets kvadmit::fleet and
- * kvadmit::fleet_static, option KVADMIT_WITH_FLEET).
- * docs/fleet.md is the full description.
+ * kvadmit fleet: a directory fed by the KV-event streams serving engines publish (ZeroMQ PUB +
+ * msgpack EventBatch, vLLM's kv_events.py format; ROUTER replay for gaps). Its own library,
+ * libkvadmit-fleet (kvadmit::fleet, kvadmit::fleet_static; KVADMIT_WITH_FLEET). docs/fleet.md.
  *
- * Threads: one I/O thread, started by kva_fleet_create, owns the sockets and
- * the index. Everything else reaches it through a wait-free queue:
- *   call                      | thread
- *   --------------------------+------------------------------------------
- *   kva_fleet_create/destroy  | the host's; nothing else on the fleet meanwhile
- *   kva_fleet_attach          | any, before the engine's first kva_step
- *   kva_fleet_lookup          | the engine's lookup callback (kva_lookup_fn):
- *                             | one allocation + one enqueue, never blocks
- *   kva_fleet_chain_register  | any thread, concurrently with everything
- *   kva_fleet_stats_get       | any thread (relaxed atomics)
- *   kva_fleet_add_publisher,  | any thread: one allocation + one enqueue;
- *   kva_fleet_remove_publisher| the I/O thread opens / closes the sockets
- *   kva_fleet_publisher_seq,  | any thread (acquire loads)
- *   kva_fleet_lookups_done    |
- * The I/O thread calls kva_lookup_answer and kva_checkpoint_evicted (both
- * any-thread, lock-free in the engine). Destroy the fleet before the engine.
+ * One I/O thread, started by kva_fleet_create, owns the sockets and the index; it calls
+ * kva_lookup_answer and kva_checkpoint_evicted, and reads CLOCK_MONOTONIC (the engine never
+ * does). It never exits, aborts or prints: warnings go to the log callback. Destroy the fleet
+ * before the engine.
  *
- * The fleet reads CLOCK_MONOTONIC itself (replay timeouts, publisher
- * disappearance); the engine still never does. Like the engine, it never
- * exits, aborts or prints: warnings go through the log callback.
+ * Synchronisation (everything else reaches the I/O thread through a wait-free queue):
+ *   kva_fleet_create / _destroy         the host's; nothing else on the fleet meanwhile
+ *   kva_fleet_attach                    any, before the engine's first kva_step
+ *   kva_fleet_lookup                    the engine's lookup callback; never blocks
+ *   kva_fleet_chain_register            any thread, concurrently with everything
+ *   kva_fleet_add/remove_publisher      any thread: one allocation + one enqueue
+ *   kva_fleet_stats_get                 any thread (relaxed atomics)
+ *   kva_fleet_publisher_seq, _lookups_done  any thread (acquire loads)
  */
 #ifndef KVADMIT_FLEET_H
 #define KVADMIT_FLEET_H
@@ -81,68 +71,50 @@ typedef struct kva_fleet_config {
 	void *log_ctx;
 } kva_fleet_config;
 
-/* Defaults: block_size 0, max_blocks 4M, max_chains 65536, max_chain_blocks
- * 65536, max_message_bytes 16 MiB, max_pending 4096, replay_timeout 2 s,
- * drop_after 30 s, watch 10 min, full_groups 1, state_groups 0, "GPU". */
+/* kva_fleet_config_default - block_size 0, max_blocks 4M, max_chains and max_chain_blocks
+ * 65536, max_message_bytes 16 MiB, max_pending 4096, replay_timeout 2 s, drop_after 30 s, watch
+ * 10 min, full_groups 1, state_groups 0, "GPU". */
 KVA_API void kva_fleet_config_default(kva_fleet_config *cfg);
 
-/* Connects to every publisher and starts the I/O thread. NULL and *err =
- * -EINVAL (a field out of range, an endpoint zmq refuses), -ENOMEM, or
- * -errno of zmq / pthread. */
+/* kva_fleet_create - connect to every publisher, start the I/O thread.
+ * Returns: the fleet, or NULL and *err: -EINVAL (a field out of range, an endpoint zmq
+ * refuses), -ENOMEM, -errno of zmq or pthread. */
 KVA_API kva_fleet *kva_fleet_create(const kva_fleet_config *cfg, int *err);
-/* Stops the I/O thread, closes the sockets, frees everything; lookups not
- * answered yet stay unanswered (the engine times them out). */
+/* kva_fleet_destroy - stop the I/O thread, close, free; unanswered lookups time out. */
 KVA_API void kva_fleet_destroy(kva_fleet *f);
 
-/* The engine the answers go to (its lookup callback is kva_fleet_lookup
- * with this fleet as lookup_ctx). 0, -EINVAL. */
+/* kva_fleet_attach - the engine the answers go to (lookup = kva_fleet_lookup, lookup_ctx = f).
+ * Returns: 0, -EINVAL. */
 KVA_API int kva_fleet_attach(kva_fleet *f, kva_engine *e);
 
-/* kva_lookup_fn: set cfg.lookup = kva_fleet_lookup, cfg.lookup_ctx = fleet.
- * Hands the lookup to the I/O thread. Without memory it answers a miss at
- * once. */
+/* kva_fleet_lookup - a kva_lookup_fn: hands the lookup to the I/O thread; without memory it
+ * answers a miss at once. */
 KVA_API void kva_fleet_lookup(void *fleet, uint64_t prefix_key, uint32_t prompt_tokens,
                               kva_lookup_token token);
 
-/* The block-hash chain of prompts submitted with this prefix_key (hashes as
- * the engine publishes them; bytes hashes through kva_fleet_hash_bytes).
- * Copied; kept until max_chains newer keys pushed it out, so a prefix key
- * seen before costs nothing more. Register before kva_submit. Using the
- * hash of the prompt's last full block as the prefix_key makes the key the
- * chain's identity. 0, -EINVAL, -E2BIG (longer than max_chain_blocks),
- * -ENOMEM. */
+/* kva_fleet_chain_register - the block hashes (as the engine publishes them; bytes through
+ * kva_fleet_hash_bytes) of prompts with prefix_key, before kva_submit; copied and kept until
+ * max_chains newer keys pushed it out (docs/fleet.md: chains).
+ * Returns: 0, -EINVAL, -E2BIG (longer than max_chain_blocks), -ENOMEM. */
 KVA_API int kva_fleet_chain_register(kva_fleet *f, uint64_t prefix_key, const uint64_t *hashes,
                                      uint32_t n);
 
-/* A publisher added after create (any thread). Its strings are copied and
- * the I/O thread connects to it at its next turn; the caller does not wait
- * for that. Returns its id (>= 0: the index kva_fleet_publisher_seq and
- * kva_fleet_remove_publisher take; the publishers given to create are ids
- * 0..npublishers-1), -EINVAL, -ENOMEM, or -ENOSPC (KVA_FLEET_MAX_PUBLISHERS
- * in use). An endpoint zmq refuses is found by the I/O thread: logged,
- * counted in publisher_errors, and its id freed. */
+/* kva_fleet_add_publisher - add p; the I/O thread connects at its next turn, unawaited (an
+ * endpoint zmq refuses is then logged, counted in publisher_errors, its id freed).
+ * Returns: its id (create's are 0..npublishers-1), -EINVAL, -ENOMEM, -ENOSPC (all in use). */
 KVA_API int kva_fleet_add_publisher(kva_fleet *f, const kva_fleet_publisher *p);
 
-/* Removes publisher `id` (any thread; returns without waiting). The I/O
- * thread drops its entries as it drops a vanished publisher's: every
- * checkpoint it answered from that publisher is reported with
- * kva_checkpoint_evicted, so a waiting request that selected one looks up
- * again. The id can be handed out again once that is done. A publisher
- * added but not yet opened can be removed too (in order). 0, -EINVAL,
- * -ENOENT (no such publisher, or already being removed), -ENOMEM. */
+/* kva_fleet_remove_publisher - drop publisher id, unawaited (one added and not opened yet too,
+ * in order): its answered checkpoints are reported evicted, then its id is free (docs/fleet.md).
+ * Returns: 0, -EINVAL, -ENOENT (no such publisher, or already being removed), -ENOMEM. */
 KVA_API int kva_fleet_remove_publisher(kva_fleet *f, uint32_t id);
 
-/* Progress, for a host that must know the fleet caught up (the simulator's
- * deterministic mode waits on these). *next_seq: the sequence number the
- * fleet expects next from publisher `id`; every batch before it has been
- * applied and the evictions it caused reported (0 before the first batch).
- * 0, -EINVAL, -ENOENT (no such publisher, or one added whose sockets the
- * I/O thread has not opened yet). Acquire: what the I/O thread did before is
- * visible to the caller after. */
+/* kva_fleet_publisher_seq - *next_seq: the sequence number expected next from publisher id
+ * (0 before its first batch); every earlier batch is applied, its evictions reported (acquire).
+ * Returns: 0, -EINVAL, -ENOENT (no such publisher, or its sockets not opened yet). */
 KVA_API int kva_fleet_publisher_seq(const kva_fleet *f, uint32_t id, int64_t *next_seq);
-/* Lookups finished so far (answered, refused by the engine, or answered a
- * miss without memory): once it reached the number of kva_fleet_lookup calls
- * made, every answer is in the engine's inbox (acquire). */
+/* kva_fleet_lookups_done - lookups finished (answered, refused, a miss without memory); equal
+ * to the kva_fleet_lookup calls made, every answer is in the engine's inbox (acquire). */
 KVA_API uint64_t kva_fleet_lookups_done(const kva_fleet *f);
 
 /* A bytes block hash (vLLM's sha256) as the fleet keys it. */
