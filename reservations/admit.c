@@ -77,14 +77,14 @@ static void plan_admit(kva_engine *e, struct kva__req *r, uint8_t how, uint32_t 
 
 	kva__st_add(e, ST_RESERVED_PAGES, -(int64_t)n);
 	kva__st_add(e, ST_IN_USE_PAGES, n);
-	kva__st_sched(e, how == KVA_ADMIT_RESTORE ? ST_ADMIT_RESTORE
+	kva__st_add_single_writer(e, how == KVA_ADMIT_RESTORE ? ST_ADMIT_RESTORE
 	                 : how == KVA_ADMIT_LOCAL ? ST_ADMIT_LOCAL
 	                                          : ST_ADMIT_RECOMPUTE,
 	              1);
-	kva__st_sched(e, ST_TOK_ADMITTED, r->prompt_tokens);
-	kva__st_sched(e, ST_TOK_LOCAL, local);
-	kva__st_sched(e, ST_TOK_RESTORED, restored);
-	kva__st_sched(e, ST_TOK_RECOMPUTED, a->recompute_tokens);
+	kva__st_add_single_writer(e, ST_TOK_ADMITTED, r->prompt_tokens);
+	kva__st_add_single_writer(e, ST_TOK_LOCAL, local);
+	kva__st_add_single_writer(e, ST_TOK_RESTORED, restored);
+	kva__st_add_single_writer(e, ST_TOK_RECOMPUTED, a->recompute_tokens);
 	capacity_wait_ends(e, r);
 	kva__observe(e, H_ADMISSION, e->now - kva__rec_wait_ends(r));
 	kva__rec_set_state(e, r, KVA_STATE_RUNNING);
@@ -187,13 +187,13 @@ void kva__admit_head_timer(kva_engine *e, int which)
 		kva__observe(e, H_CAPACITY_WAIT, e->now - r->blocked_since);
 		r->flags &= (uint16_t)~KVA__F_BLOCKED; /* its wait as a restore is over */
 		r->ahead = 0;                          /* not a hint: a time */
-		kva__st_sched(e, ST_WAIT_EXPIRED, 1);
+		kva__st_add_single_writer(e, ST_WAIT_EXPIRED, 1);
 		head_forget(e, r);
 		kva__fallback(e, r, KVA_REASON_WAIT_EXPIRED);
 		break;
 	case HT_LOG:
 		log_wait(e, r, "waiting", KVA_LOGEV_WAIT_ONGOING);
-		kva__st_sched(e, ST_WAIT_LOGS, 1);
+		kva__st_add_single_writer(e, ST_WAIT_LOGS, 1);
 		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_LOG],
 		                   kva__after(e->now, e->cfg.wait_log_interval_ns));
 		break;
@@ -209,7 +209,7 @@ void kva__admit_head_timer(kva_engine *e, int which)
 		 * count. */
 		if (!(r->flags & KVA__F_REFRESH) || e->refresh_req != r ||
 		    !e->cfg.lookup_timeout_ns || e->now - e->refresh_sent >= e->cfg.lookup_timeout_ns) {
-			kva__st_sched(e, ST_REFRESHES, 1);
+			kva__st_add_single_writer(e, ST_REFRESHES, 1);
 			kva__lookup_issue(e, r, false);
 			e->refresh_req = r;
 			e->refresh_sent = e->now;
@@ -237,14 +237,14 @@ static void head_block(kva_engine *e, struct kva__req *r, bool restore)
 		head_forget(e, e->head_req);
 		return;
 	}
-	kva__st_sched(e, ST_BLOCKED_STEPS, 1);
+	kva__st_add_single_writer(e, ST_BLOCKED_STEPS, 1);
 	atomic_store_explicit(&e->st[ST_CAPACITY_WAIT_NS], e->now - r->blocked_since,
 	                      memory_order_relaxed);
 	if (e->head_req == r)
 		return;
 	if (begins && e->cfg.wait_log_interval_ns) { /* rule 18: a wait that begins logs once */
 		log_wait(e, r, "starts waiting after", KVA_LOGEV_WAIT_STARTED);
-		kva__st_sched(e, ST_WAIT_LOGS, 1);
+		kva__st_add_single_writer(e, ST_WAIT_LOGS, 1);
 	}
 	head_forget(e, e->head_req);
 	e->head_req = r;
@@ -480,7 +480,7 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 	uint32_t prompt_pages = kva__pages_for(e, r->prompt_tokens);
 	bool legacy = false;
 	if (r->flags & KVA__F_RESTORE) {
-		const kva_checkpoint *c = kva__sel(r);
+		const kva_checkpoint *c = kva__selected_checkpoint(r);
 		bool local = c->location == KVA_LOC_LOCAL;
 		if (local && budget_spent(e))
 			return -1; /* it would prefill now; an import would not */
@@ -587,9 +587,9 @@ static bool take_more(kva_engine *e, struct kva__req *r, uint32_t tokens)
  * restore does (rules 15, 17), never admitted from a lost checkpoint. */
 static int admit_ready(kva_engine *e, struct kva__req *r)
 {
-	if ((r->flags & KVA__F_RESTORE) && kva__held_gone(e, kva__sel(r))) {
+	if ((r->flags & KVA__F_RESTORE) && kva__held_gone(e, kva__selected_checkpoint(r))) {
 		ready_remove(e, r);
-		kva__st_sched(e, ST_REVALIDATIONS, 1);
+		kva__st_add_single_writer(e, ST_REVALIDATIONS, 1);
 		kva__rec_give_back(e, r, 0, true);
 		kva__admit_requeue_front(e, r, false);
 		e->admit_asked = true; /* its callback answer is handled in this step */
@@ -601,7 +601,7 @@ static int admit_ready(kva_engine *e, struct kva__req *r)
 	if (!plan_fits(e, r, atomic_load_explicit(&g->npages, memory_order_relaxed), "imported pages"))
 		return false;
 	if (r->flags & KVA__F_RESTORE) {
-		const kva_checkpoint *c = kva__sel(r);
+		const kva_checkpoint *c = kva__selected_checkpoint(r);
 		/* rule 22: a local checkpoint the host stated during the copy
 		 * serves its tokens; the import the rest, or nothing if the local
 		 * one covers it (its pages then come from the reservation) */

@@ -24,7 +24,7 @@ void kva__copy_start(kva_engine *e, struct kva__req *r)
 	/* copy_word still names the previous, fully reported attempt: reports
 	 * for this one are refused until kva__copy_dispatch_pending opens it. */
 	cds_list_add_tail(&r->link, &e->copy_pending);
-	kva__st_sched(e, ST_COPY_JOBS, 1);
+	kva__st_add_single_writer(e, ST_COPY_JOBS, 1);
 }
 
 void kva__copy_cancel(kva_engine *e, struct kva__req *r)
@@ -46,7 +46,7 @@ void kva__copy_cancel(kva_engine *e, struct kva__req *r)
 		return;
 	}
 	/* the destination pages only after every rank reported */
-	kva__st_sched(e, ST_DRAINING_PAGES, n);
+	kva__st_add_single_writer(e, ST_DRAINING_PAGES, n);
 	kva_capacity_release(&e->cap, give);
 }
 
@@ -66,14 +66,14 @@ enum kva__copy_outcome kva__copy_on_report(kva_engine *e, struct kva__req *r,
 		/* rule 12: drained, the destination pages may be reused now */
 		atomic_store_explicit(&g->npages, 0, memory_order_relaxed);
 		g->import_pages = 0;
-		kva__st_sched(e, ST_DRAINING_PAGES, (uint64_t)-(int64_t)kp);
+		kva__st_add_single_writer(e, ST_DRAINING_PAGES, (uint64_t)-(int64_t)kp);
 		kva__pages_return(e, g->pages, kp, (struct kva_credits){0, 0, 0});
 		if (r->flags & KVA__F_REPORTED)
 			kva__rec_retire(e, r);
 		return KVA__COPY_DRAINED;
 	}
 	if (g->any_failed) {
-		kva__st_sched(e, ST_COPY_FAILED, 1);
+		kva__st_add_single_writer(e, ST_COPY_FAILED, 1);
 		kva__log(e, KVA_LOG_WARN, KVA_LOGEV_COPY_FAILED, r, 0, g->attempts,
 		         "kvadmit: copy attempt %u of request %llu failed", g->attempts,
 		         (unsigned long long)r->id);
@@ -86,7 +86,7 @@ enum kva__copy_outcome kva__copy_on_report(kva_engine *e, struct kva__req *r,
 		return KVA__COPY_READY;
 	if (g->retries < e->cfg.max_copy_retries) {
 		g->retries++;
-		kva__st_sched(e, ST_COPY_RETRIES, 1);
+		kva__st_add_single_writer(e, ST_COPY_RETRIES, 1);
 		kva__log(e, KVA_LOG_INFO, KVA_LOGEV_COPY_RETRY, r, 0, g->retries,
 		         "kvadmit: request %llu retries its copy (%u of %u)", (unsigned long long)r->id,
 		         g->retries, e->cfg.max_copy_retries);
@@ -96,14 +96,14 @@ enum kva__copy_outcome kva__copy_on_report(kva_engine *e, struct kva__req *r,
 	int sh = kva__select_shorter(e, r);
 	if (sh >= 0) {
 		/* rule 11: shrink the import; the credits stay as continuation */
-		const kva_checkpoint *c = &kva__ents(r)[sh];
+		const kva_checkpoint *c = &kva__manifest_entries(r)[sh];
 		uint32_t kp2 = kva__pages_for(e, c->position);
 		kva_pagepool_put_n(&e->pool, g->pages + kp2, kp - kp2); /* ids only: credits kept */
 		atomic_store_explicit(&g->npages, kp2, memory_order_relaxed);
 		atomic_fetch_add_explicit(&g->reserved, kp - kp2, memory_order_relaxed);
 		g->import_pages = kp2;
 		g->retries = 0;
-		kva__st_sched(e, ST_SHORTER, 1);
+		kva__st_add_single_writer(e, ST_SHORTER, 1);
 		kva__log(e, KVA_LOG_INFO, KVA_LOGEV_SHORTER, r, 0, c->position,
 		         "kvadmit: request %llu falls back to a shorter checkpoint (%u tokens)",
 		         (unsigned long long)r->id, c->position);
@@ -143,7 +143,7 @@ void kva__copy_dispatch_pending(kva_engine *e)
 		 * attempt may still be cancelled and its pages returned undrained. */
 		atomic_store_explicit(&g->copy_word, (uint64_t)g->attempts << 32, memory_order_release);
 		g->copy_started = e->now;
-		const kva_checkpoint *c = kva__sel(r);
+		const kva_checkpoint *c = kva__selected_checkpoint(r);
 		kva_handle h = kva__rec_handle(r);
 		kva_copy_job job = {
 			.token = {h.id, h.gen, g->attempts, h.slot, 0},

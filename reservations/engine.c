@@ -290,7 +290,7 @@ static int handle_submit(kva_engine *e, struct kva__req *r)
 		rc = kva__rec_claim_id(e, r);
 	if (rc == -ENOMEM)
 		return rc;
-	kva__st_sched(e, ST_INGESTED, 1);
+	kva__st_add_single_writer(e, ST_INGESTED, 1);
 	if (rc == -EEXIST) { /* rule 14: a live incarnation has this id */
 		kva__log(e, KVA_LOG_WARN, KVA_LOGEV_DUPLICATE_ID, r, 0, 0,
 		         "kvadmit: request id %llu is live already: the new submit is rejected",
@@ -303,13 +303,13 @@ static int handle_submit(kva_engine *e, struct kva__req *r)
 		 * (kva__admit_cancel marked it): it ends here, never queued, no
 		 * lookup. */
 		r->flags |= KVA__F_INGESTED;
-		kva__st_sched(e, ST_WAITING, 1);
+		kva__st_add_single_writer(e, ST_WAITING, 1);
 		kva__rec_end(e, r, KVA_STATE_CANCELLED);
 		return 0;
 	}
 	r->flags |= KVA__F_INGESTED | KVA__F_HELD;
 	kva__held_hold_all(e, r);
-	kva__st_sched(e, ST_WAITING, 1);
+	kva__st_add_single_writer(e, ST_WAITING, 1);
 	kva__admit_enqueue(e, r);
 	return 0;
 }
@@ -658,7 +658,7 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	kva__rec_stepping(e);
 	if (now_ns > e->now)
 		e->now = now_ns;
-	kva__st_sched(e, ST_STEPS, 1);
+	kva__st_add_single_writer(e, ST_STEPS, 1);
 	kva__lookup_step_begin(e);
 
 	handle_events(e);
@@ -687,7 +687,7 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 
 	e->was_too_small = plan->too_small;
 	kva__rec_stepping(NULL);
-	kva__st_sched(e, ST_EVENTS, plan->events);
+	kva__st_add_single_writer(e, ST_EVENTS, plan->events);
 	e->in_step = false;
 	e->plan = NULL;
 	return (int)plan->n_admitted;

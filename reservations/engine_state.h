@@ -134,16 +134,17 @@ struct kva_engine {
 	bool alloc_failing; /* the last step-side allocation failed (log once per run) */
 };
 
-/* statistics helpers: kva__st_add for counters other threads also write
- * (running, preempted, reserved/in-use pages, late answers, stale copies),
- * kva__st_sched for the rest */
+/* Statistics: kva__st_add (any thread, an atomic add) for the counters
+ * other threads also write (running, preempted, reserved/in-use pages, late
+ * answers, stale copies); kva__st_add_single_writer for the rest, which
+ * only the scheduler thread writes. */
 static inline void kva__st_add(kva_engine *e, enum kva__stat s, int64_t v)
 {
 	atomic_fetch_add_explicit(&e->st[s], (uint64_t)v, memory_order_relaxed);
 }
 /* For counters only the scheduler thread writes: no locked instruction on
  * the step's path (readers still load them atomically). */
-static inline void kva__st_sched(kva_engine *e, enum kva__stat s, uint64_t v)
+static inline void kva__st_add_single_writer(kva_engine *e, enum kva__stat s, uint64_t v)
 {
 	atomic_store_explicit(&e->st[s], atomic_load_explicit(&e->st[s], memory_order_relaxed) + v,
 	                      memory_order_relaxed);

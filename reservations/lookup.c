@@ -95,7 +95,7 @@ static void ckpt_unindex(kva_engine *e, struct kva__req *r)
 	r->flags &= (uint16_t)~KVA__F_INDEXED;
 	/* a pending walk about to look at r goes on with the next one: only
 	 * the walk of r's own checkpoint can be (its list is r's) */
-	struct kva__evict *p = evicting(e, kva__sel(r)->id);
+	struct kva__evict *p = evicting(e, kva__selected_checkpoint(r)->id);
 	if (p && p->cursor == kva__rec_slot(r) + 1)
 		p->cursor = r->ck.next;
 	struct kva__req *prev = at_slot(e, r->ck.prev), *next = at_slot(e, r->ck.next);
@@ -104,7 +104,7 @@ static void ckpt_unindex(kva_engine *e, struct kva__req *r)
 	if (prev) {
 		prev->ck.next = r->ck.next;
 	} else {
-		uint64_t id = kva__sel(r)->id;
+		uint64_t id = kva__selected_checkpoint(r)->id;
 		if (next) {
 			*kva_idmap_find(&e->ckpt, id) = r->ck.next - 1;
 			next->ck.epoch_floor = r->ck.epoch_floor; /* fewer records: still a floor */
@@ -122,7 +122,7 @@ static void ckpt_index(kva_engine *e, struct kva__req *r, uint64_t id)
 	uint32_t *first = kva_idmap_find(&e->ckpt, id);
 	r->ck.prev = 0;
 	r->ck.next = 0;
-	r->ck.epoch_floor = kva__sel(r)->epoch;
+	r->ck.epoch_floor = kva__selected_checkpoint(r)->epoch;
 	struct kva__evict *p = evicting(e, id);
 	if (p && p->joined_min > r->ck.epoch_floor)
 		p->joined_min = r->ck.epoch_floor; /* ahead of the cursor: see evict_done */
@@ -145,10 +145,10 @@ static void restore_gauge(kva_engine *e, struct kva__req *r, bool on)
 	if (on && !(r->flags & KVA__F_COUNTED) &&
 	    atomic_load_explicit(&r->state, memory_order_relaxed) == KVA_STATE_WAITING) {
 		r->flags |= KVA__F_COUNTED;
-		kva__st_sched(e, ST_RESTORES_WAITING, 1);
+		kva__st_add_single_writer(e, ST_RESTORES_WAITING, 1);
 	} else if (!on && (r->flags & KVA__F_COUNTED)) {
 		r->flags &= (uint16_t)~KVA__F_COUNTED;
-		kva__st_sched(e, ST_RESTORES_WAITING, (uint64_t)-1);
+		kva__st_add_single_writer(e, ST_RESTORES_WAITING, (uint64_t)-1);
 	}
 }
 
@@ -197,7 +197,7 @@ void kva__fallback(kva_engine *e, struct kva__req *r, uint8_t reason)
 	r->reason = reason;
 	r->flags |= KVA__F_DECIDED;
 	atomic_store_explicit(&r->pub_reason, reason, memory_order_relaxed);
-	kva__st_sched(e, (enum kva__stat)(ST_FALLBACK0 + reason), 1);
+	kva__st_add_single_writer(e, (enum kva__stat)(ST_FALLBACK0 + reason), 1);
 	plan_fallback(e, r, reason);
 	kva__log(e, KVA_LOG_DEBUG, KVA_LOGEV_FALLBACK, r, reason, 0,
 	         "kvadmit: request %llu takes the ordinary path (%s)", (unsigned long long)r->id,
@@ -229,7 +229,7 @@ void kva__lookup_issue(kva_engine *e, struct kva__req *r, bool decisive)
 	uint8_t n = atomic_load_explicit(&r->lookups, memory_order_relaxed);
 	if (n < UINT8_MAX)
 		atomic_store_explicit(&r->lookups, n + 1, memory_order_relaxed);
-	kva__st_sched(e, ST_LOOKUPS, 1);
+	kva__st_add_single_writer(e, ST_LOOKUPS, 1);
 	kva_lookup_token t = {r->id, atomic_load_explicit(&r->hdr.gen, memory_order_relaxed), seq,
 	                      kva__rec_slot(r), 0};
 	e->cfg.lookup(e->cfg.lookup_ctx, r->prefix_key, r->prompt_tokens, t);
@@ -274,8 +274,8 @@ static int select_entry(kva_engine *e, const kva_checkpoint *ents, uint32_t coun
 
 int kva__select_shorter(kva_engine *e, const struct kva__req *r)
 {
-	return select_entry(e, kva__ents(r), r->nents, r->prompt_tokens, kva__sel(r)->position,
-	                    true);
+	return select_entry(e, kva__manifest_entries(r), r->nents, r->prompt_tokens,
+	                    kva__selected_checkpoint(r)->position, true);
 }
 
 void kva__select(kva_engine *e, struct kva__req *r, int sel)
@@ -283,7 +283,7 @@ void kva__select(kva_engine *e, struct kva__req *r, int sel)
 	ckpt_unindex(e, r);
 	r->sel = (int8_t)sel;
 	r->flags |= KVA__F_RESTORE | KVA__F_DECIDED;
-	const kva_checkpoint *c = kva__sel(r);
+	const kva_checkpoint *c = kva__selected_checkpoint(r);
 	atomic_store_explicit(&r->pub_sel, c->position << 1 | (c->location == KVA_LOC_LOCAL),
 	                      memory_order_relaxed);
 	restore_gauge(e, r, true);
@@ -332,7 +332,7 @@ static int host_entry(const struct kva__req *r)
 {
 	if (!(r->flags & KVA__F_HOSTLOCAL))
 		return -1;
-	const kva_checkpoint *c = kva__ents(r);
+	const kva_checkpoint *c = kva__manifest_entries(r);
 	for (int i = r->nents - 1; i >= 0; i--)
 		if (c[i].reserved_ & KVA__CK_HOST)
 			return i;
@@ -344,25 +344,25 @@ static int host_entry(const struct kva__req *r)
 static int host_idx(kva_engine *e, const struct kva__req *r)
 {
 	int h = host_entry(r);
-	return h >= 0 && entry_gone(e, &kva__ents(r)[h]) ? -1 : h;
+	return h >= 0 && entry_gone(e, &kva__manifest_entries(r)[h]) ? -1 : h;
 }
 
 uint32_t kva__host_position(kva_engine *e, const struct kva__req *r)
 {
 	int h = host_idx(e, r);
-	return h < 0 ? 0 : kva__ents(r)[h].position;
+	return h < 0 ? 0 : kva__manifest_entries(r)[h].position;
 }
 
 bool kva__lookup_sel_forgotten(kva_engine *e, const struct kva__req *r)
 {
-	return host_stale(e, kva__sel(r));
+	return host_stale(e, kva__selected_checkpoint(r));
 }
 
 /* r (WAITING) lost what it selected and looks up again; `keep`: the host's
  * own checkpoint stays (kva__lookup_requeue). */
 static void relookup(kva_engine *e, struct kva__req *r, bool keep)
 {
-	kva__st_sched(e, ST_REVALIDATIONS, 1);
+	kva__st_add_single_writer(e, ST_REVALIDATIONS, 1);
 	kva__lookup_requeue(e, r, keep);
 	lookup_abandon(e, r); /* a refresh still out */
 	kva__lookup_begin(e, r, false);
@@ -396,7 +396,7 @@ static uint32_t put_host(kva_checkpoint *ents, uint32_t n, const kva_checkpoint 
 
 static int find_id(const struct kva__req *r, uint64_t id)
 {
-	const kva_checkpoint *c = kva__ents(r);
+	const kva_checkpoint *c = kva__manifest_entries(r);
 	for (int i = 0; i < r->nents; i++)
 		if (c[i].id == id)
 			return i;
@@ -408,7 +408,7 @@ void kva__lookup_requeue(kva_engine *e, struct kva__req *r, bool keep)
 	int h = keep ? host_idx(e, r) : -1;
 	kva_checkpoint host;
 	if (h >= 0) {
-		host = kva__ents(r)[h];
+		host = kva__manifest_entries(r)[h];
 		if (r->flags & KVA__F_HELD) /* held already: no room needed */
 			kva__held_hold(e, &host);
 	}
@@ -453,18 +453,19 @@ void kva__lookup_begin(kva_engine *e, struct kva__req *r, bool resume)
  * block the head for good. */
 static void upgrade(kva_engine *e, struct kva__req *r, int cur)
 {
-	int best = select_entry(e, kva__ents(r), r->nents, r->prompt_tokens, ANY_POSITION, true);
+	const kva_checkpoint *ents = kva__manifest_entries(r);
+	int best = select_entry(e, ents, r->nents, r->prompt_tokens, ANY_POSITION, true);
 	if (best < 0)
 		return;
 	if (cur >= 0) {
-		if (kva__ents(r)[best].position <= kva__ents(r)[cur].position)
+		if (ents[best].position <= ents[cur].position)
 			best = cur;
 		/* Unchanged (the directory's entry, still indexed): it keeps its
 		 * place in the index. Indexed again it would go to the list's
 		 * front, behind a pending walk's cursor (rule 15), which would
 		 * then never look at its copy. */
 		if (best == cur && (r->flags & KVA__F_INDEXED) &&
-		    !(kva__ents(r)[cur].reserved_ & KVA__CK_HOST))
+		    !(ents[cur].reserved_ & KVA__CK_HOST))
 			return;
 	} else if (r->reason == KVA_REASON_TOO_LARGE || r->reason == KVA_REASON_WAIT_EXPIRED ||
 	           too_large(e, r)) {
@@ -474,7 +475,7 @@ static void upgrade(kva_engine *e, struct kva__req *r, int cur)
 		atomic_store_explicit(&r->pub_reason, 0, memory_order_relaxed);
 	}
 	if (best != cur)
-		kva__st_sched(e, ST_LOCAL_UPGRADES, 1);
+		kva__st_add_single_writer(e, ST_LOCAL_UPGRADES, 1);
 	kva__select(e, r, best);
 }
 
@@ -483,18 +484,19 @@ int kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint
 {
 	uint32_t st = atomic_load_explicit(&r->state, memory_order_relaxed);
 	int h = host_idx(e, r);
-	if (kva__state_is_terminal(st) || (h >= 0 && kva__ents(r)[h].position >= cp->position) ||
+	if (kva__state_is_terminal(st) ||
+	    (h >= 0 && kva__manifest_entries(r)[h].position >= cp->position) ||
 	    host_stale(e, cp))
 		return 0; /* ended meanwhile, no news, or stated before a reset called since */
 	bool held = r->flags & KVA__F_HELD; /* else held at its ingest, still to come */
 	if (held && kva__held_reserve(e, 1) != 0)
 		return -ENOMEM; /* room to remember its eviction first: nothing changed */
 	bool restore = r->flags & KVA__F_RESTORE;
-	uint64_t sel_id = restore ? kva__sel(r)->id : 0;
+	uint64_t sel_id = restore ? kva__selected_checkpoint(r)->id : 0;
 	/* The index is keyed by the selected checkpoint's id: a selected host
 	 * entry about to be replaced (also one a reset forgot) leaves it now
 	 * (nothing else changes ids). */
-	if (restore && (kva__sel(r)->reserved_ & KVA__CK_HOST))
+	if (restore && (kva__selected_checkpoint(r)->reserved_ & KVA__CK_HOST))
 		ckpt_unindex(e, r);
 
 	/* room for one more entry: the spare the producer allocated (at most
@@ -503,7 +505,7 @@ int kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint
 	if (need > 1 && (n <= 1 || r->manifest->cap < need)) {
 		struct kva__answer *grow = *spare;
 		*spare = NULL;
-		memcpy(grow->entries, kva__ents(r), n * sizeof(kva_checkpoint));
+		memcpy(grow->entries, kva__manifest_entries(r), n * sizeof(kva_checkpoint));
 		if (n > 1)
 			kva__answer_free(r->manifest);
 		r->manifest = grow;
@@ -525,7 +527,7 @@ int kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint
 	}
 	r->nents = (uint8_t)cnt;
 	r->flags |= KVA__F_HOSTLOCAL;
-	kva__st_sched(e, ST_LOCAL_STATED, 1);
+	kva__st_add_single_writer(e, ST_LOCAL_STATED, 1);
 
 	/* the selection follows its checkpoint; the host's replaced one is
 	 * followed by the host's new one (longer) */
@@ -575,10 +577,11 @@ int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a)
 	if (kva_idmap_reserve(&e->ckpt, 1) != 0 || (locals && kva__held_reserve(e, locals) != 0))
 		return -ENOMEM;
 	atomic_store_explicit(&r->lookup_word, a->token.seq << 1, memory_order_relaxed);
-	kva__st_sched(e, ST_ANSWERED, 1);
+	kva__st_add_single_writer(e, ST_ANSWERED, 1);
 	int h = host_idx(e, r); /* rule 22: the directory does not know the host's cache */
 	if (h >= 0)
-		a->count = put_host(a->entries, a->count, &kva__ents(r)[h]); /* room: cap */
+		a->count = put_host(a->entries, a->count, /* room: cap */
+		                    &kva__manifest_entries(r)[h]);
 	int sel = select_entry(e, a->entries, a->count, r->prompt_tokens, ANY_POSITION, false);
 
 	if (r->flags & KVA__F_REFRESH) {
@@ -626,7 +629,7 @@ void kva__lookup_on_deadline(kva_engine *e, struct kva__req *r)
 	if (!(w & KVA__LW_AWAITING) || (r->flags & KVA__F_REFRESH))
 		return;
 	atomic_store_explicit(&r->lookup_word, w & ~KVA__LW_AWAITING, memory_order_relaxed);
-	kva__st_sched(e, ST_LOOKUP_TIMEOUTS, 1);
+	kva__st_add_single_writer(e, ST_LOOKUP_TIMEOUTS, 1);
 	kva__log(e, KVA_LOG_INFO, KVA_LOGEV_LOOKUP_TIMEOUT, r, KVA_REASON_LOOKUP_TIMEOUT,
 	         e->cfg.lookup_timeout_ns, "kvadmit: lookup of request %llu timed out",
 	         (unsigned long long)r->id);
@@ -638,7 +641,7 @@ void kva__lookup_on_deadline(kva_engine *e, struct kva__req *r)
 static void revalidate(kva_engine *e, struct kva__req *r, uint64_t id)
 {
 	int h = host_idx(e, r); /* another local checkpoint the host knows stays */
-	relookup(e, r, h >= 0 && kva__ents(r)[h].id != id);
+	relookup(e, r, h >= 0 && kva__manifest_entries(r)[h].id != id);
 }
 
 /* Looks at p's sharers from its cursor, at most *budget of them; true when
@@ -651,7 +654,7 @@ static bool evict_walk(kva_engine *e, struct kva__evict *p, uint32_t *budget)
 			p->cursor = r->ck.next; /* before r leaves the list */
 			(*budget)--;
 			kva__touched(e);
-			if (kva__sel(r)->epoch < p->epoch)
+			if (kva__selected_checkpoint(r)->epoch < p->epoch)
 				revalidate(e, r, p->checkpoint_id);
 		}
 		if (p->cursor || !p->again)
@@ -748,7 +751,7 @@ bool kva__lookup_evictions_continue(kva_engine *e)
 
 bool kva__lookup_sel_evicted(kva_engine *e, struct kva__req *r)
 {
-	const kva_checkpoint *c = kva__sel(r);
+	const kva_checkpoint *c = kva__selected_checkpoint(r);
 	struct kva__evict *p = evicting(e, c->id);
 	if (!p || c->epoch >= p->epoch)
 		return false;

@@ -331,9 +331,10 @@ void kva__rec_set_state(kva_engine *e, struct kva__req *r, uint32_t to)
 	enum kva__stat gf = gauge_of(from), gt = gauge_of(to);
 	/* RUNNING is also left by kva_finish/kva_preempt on other threads */
 	if (gf != ST_COUNT && (r->flags & KVA__F_INGESTED))
-		gf == ST_RUNNING ? kva__st_add(e, gf, -1) : kva__st_sched(e, gf, (uint64_t)-1);
+		gf == ST_RUNNING ? kva__st_add(e, gf, -1)
+		                 : kva__st_add_single_writer(e, gf, (uint64_t)-1);
 	if (gt != ST_COUNT)
-		gt == ST_RUNNING ? kva__st_add(e, gt, 1) : kva__st_sched(e, gt, 1);
+		gt == ST_RUNNING ? kva__st_add(e, gt, 1) : kva__st_add_single_writer(e, gt, 1);
 	/* R2: readers (kva_query, kva_grow's CAS) see the request's new
 	 * ownership only after everything the scheduler set up for it. */
 	atomic_store_explicit(&r->state, to, memory_order_release);
@@ -416,10 +417,10 @@ void kva__rec_end(kva_engine *e, struct kva__req *r, uint32_t terminal)
 		e->ids_leaving[e->n_ids_leaving++] = r->id;
 	}
 	kva__rec_set_state(e, r, terminal);
-	kva__st_sched(e, terminal == KVA_STATE_FINISHED   ? ST_FINISHED
-	               : terminal == KVA_STATE_CANCELLED ? ST_CANCELLED
-	                                                 : ST_REJECTED,
-	            1);
+	kva__st_add_single_writer(e, terminal == KVA_STATE_FINISHED   ? ST_FINISHED
+	                             : terminal == KVA_STATE_CANCELLED ? ST_CANCELLED
+	                                                               : ST_REJECTED,
+	                          1);
 	cds_list_add_tail(&r->link, &e->ended);
 }
 
@@ -572,7 +573,7 @@ static void held_each(kva_engine *e, struct kva__req *r,
 {
 	if (!(r->flags & KVA__F_HELD))
 		return;
-	const kva_checkpoint *c = kva__ents(r);
+	const kva_checkpoint *c = kva__manifest_entries(r);
 	for (uint32_t i = 0; i < r->nents; i++)
 		fn(e, &c[i]);
 }

@@ -364,15 +364,15 @@ static inline kva_handle kva__rec_handle(struct kva__req *r)
 }
 
 /* The retained manifest's entries (nents of them). */
-static inline const kva_checkpoint *kva__ents(const struct kva__req *r)
+static inline const kva_checkpoint *kva__manifest_entries(const struct kva__req *r)
 {
 	return r->nents > 1 ? r->manifest->entries : &r->one;
 }
 
 /* The selected checkpoint; only while r->sel >= 0. */
-static inline const kva_checkpoint *kva__sel(const struct kva__req *r)
+static inline const kva_checkpoint *kva__selected_checkpoint(const struct kva__req *r)
 {
-	return &kva__ents(r)[r->sel];
+	return &kva__manifest_entries(r)[r->sel];
 }
 
 /* ---- record.c ------------------------------------------------------------ */

@@ -25,7 +25,7 @@ void kva__log(kva_engine *e, int level, int event, const struct kva__req *r, int
 			e->log_rate[event].lines = 0;
 		}
 		if (++e->log_rate[event].lines > LOG_BURST) {
-			kva__st_sched(e, ST_LOGS_SUPPRESSED, 1);
+			kva__st_add_single_writer(e, ST_LOGS_SUPPRESSED, 1);
 			return;
 		}
 	}
@@ -50,7 +50,7 @@ void kva__plan_too_small(kva_engine *e, uint64_t id, const char *what, uint32_t 
 	if (p->too_small)
 		return;
 	p->too_small = true;
-	kva__st_sched(e, ST_PLAN_TOO_SMALL, 1);
+	kva__st_add_single_writer(e, ST_PLAN_TOO_SMALL, 1);
 	if (!e->was_too_small)
 		kva__log(e, KVA_LOG_ERROR, KVA_LOGEV_PLAN_TOO_SMALL, NULL, 0, need,
 		         "kvadmit: the plan is too small for request %llu's %s (needs %u; plan has "
@@ -61,7 +61,7 @@ void kva__plan_too_small(kva_engine *e, uint64_t id, const char *what, uint32_t 
 
 void kva__alloc_failed(kva_engine *e, uint64_t id, const char *what)
 {
-	kva__st_sched(e, ST_ALLOC_FAILURES, 1);
+	kva__st_add_single_writer(e, ST_ALLOC_FAILURES, 1);
 	if (!e->alloc_failing)
 		kva__log(e, KVA_LOG_WARN, KVA_LOGEV_NO_MEMORY, NULL, 0, 0,
 		         "kvadmit: out of memory for request %llu's %s; retried next step",
