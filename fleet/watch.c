@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * watch: the prefix a (publisher, medium) pair holds of a chain, and the
+ * watches of checkpoints lookups were answered with: reported evicted
+ * (kva_checkpoint_evicted, under a fresh epoch) once their prefix is no
+ * longer whole, or dropped when they expire. I/O thread only.
+ */
+#define _GNU_SOURCE
+#include "watch.h"
+
+#include "chain.h"
+
+uint32_t kvf_prefix_held(kva_fleet *f, const struct chain *chain, uint32_t pair,
+                         uint32_t max_blocks)
+{
+	uint32_t nblocks = max_blocks;
+	for (uint32_t g = 0; g < 32; g++) {
+		if (!(f->cfg.full_groups >> g & 1))
+			continue;
+		uint32_t loc = pair << 8 | g, i = 0;
+		while (i < nblocks && kvf_index_find(&f->index, chain->hashes[i], loc))
+			i++;
+		nblocks = i;
+	}
+	if (!f->cfg.state_groups)
+		return nblocks;
+	for (; nblocks > 0; nblocks--) {
+		bool all = true;
+		for (uint32_t g = 0; g < 32 && all; g++)
+			if (f->cfg.state_groups >> g & 1)
+				all = kvf_index_find(&f->index, chain->hashes[nblocks - 1],
+				                     pair << 8 | g) != NULL;
+		if (all)
+			break;
+	}
+	return nblocks;
+}
+
+void kvf_prefix_mark_watched(kva_fleet *f, const struct chain *chain, uint32_t pair,
+                             uint32_t nblocks)
+{
+	for (uint32_t g = 0; g < 32; g++) {
+		bool full = f->cfg.full_groups >> g & 1, state = f->cfg.state_groups >> g & 1;
+		if (!full && !state)
+			continue;
+		for (uint32_t i = full ? 0 : nblocks - 1; i < nblocks; i++) {
+			struct kvf_slot *entry =
+			    kvf_index_find(&f->index, chain->hashes[i], pair << 8 | g);
+			if (entry)
+				entry->flags |= KVF_E_WATCHED | KVF_E_REF;
+		}
+	}
+}
+
+void kvf_watch_add(kva_fleet *f, uint64_t id, uint32_t pair, uint32_t nblocks,
+                   struct chain *chain, uint64_t now)
+{
+	if (f->nwatches == MAX_WATCHES) { /* the oldest watch gives way */
+		struct watch *w = &f->watches[f->watch_head];
+		if (w->id)
+			kvf_chain_unref(w->chain);
+		f->watch_head = (f->watch_head + 1) % MAX_WATCHES;
+		f->nwatches--;
+	}
+	struct watch *w = &f->watches[(f->watch_head + f->nwatches) % MAX_WATCHES];
+	*w = (struct watch){.id = id, .pair = pair, .nblocks = nblocks, .chain = chain,
+	                    .expires = now + f->cfg.watch_ns};
+	chain->refs++;
+	f->nwatches++;
+}
+
+static void watch_fire(kva_fleet *f, struct watch *w)
+{
+	kva_engine *e = atomic_load_explicit(&f->engine, memory_order_acquire); /* A2 */
+	if (e && kva_checkpoint_evicted(e, w->id, ++f->epoch) == 0)
+		stat_add(f, STAT(evictions_reported), 1);
+	kvf_chain_unref(w->chain);
+	w->id = 0;
+}
+
+void kvf_watches_check(kva_fleet *f, uint32_t pair, int pub_id)
+{
+	for (uint32_t k = 0; k < f->nwatches; k++) {
+		struct watch *w = &f->watches[(f->watch_head + k) % MAX_WATCHES];
+		if (!w->id)
+			continue;
+		if (pub_id >= 0) {
+			if ((w->pair >> 8) == (uint32_t)pub_id)
+				watch_fire(f, w);
+		} else if (w->pair == pair &&
+		           kvf_prefix_held(f, w->chain, pair, w->nblocks) < w->nblocks) {
+			watch_fire(f, w);
+		}
+	}
+}
+
+void kvf_watches_expire(kva_fleet *f, uint64_t now)
+{
+	while (f->nwatches) {
+		struct watch *w = &f->watches[f->watch_head];
+		if (w->id && w->expires > now)
+			break;
+		if (w->id)
+			kvf_chain_unref(w->chain);
+		f->watch_head = (f->watch_head + 1) % MAX_WATCHES;
+		f->nwatches--;
+	}
+}
+
+void kvf_watches_free(kva_fleet *f)
+{
+	for (uint32_t k = 0; k < f->nwatches; k++) {
+		struct watch *w = &f->watches[(f->watch_head + k) % MAX_WATCHES];
+		if (w->id)
+			kvf_chain_unref(w->chain);
+	}
+}
