@@ -5,6 +5,10 @@
  * MAX_DEPTH, no count trusted before it is checked against the bytes left
  * (every msgpack element takes at least one byte), no allocation except the
  * batch's growable arrays.
+ *
+ * One file past 600 lines on purpose: the reader and the decoder are one
+ * bounded parse, and the fuzz target and the wire tests build this file
+ * alone (fleet/CMakeLists.txt: kvadmit_fleet_wire).
  */
 #include "wire.h"
 
