@@ -3,7 +3,8 @@
  * The CUDA importer's entry points in a build without the CUDA toolkit:
  * they exist so that hosts link the same way everywhere, and create reports
  * -ENOTSUP with a message saying why. With KVADMIT_HAVE_CUDA the real ones
- * live in cuda_importer.c and this file is empty.
+ * live in cuda_importer.c (kva_cuda_importer_last_error in cuda_errors.c)
+ * and this file is empty.
  */
 #include <errno.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * A CPU fake of the CUDA runtime calls that cuda/cuda_importer.c makes, and
+ * A CPU fake of the CUDA runtime calls that the importer (cuda/cuda_*.c) makes, and
  * of the driver functions it gets through cudaGetDriverEntryPoint* (see
  * fake_cudart.h for the controls). Modelled on the CUDA 13 runtime API
  * documentation:

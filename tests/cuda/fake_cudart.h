@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fake_cudart: a CPU fake of the CUDA runtime (and the few driver functions
- * it hands out through cudaGetDriverEntryPoint*) that cuda/cuda_importer.c
+ * it hands out through cudaGetDriverEntryPoint*) that the importer (cuda/cuda_*.c)
  * calls, linked instead of libcudart so that the real importer source runs
  * in every build without a GPU (tests/cuda/test_cuda_fake_runtime.c). It is
  * compiled against the toolkit's own headers, so each fake is checked

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The real CUDA importer, cuda/cuda_importer.c compiled into this test, on
+ * The real CUDA importer, cuda/cuda_*.c compiled into this test, on
  * fake_cudart.c, a CPU fake of the CUDA runtime and driver calls it makes,
  * so that its issue, completion, context and error paths run in every
  * build without a GPU. Built wherever the toolkit's headers are found (no
