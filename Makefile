@@ -20,7 +20,9 @@ build: deps $(B)/rel/CMakeCache.txt
 	cmake --build $(B)/rel -j$(JOBS)
 
 # The demo: the agent-workload simulator, legacy vs wait policy. Installs and
-# builds only what it needs; the build log goes to build/demo/build.log.
+# builds only what it needs; the build log goes to build/demo/build.log, the
+# timeline's picture to build/demo/kvadmit-sim-timeline.svg. The sim_headline
+# test reads the simulator's line below.
 run:
 	@scripts/install-deps.sh --demo
 	@mkdir -p $(B)/demo
@@ -30,7 +32,7 @@ run:
 	   cmake --build $(B)/demo -j$(JOBS) --target kvadmit-sim; } > $(B)/demo/build.log 2>&1 || \
 	  { tail -30 $(B)/demo/build.log; exit 1; }
 	@echo
-	@$(B)/demo/bench/kvadmit-sim $(SIM_ARGS)
+	@$(B)/demo/bench/kvadmit-sim --svg $(B)/demo/kvadmit-sim-timeline.svg $(SIM_ARGS)
 
 test: deps
 	$(MAKE) test-rel

@@ -28,27 +28,30 @@ function(run_twice name)
   set(out "${out}" PARENT_SCOPE)
 endfunction()
 
-# The default shape (production profile, cold start), shorter.
-run_twice(defaults --agents 4 --duration 120 --seed 7)
-# The 70B profile from a warm start: legacy preempts, and its head waits while
+# The default scenario exactly as `make run` runs it (production profile,
+# 8 agents whose contexts outgrow the pool, 1,800 s).
+run_twice(default)
+# The quiet case (--cold: sessions at their first turn), shorter.
+run_twice(cold --agents 4 --duration 120 --seed 7 --cold)
+# The 70B profile from a warm start (80k-104k, the former --warm default): legacy preempts, and its head waits while
 # the local hit it would keep and its first chunk do not fit.
-run_twice(h200_warm --profile h200-70b --warm --agents 6 --duration 300 --seed 5)
+run_twice(h200_warm --profile h200-70b --warm --start-tokens 80000:104000 --agents 6 --duration 300 --seed 5)
 # The 70B profile from a cold start: legacy recomputes that keep a local hit
 # (--keep-local, the profile's default) are admitted and run.
-run_twice(h200_keep_local --profile h200-70b --agents 6 --duration 600 --seed 5)
+run_twice(h200_keep_local --profile h200-70b --agents 6 --duration 600 --seed 5 --cold)
 string(JSON kept GET "${out}" policies legacy legacy_kept_local admissions)
 if(kept LESS 1)
   message(FATAL_ERROR "h200_keep_local: no legacy recompute kept a local hit")
 endif()
 message(STATUS "h200_keep_local: ${kept} legacy recomputes kept a local hit")
 # Several engines sharing the store and the directory.
-run_twice(nodes --nodes 3 --agents 20 --duration 300 --seed 2 --warm)
+run_twice(nodes --nodes 3 --agents 20 --duration 300 --seed 2 --warm --start-tokens 80000:104000)
 # Failure paths: copies fail, lookups time out, restores give up waiting.
-run_twice(faults --agents 6 --duration 600 --seed 3 --copy-fail-rate 0.3
+run_twice(faults --agents 6 --duration 600 --seed 3 --cold --copy-fail-rate 0.3
   --lookup-timeout 0.001 --max-restore-wait 2 --copy-slots 2)
 # Every later turn's history was stored before it began (10 minutes, about
 # 150 later turns: some end on a page boundary).
-run_twice(stored --agents 8 --duration 600 --seed 9)
+run_twice(stored --agents 8 --duration 600 --seed 9 --cold)
 foreach(policy legacy wait)
   string(JSON stored GET "${out}" policies ${policy} later_turns_stored)
   string(JSON later GET "${out}" policies ${policy} later_turns)

@@ -56,7 +56,7 @@ function(compare name)
 endfunction()
 
 # The default profile (recurrent state: boundary local cache), cold start.
-compare(nodes4_boundary --nodes 4 --agents 40 --duration 600 --seed 3)
+compare(nodes4_boundary --nodes 4 --agents 40 --duration 600 --seed 3 --cold)
 # An attention prefix cache, warm histories near the pool: evictions,
 # preemptions, re-lookups.
-compare(nodes4_prefix_warm --nodes 4 --agents 40 --duration 600 --seed 5 --warm --local-cache prefix)
+compare(nodes4_prefix_warm --nodes 4 --agents 40 --duration 600 --seed 5 --warm --start-tokens 80000:104000 --local-cache prefix)

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # ctest scenario for kvadmit-sim's local prefix cache (--local-cache) and the
-# per-turn miss breakdown, on a pool the warm histories overflow (evictions,
+# per-turn miss breakdown, on a pool the warm histories (80k-104k, the former
+# --warm default) overflow (evictions,
 # preemptions). Checks:
 #   - boundary (a recurrent model's cache) never leaves a shorter entry after
 #     an eviction; prefix (an attention model's) does, in this scenario;
@@ -11,7 +12,7 @@
 include(${CMAKE_CURRENT_LIST_DIR}/sim_run.cmake)
 
 function(run_mode mode out_var)
-  sim_run(out --agents 6 --duration 300 --seed 4 --warm --pool-pages 30000
+  sim_run(out --agents 6 --duration 300 --seed 4 --warm --start-tokens 80000:104000 --pool-pages 30000
     --local-cache ${mode})
   string(JSON got GET "${out}" scenario local_cache)
   if(NOT got STREQUAL mode)

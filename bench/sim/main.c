@@ -2,8 +2,8 @@
 /*
  * kvadmit-sim: command line. Parses the flags, refuses impossible scenarios
  * with a message, runs the requested policies one after the other (each on
- * its own engine, same workload) and prints the side-by-side table or one
- * JSON object.
+ * its own engine, same workload) and prints the demo's screen (headline.c)
+ * or one JSON object. The default screen also runs the quiet case (--cold).
  *
  * Exit status: 0 ok; 1 an invariant check failed; 2 bad flags or an
  * impossible scenario; 3 the run stopped on an unexpected engine error.
@@ -37,9 +37,12 @@ static void usage(FILE *f)
 	    "                        directory) or fleet (the real fleet directory, fed by KV\n"
 	    "                        events over inproc://; docs/fleet.md)\n"
 	    "  --warm                sessions already under way at t = 0, each history stored\n"
-	    "                        (default: cold, agents begin at their first turn)\n"
+	    "                        (the default: contexts outgrow the pool during the run)\n"
+	    "  --cold                the quiet case: agents begin at their first turn, contexts\n"
+	    "                        that fit the pool (both policies then decide alike)\n"
 	    "  --start-tokens LO:HI  first prompt (cold) or history at t = 0 (warm), uniform\n"
-	    "                        (default 8000:24000 cold, 80000:104000 warm)\n"
+	    "                        (default 8000:24000 cold; warm: a condensed session's size\n"
+	    "                        to the model's window, 48000:202752 for spark-glm)\n"
 	    "  --keep-local on|off   legacy: a restore refused for capacity keeps its local\n"
 	    "                        prefix-cache hit, as vLLM does (default: the profile's, on)\n"
 	    "  --local-cache boundary|prefix\n"
@@ -62,6 +65,8 @@ static void usage(FILE *f)
 	    "  --world-size N        ranks per copy job, tensor parallel size (default 2)\n"
 	    "  --copy-fail-rate P    probability that one rank's copy fails (default 0)\n"
 	    "  --json                print one JSON object instead of the table\n"
+	    "  --details             the full table of counters below the headline\n"
+	    "  --svg PATH            write the timeline (both policies, per minute) as SVG\n"
 	    "  --progress            progress bar on stderr (default: when stderr is a terminal)\n"
 	    "  --no-progress         no progress bar\n"
 	    "  --no-wall             report wall_s as null (byte-identical JSON for one seed)\n"
@@ -81,7 +86,7 @@ static const char *const valued[] = {
     "--agents",	    "--duration",   "--pool-pages",	  "--page-tokens",
     "--seed",	    "--policy",	    "--max-restore-wait", "--lookup-timeout",
     "--copy-slots", "--world-size", "--copy-fail-rate", "--profile", "--nodes",
-    "--directory",
+    "--directory", "--svg",
     "--start-tokens", "--keep-local", "--local-cache", "--write-gbs", "--import-gbs", "--weight-bits",
 };
 
@@ -128,12 +133,43 @@ static int parse_double(const char *s, double *out)
 	return 0;
 }
 
+/* Runs the scenario's policies, legacy first; r[i] points into res or is
+ * NULL. 0, or 3 when a run stopped on an engine error. */
+static int run_policies(const struct sim_scenario *sc, struct sim_result res[2],
+			struct sim_result *r[2])
+{
+	const int order[2] = {SIM_POLICY_LEGACY, SIM_POLICY_WAIT};
+	for (int i = 0; i < 2; i++) {
+		if (!(sc->policies & order[i]))
+			continue;
+		if (sim_run_policy(sc, order[i], &res[i]) != 0) {
+			sim_result_free(&res[i]);
+			return 3;
+		}
+		r[i] = &res[i];
+	}
+	return 0;
+}
+
+/* 1 when a finished run broke an invariant, else status. */
+static int check_invariants(struct sim_result *r[2], int status)
+{
+	for (int i = 0; i < 2; i++)
+		if (r[i] && !(r[i]->credits_conserved && r[i]->no_leaked_pages &&
+			      r[i]->all_terminal && r[i]->reported_once && r[i]->page_accounting)) {
+			fprintf(stderr, "kvadmit-sim: invariant check failed: %s\n", r[i]->check_msg);
+			status = 1;
+		}
+	return status;
+}
+
 int main(int argc, char **argv)
 {
 	struct sim_scenario sc;
 	sim_defaults(&sc);
 	int progress = -1; /* -1: when stderr is a terminal */
 	bool pool_given = false, start_given = false;
+	bool start_chosen = false; /* --warm or --cold given */
 	/* the profile first: later flags override its constants */
 	for (int i = 1; i < argc; i++) {
 		const char *v = NULL;
@@ -181,7 +217,11 @@ int main(int argc, char **argv)
 		else if (!strcmp(name, "--no-wall"))
 			sc.no_wall = true;
 		else if (!strcmp(name, "--warm"))
-			sc.w.warm = true;
+			sc.w.warm = true, start_chosen = true;
+		else if (!strcmp(name, "--cold"))
+			sc.w.warm = false, start_chosen = true;
+		else if (!strcmp(name, "--details"))
+			sc.details = true;
 		else
 			boolean = false;
 		if (boolean) {
@@ -219,6 +259,8 @@ int main(int argc, char **argv)
 			rc = parse_double(val, &sc.copy_fail_rate);
 		else if (!strcmp(name, "--profile"))
 			rc = 0; /* applied above */
+		else if (!strcmp(name, "--svg"))
+			sc.svg_path = val;
 		else if (!strcmp(name, "--weight-bits"))
 			rc = parse_u32(val, &weight_bits) || weight_bits < 4 || weight_bits > 16;
 		else if (!strcmp(name, "--nodes"))
@@ -296,6 +338,7 @@ int main(int argc, char **argv)
 		else
 			sc.w.first_min = start_lo, sc.w.first_max = start_hi;
 	}
+	sim_default_start(&sc);
 	sc.progress = progress < 0 ? isatty(STDERR_FILENO) : progress;
 
 	char why[512];
@@ -305,36 +348,31 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
-	struct sim_result res[2];
-	struct sim_result *r[2] = {NULL, NULL};
-	const int order[2] = {SIM_POLICY_LEGACY, SIM_POLICY_WAIT};
-	int status = 0;
-	for (int i = 0; i < 2; i++) {
-		if (!(sc.policies & order[i]))
-			continue;
-		if (sim_run_policy(&sc, order[i], &res[i]) != 0) {
-			status = 3;
-			sim_result_free(&res[i]);
-			break;
-		}
-		r[i] = &res[i];
+	struct sim_result res[2], quiet_res[2];
+	struct sim_result *r[2] = {NULL, NULL}, *quiet[2] = {NULL, NULL};
+	int status = run_policies(&sc, res, r);
+	/* The default scenario's table also shows the quiet case, so that
+	 * nobody takes the difference for a constant. */
+	bool contrast = !sc.json && sc.w.warm && !start_chosen && !start_given &&
+			sc.policies == (SIM_POLICY_LEGACY | SIM_POLICY_WAIT);
+	if (status == 0 && contrast) {
+		struct sim_scenario quiet_sc = sc;
+		quiet_sc.w.warm = false;
+		status = run_policies(&quiet_sc, quiet_res, quiet);
 	}
 	if (status == 0) {
 		if (sc.json)
 			sim_print_json(stdout, &sc, r);
-		else
-			sim_print_table(stdout, &sc, r);
-		for (int i = 0; i < 2; i++)
-			if (r[i] &&
-			    !(r[i]->credits_conserved && r[i]->no_leaked_pages &&
-			      r[i]->all_terminal && r[i]->reported_once && r[i]->page_accounting)) {
-				fprintf(stderr, "kvadmit-sim: invariant check failed: %s\n",
-					r[i]->check_msg);
-				status = 1;
-			}
+		else if (sim_print_table(stdout, &sc, r, quiet) != 0)
+			status = 2;
+		status = check_invariants(r, status);
+		status = check_invariants(quiet, status);
 	}
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 2; i++) {
 		if (r[i])
 			sim_result_free(r[i]);
+		if (quiet[i])
+			sim_result_free(quiet[i]);
+	}
 	return status;
 }

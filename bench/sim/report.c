@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Results: sample sets (turn times, time to first token), the side-by-side
- * table and the single JSON object. Both are pure functions of the results,
+ * Results: sample sets (turn times, time to first token), the derived
+ * metrics, the full side-by-side table (--details) and the single JSON object. Both are pure functions of the results,
  * so equal runs print equal bytes (wall time is left out under --no-wall).
  *
  * Definitions (also in bench/sim/README.md):
@@ -77,15 +77,9 @@ double sim_ctx_to_pool_start(const struct sim_scenario *sc)
 
 /* ---- derived metrics ------------------------------------------------------- */
 
-struct metrics {
-	double decode_tok_s, cache, local, external, mean_turn, ttft50, ttft99;
-	double turn_cache, turn_local, turn_external;
-	bool ok;
-};
-
-static struct metrics derive(const struct sim_scenario *sc, struct sim_result *r)
+struct sim_metrics sim_metrics(const struct sim_scenario *sc, struct sim_result *r)
 {
-	struct metrics m;
+	struct sim_metrics m;
 	const kva_stats *st = &r->st;
 	double admitted = (double)st->prompt_tokens_admitted;
 	m.decode_tok_s = (double)r->decode_tokens / sc->duration_s;
@@ -106,9 +100,7 @@ static struct metrics derive(const struct sim_scenario *sc, struct sim_result *r
 	return m;
 }
 
-/* Did capacity ever decide anything: a refused or waiting restore, a
- * preemption, a local cache entry evicted to make room? */
-static bool under_pressure(const struct sim_result *r)
+bool sim_under_pressure(const struct sim_result *r)
 {
 	return r->st.preempted || r->st.fallbacks[KVA_REASON_LEGACY] ||
 	       r->st.restore_blocked_steps || r->evicted_pages;
@@ -127,7 +119,7 @@ static uint64_t fallback_total(const kva_stats *st)
 	return n;
 }
 
-static const char *policy_name(int p)
+const char *sim_policy_name(int p)
 {
 	return p == SIM_POLICY_WAIT ? "wait" : "legacy";
 }
@@ -153,7 +145,7 @@ static void row(FILE *f, struct sim_result *r[2], const char *label, const char 
 		for (int i = 0; i < 2; i++)                                                        \
 			if (r[i]) {                                                                \
 				struct sim_result *x = r[i];                                       \
-				struct metrics *mx = &m[i];                                        \
+				struct sim_metrics *mx = &m[i];                                        \
 				(void)x;                                                           \
 				(void)mx;                                                          \
 				snprintf(b_[i], sizeof(b_[i]), __VA_ARGS__);                       \
@@ -161,52 +153,12 @@ static void row(FILE *f, struct sim_result *r[2], const char *label, const char 
 		row(f, r, label, v_);                                                              \
 	} while (0)
 
-void sim_print_table(FILE *f, const struct sim_scenario *sc, struct sim_result *r[2])
+void sim_print_details(FILE *f, const struct sim_scenario *sc, struct sim_result *r[2])
 {
-	struct metrics m[2];
+	struct sim_metrics m[2];
 	for (int i = 0; i < 2; i++)
 		if (r[i])
-			m[i] = derive(sc, r[i]);
-	/* What the reader needs first: what ran, and the result. */
-	fprintf(f,
-		"kvadmit-sim: the real kvadmit engine deciding admissions for simulated LLM agents.\n"
-		"No GPU is used: the GPU, the checkpoint store and the directory are modelled on a\n"
-		"simulated clock (bench/sim/README.md); every admission is the engine's own decision.\n"
-		"  agents   users whose prompt is their whole conversation so far, growing each turn\n"
-		"  pool     the GPU's KV-cache pages; the agents' contexts do not all fit in it\n"
-		"  credits  the pool's pages as the engine hands them out: a restore reserves all it\n"
-		"           needs (imported pages + the rest of the prompt) before its copy starts\n"
-		"  legacy   today's engines: a restore refused for capacity recomputes its prefix\n"
-		"           (a local prefix-cache hit is %s)\n"
-		"  wait     kvadmit: it waits for capacity and restores\n"
-		"  profile  %s: %s\n"
-		"           (--profile h200-70b: a 70B dense model on two H200s)\n\n",
-		sc->keep_local ? "kept, as vLLM keeps it" : "dropped (--keep-local off)",
-		sc->m.profile, sc->m.model_class);
-	if (r[0] && r[1]) {
-		struct metrics *l = r[0]->policy == SIM_POLICY_LEGACY ? &m[0] : &m[1];
-		struct metrics *w = r[0]->policy == SIM_POLICY_LEGACY ? &m[1] : &m[0];
-		fprintf(f,
-			"Result (%s, %u agent%s%s): waiting instead of recomputing gives x%.1f decode\n"
-			"tokens/s (%.1f vs %.1f), %.0f%% of each turn's prompt from cache (legacy %.0f%%)\n"
-			"and turns %.1fx faster (%.1f s vs %.1f s mean).\n\n",
-			sc->m.profile, sc->w.agents, sc->w.agents == 1 ? "" : "s",
-			sc->nodes > 1 ? " over several engines" : "",
-			l->decode_tok_s > 0 ? w->decode_tok_s / l->decode_tok_s : INFINITY,
-			w->decode_tok_s, l->decode_tok_s, 100 * w->turn_cache, 100 * l->turn_cache,
-			w->mean_turn > 0 ? l->mean_turn / w->mean_turn : 0, w->mean_turn,
-			l->mean_turn);
-		/* A ratio of 1.0 reads as "kvadmit does nothing" unless the reader
-		 * learns that the pools never ran short in this window. */
-		if (!under_pressure(r[0]) && !under_pressure(r[1]))
-			fprintf(f,
-				"The pools never ran short in this window (contexts reached %.1fx the pool):\n"
-				"no restore was refused or waited for capacity and nothing was preempted or\n"
-				"evicted, so both policies made the same decisions. Pressure comes with larger\n"
-				"contexts (--warm, --start-tokens) or more agents per engine (--nodes 16\n"
-				"--agents 1000); bench/sim/README.md, \"Sensitivity\".\n\n",
-				fmax(r[0]->ctx_to_pool_end, r[1]->ctx_to_pool_end));
-	}
+			m[i] = sim_metrics(sc, r[i]);
 	fprintf(f, "kvadmit-sim: %u agents on %u engine%s, %.0f s simulated, seed %llu, %s start\n",
 		sc->w.agents, sc->nodes, sc->nodes == 1 ? "" : "s", sc->duration_s,
 		(unsigned long long)sc->w.seed, sc->w.warm ? "warm" : "cold");
@@ -221,8 +173,8 @@ void sim_print_table(FILE *f, const struct sim_scenario *sc, struct sim_result *
 	fprintf(f, "model: %s (bench/sim/README.md); copies over %u rank%s at %.0f GB/s each\n\n",
 		sc->m.model_class, sc->world_size, sc->world_size == 1 ? "" : "s",
 		sc->m.import_bytes_s / 1e9);
-	const char *hdr[2] = {r[0] ? policy_name(r[0]->policy) : "",
-			      r[1] ? policy_name(r[1]->policy) : ""};
+	const char *hdr[2] = {r[0] ? sim_policy_name(r[0]->policy) : "",
+			      r[1] ? sim_policy_name(r[1]->policy) : ""};
 	row(f, r, "", hdr);
 	ROWF("decode tokens/s", "%.1f", mx->decode_tok_s);
 	ROWF("per-turn prompt from cache", "%.1f%%", 100 * mx->turn_cache);
@@ -266,7 +218,7 @@ void sim_print_table(FILE *f, const struct sim_scenario *sc, struct sim_result *
 	ROWF("wall seconds", "%.2f", x->wall_s);
 	for (int i = 0; i < 2; i++)
 		if (r[i] && !m[i].ok)
-			fprintf(f, "%s: invariant check failed: %s\n", policy_name(r[i]->policy),
+			fprintf(f, "%s: invariant check failed: %s\n", sim_policy_name(r[i]->policy),
 				r[i]->check_msg);
 }
 
@@ -274,9 +226,9 @@ void sim_print_table(FILE *f, const struct sim_scenario *sc, struct sim_result *
 
 static void json_policy(FILE *f, const struct sim_scenario *sc, struct sim_result *r)
 {
-	struct metrics m = derive(sc, r);
+	struct sim_metrics m = sim_metrics(sc, r);
 	const kva_stats *st = &r->st;
-	fprintf(f, "\"%s\":{", policy_name(r->policy));
+	fprintf(f, "\"%s\":{", sim_policy_name(r->policy));
 	fprintf(f, "\"decode_tok_s\":%.6g,", m.decode_tok_s);
 	fprintf(f, "\"cache_token_share\":%.6g,", m.cache);
 	fprintf(f, "\"local_token_share\":%.6g,", m.local);

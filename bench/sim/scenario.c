@@ -104,9 +104,9 @@ void sim_defaults(struct sim_scenario *sc)
 		{
 		    .agents = 8,
 		    .seed = 1,
-		    .warm = false,
-		    .init_ctx_min = 80000,
-		    .init_ctx_max = 104000,
+		    .warm = true,
+		    .init_ctx_min = 0, /* sim_default_start */
+		    .init_ctx_max = 0,
 		    .first_min = 8000,
 		    .first_max = 24000,
 		    .tool_median = 800,
@@ -141,6 +141,18 @@ void sim_defaults(struct sim_scenario *sc)
 uint32_t sim_default_pool_pages(const struct sim_scenario *sc)
 {
 	return sc->page_tokens ? (uint32_t)(sc->m.pool_tokens / sc->page_tokens) : 0;
+}
+
+/* Long-running agents are found at any point of a session's life, which
+ * runs from a condensed restart (compact_min..compact_max) to the model's
+ * window, where it is condensed again; a turn adds about the same tokens
+ * whatever the size, so every size in between is as likely. */
+void sim_default_start(struct sim_scenario *sc)
+{
+	if (sc->w.init_ctx_max)
+		return;
+	sc->w.init_ctx_min = sc->w.compact_min;
+	sc->w.init_ctx_max = sc->m.max_context;
 }
 
 uint32_t sim_decode_reserve_pages(const struct sim_scenario *sc)

@@ -44,12 +44,34 @@ static uint64_t ns_of(double sec)
 }
 
 /* Moves the clock; the window's context-to-pool average integrates here. */
+/* The timeline's end-of-bin state: what the engines hold between now and
+ * the next event, which is what they held when each boundary passed. */
+static void timeline_sample(struct sim *s, uint64_t t_ns)
+{
+	struct sim_timeline *tl = &s->res->tl;
+	while (tl->sampled < tl->n && t_ns >= sim_timeline_bin_end_ns(tl, tl->sampled)) {
+		uint64_t total = 0, busy = 0, waiting = 0;
+		for (uint32_t i = 0; i < s->n_nodes; i++) {
+			kva_stats st;
+			kva_stats_get(s->nodes[i].e, &st);
+			total += st.total_pages;
+			busy += st.total_pages - st.free_pages;
+			waiting += st.waiting + st.importing + st.ready;
+		}
+		tl->capacity[tl->sampled] = total ? (double)busy / (double)total : 0;
+		tl->waiting[tl->sampled] = (uint32_t)waiting;
+		tl->sampled++;
+	}
+}
+
 static void advance_to(struct sim *s, uint64_t t_ns)
 {
 	if (t_ns <= s->now_ns)
 		t_ns = s->now_ns + 1;
-	if (!s->draining)
+	if (!s->draining) {
 		s->ctx_integral += (double)s->sum_ctx * (double)(t_ns - s->now_ns) / SIM_NS_PER_S;
+		timeline_sample(s, t_ns);
+	}
 	s->now_ns = t_ns;
 }
 
@@ -171,6 +193,9 @@ static void finish_turn(struct sim *s, struct sim_agent *a)
 	res->turn_prompt_tokens += a->prompt;
 	res->turn_local_tokens += a->turn_local;
 	res->turn_ext_tokens += a->turn_ext;
+	uint32_t bin = sim_timeline_bin(&res->tl, s->now_ns);
+	res->tl.turn_prompt[bin] += a->prompt;
+	res->tl.turn_cached[bin] += a->turn_local + a->turn_ext;
 	/* where the turn's uncached tokens are */
 	uint32_t miss = a->prompt - a->turn_local - a->turn_ext;
 	if (a->session_turn == 0) {
@@ -438,6 +463,7 @@ static void gpu_complete(struct sim_node *n)
 		/* a decode step, or the step that completed the prefill */
 		a->decoded += out;
 		res->decode_tokens += out;
+		res->tl.decode_tokens[sim_timeline_bin(&res->tl, s->now_ns)] += out;
 		if (!a->has_first_token) {
 			a->has_first_token = true;
 			if (sim_samples_add(&res->ttft_s,
@@ -848,11 +874,17 @@ static void loop(struct sim *s)
 	const struct sim_scenario *sc = s->sc;
 	uint64_t poll_ns = ns_of(sc->m.idle_poll_s);
 	int shown = -1;
+	/* the progress line appears only once a run has taken a second */
+	double quiet_until = wall_now() + 1.0;
+	uint32_t iter = 0;
+	bool show = false;
 	while (!s->fatal) {
 		if (!s->draining && s->now_ns >= s->end_ns)
 			start_drain(s);
 		deliver_due(s);
-		if (sc->progress && !s->draining)
+		if (sc->progress && !show && (++iter & 1023) == 0)
+			show = wall_now() >= quiet_until;
+		if (show && !s->draining)
 			progress(s, &shown);
 		if (s->draining) {
 			for (uint32_t i = 0; i < s->n_nodes && !s->fatal; i++) {
@@ -886,7 +918,7 @@ static void loop(struct sim *s)
 				next = s->nodes[i].wake_ns;
 		advance_to(s, next < s->end_ns ? next : s->end_ns);
 	}
-	if (sc->progress)
+	if (show)
 		fprintf(stderr, "\r\033[K");
 }
 
@@ -894,6 +926,10 @@ int sim_run_policy(const struct sim_scenario *sc, int policy, struct sim_result 
 {
 	memset(res, 0, sizeof(*res));
 	res->policy = policy;
+	if (sim_timeline_init(&res->tl, sc->duration_s) != 0) {
+		fprintf(stderr, "kvadmit-sim: out of memory\n");
+		return -ENOMEM;
+	}
 	res->credits_conserved = res->no_leaked_pages = res->all_terminal = res->reported_once =
 	    res->page_accounting = true;
 	struct sim s;
@@ -957,4 +993,5 @@ void sim_result_free(struct sim_result *r)
 {
 	sim_samples_free(&r->turn_s);
 	sim_samples_free(&r->ttft_s);
+	sim_timeline_free(&r->tl);
 }

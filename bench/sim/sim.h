@@ -7,7 +7,8 @@
  * admission decision. Files: main.c (flags, main), scenario.c (defaults and
  * checks), workload.c (seeded agent turns), clock.c (event queue, failure record), store.c
  * (directory, checkpoint store, local cache, importer), gpu.c (step-time
- * model), serving.c (the serving loop), report.c (metrics, table, JSON), fleetdir.c
+ * model), serving.c (the serving loop), timeline.c (the run over time, its pictures),
+ * report.c (metrics, the full table, JSON), headline.c (the demo's screen), fleetdir.c
  * (--directory fleet: the real fleet directory). Everything is single-threaded (but for
  * the fleet directory's own threads) and deterministic: same flags and seed, same output
  * (wall time aside).
@@ -65,8 +66,10 @@ struct sim_model {
 struct sim_workload {
 	uint32_t agents;
 	uint64_t seed;
-	bool warm;			     /* sessions already under way at t = 0 */
-	uint32_t init_ctx_min, init_ctx_max; /* warm sessions: history at t = 0 */
+	bool warm; /* sessions already under way at t = 0 (the default; --cold: not) */
+	/* warm sessions: history at t = 0; 0: from a condensed session's size to
+	 * the model's window (sim_default_start, README "The default scenario") */
+	uint32_t init_ctx_min, init_ctx_max;
 	uint32_t first_min, first_max;	     /* cold start: a session's first prompt */
 	double tool_median, tool_sigma;	     /* tool output tokens, lognormal */
 	uint32_t tool_min, tool_max;
@@ -95,6 +98,8 @@ struct sim_scenario {
 	bool local_boundary; /* --local-cache boundary|prefix (sim_model.local_boundary) */
 	int policies;	 /* SIM_POLICY_* bits */
 	bool json, progress, no_wall;
+	bool details;	      /* --details: the full table below the headline */
+	const char *svg_path; /* --svg: the timeline's SVG file; NULL: none */
 };
 
 void sim_defaults(struct sim_scenario *sc);
@@ -102,6 +107,9 @@ void sim_defaults(struct sim_scenario *sc);
 int sim_profile(struct sim_scenario *sc, const char *name);
 const char *sim_profile_names(void);
 uint32_t sim_default_pool_pages(const struct sim_scenario *sc);
+/* Fills the warm start's range where no flag set it: a session under way is
+ * anywhere between its condensed size and the model's window. */
+void sim_default_start(struct sim_scenario *sc);
 /* NULL when the scenario can run, else why not (a static message in buf). */
 const char *sim_check(const struct sim_scenario *sc, char *buf, size_t len);
 uint32_t sim_decode_reserve_pages(const struct sim_scenario *sc);
@@ -306,8 +314,24 @@ double sim_samples_mean(const struct sim_samples *s);
 double sim_samples_pct(struct sim_samples *s, double p); /* sorts in place */
 void sim_samples_free(struct sim_samples *s);
 
+/* timeline.c: the run per bin of whole minutes (at most 60 bins). */
+struct sim_timeline {
+	double bin_s, duration_s;
+	uint32_t n;
+	uint32_t sampled;		   /* bins whose end state is recorded */
+	uint64_t *decode_tokens;	   /* sampled in the bin */
+	uint64_t *turn_prompt, *turn_cached; /* turns that ended in the bin */
+	double *capacity;		   /* share of the pools not free, at the bin's end */
+	uint32_t *waiting;		   /* requests submitted, not running, at the bin's end */
+};
+int sim_timeline_init(struct sim_timeline *t, double duration_s);
+void sim_timeline_free(struct sim_timeline *t);
+uint32_t sim_timeline_bin(const struct sim_timeline *t, uint64_t now_ns);
+uint64_t sim_timeline_bin_end_ns(const struct sim_timeline *t, uint32_t bin);
+
 struct sim_result {
 	int policy;
+	struct sim_timeline tl;
 	kva_stats st; /* engine statistics at the end of the measured window */
 	uint64_t decode_tokens;
 	uint64_t turns_completed, later_turns, later_turns_restored;
@@ -387,8 +411,31 @@ void sim_result_free(struct sim_result *r);
 void sim_fatal(struct sim *s, const char *what, int rc);
 
 /* ---- report.c ------------------------------------------------------------ */
-void sim_print_table(FILE *f, const struct sim_scenario *sc, struct sim_result *r[2]);
+/* The figures every report derives from a result. */
+struct sim_metrics {
+	double decode_tok_s, cache, local, external, mean_turn, ttft50, ttft99;
+	double turn_cache, turn_local, turn_external;
+	bool ok;
+};
+struct sim_metrics sim_metrics(const struct sim_scenario *sc, struct sim_result *r);
+/* Did capacity ever decide anything (a refused or waiting restore, a
+ * preemption, a local cache entry evicted to make room)? */
+bool sim_under_pressure(const struct sim_result *r);
+const char *sim_policy_name(int policy);
+/* The full table (--details). */
+void sim_print_details(FILE *f, const struct sim_scenario *sc, struct sim_result *r[2]);
 void sim_print_json(FILE *f, const struct sim_scenario *sc, struct sim_result *r[2]);
 double sim_ctx_to_pool_start(const struct sim_scenario *sc);
+
+/* ---- headline.c: the demo's screen ------------------------------------- */
+/* The headline, the quiet case's line (quiet: the same run with contexts
+ * that fit, either entry NULL when not run), the timeline, then the full
+ * table under --details. */
+int sim_print_table(FILE *f, const struct sim_scenario *sc, struct sim_result *r[2],
+		    struct sim_result *quiet[2]); /* -1: the SVG could not be written */
+/* ---- timeline.c: the pictures ------------------------------------------- */
+void sim_timeline_print(FILE *f, struct sim_result *r[2]);
+/* Writes the SVG (both policies, every series); 0 or -1 (errno set). */
+int sim_timeline_svg(const char *path, const struct sim_scenario *sc, struct sim_result *r[2]);
 
 #endif
