@@ -430,9 +430,10 @@ KVA_API int kva_preempt(kva_engine *e, kva_handle h);
  * Effect: pages and credits return at once.  Returns: 0, -EINVAL (NULL engine), -ENOENT,
  * -EALREADY (already finished), -EBUSY (not running, or cancelling). */
 KVA_API int kva_finish(kva_engine *e, kva_handle h);
-/* kva_reset_prefix_cache - forced reset (rule reset-returns-ready).  Thread: any.  Effect: next
- * step, READY imports give their pages back and requeue at the front for a fresh lookup (copying
- * ones once drained); local checkpoints stated before now are forgotten.  Returns: 0, -EINVAL. */
+/* kva_reset_prefix_cache - forced reset (rule reset-returns-ready).  Thread: any.
+ * Effect: local checkpoints stated before it are forgotten at once; at the next step READY imports
+ * give their pages back and requeue at the front for a fresh lookup (copying ones once drained).
+ * Returns: 0, -EINVAL. */
 KVA_API int kva_reset_prefix_cache(kva_engine *e);
 
 /* ---- introspection ------------------------------------------------------ */
