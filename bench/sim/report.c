@@ -303,6 +303,8 @@ static void json_policy(FILE *f, const struct sim_scenario *sc, struct sim_resul
 		(unsigned long long)r->gpu_steps, r->gpu_busy_s, (unsigned long long)r->idle_polls);
 	fprintf(f, "\"ctx_to_pool_mean\":%.6g,\"ctx_to_pool_end\":%.6g,\"compactions\":%llu,",
 		r->ctx_to_pool_mean, r->ctx_to_pool_end, (unsigned long long)r->compactions);
+	sim_timeline_json(f, &r->tl);
+	fputc(',', f);
 	fprintf(f,
 		"\"checks\":{\"ok\":%s,\"credits_conserved\":%s,\"no_leaked_pages\":%s,"
 		"\"all_terminal\":%s,\"reported_once\":%s,\"page_accounting\":%s}",

@@ -435,6 +435,8 @@ int sim_print_table(FILE *f, const struct sim_scenario *sc, struct sim_result *r
 		    struct sim_result *quiet[2]); /* -1: the SVG could not be written */
 /* ---- timeline.c: the pictures ------------------------------------------- */
 void sim_timeline_print(FILE *f, struct sim_result *r[2]);
+/* "timeline":{...}: the bin length and one array per series (null: no turn ended). */
+void sim_timeline_json(FILE *f, const struct sim_timeline *t);
 /* Writes the SVG (both policies, every series); 0 or -1 (errno set). */
 int sim_timeline_svg(const char *path, const struct sim_scenario *sc, struct sim_result *r[2]);
 

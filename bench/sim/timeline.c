@@ -105,6 +105,30 @@ static const char *policy_label(int policy)
 	return policy == SIM_POLICY_WAIT ? "wait" : "legacy";
 }
 
+/* ---- JSON: the series as arrays ------------------------------------------ */
+
+void sim_timeline_json(FILE *f, const struct sim_timeline *t)
+{
+	static const char *const key[SERIES_COUNT] = {"decode_tok_s", "turn_cache_share",
+						      "pool_in_use", "requests_waiting"};
+	/* shares as fractions, like the rest of the JSON */
+	static const double scale[SERIES_COUNT] = {1, 0.01, 0.01, 1};
+	fprintf(f, "\"timeline\":{\"bin_s\":%.6g", t->bin_s);
+	for (int k = 0; k < SERIES_COUNT; k++) {
+		fprintf(f, ",\"%s\":[", key[k]);
+		for (uint32_t i = 0; i < t->n; i++) {
+			double v = value(t, k, i);
+			fputs(i ? "," : "", f);
+			if (isnan(v))
+				fputs("null", f);
+			else
+				fprintf(f, "%.6g", v * scale[k]);
+		}
+		fputc(']', f);
+	}
+	fputc('}', f);
+}
+
 /* ---- terminal: one sparkline per series and policy ----------------------- */
 
 void sim_timeline_print(FILE *f, struct sim_result *r[2])
