@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Checkpoints into C: the entries of the manifest that answers a lookup
-(kva_manifest) and the host's own local checkpoint (kva_checkpoint, rule 22).
-Each raises what cffi raises for a field the C type cannot hold; the engine
+"""Checkpoints into C: the manifest that answers a lookup (kva_manifest) and
+the host's own local checkpoint (kva_checkpoint, rule 22). Each raises what
+cffi raises for a field the C type cannot hold; the engine's call guard
 maps that to the KvadmitError the library would answer."""
 from ._errors import error
 from ._lib import ffi
@@ -9,6 +9,26 @@ from ._types import Checkpoint, Location
 
 # A miss: the answer for a lookup whose callback raised.
 EMPTY_MANIFEST = ffi.new("kva_manifest *")
+
+
+def manifest_of(checkpoints):
+    """A kva_manifest of up to KVA_MAX_CHECKPOINTS Checkpoints (or tuples)."""
+    m = ffi.new("kva_manifest *")
+    n = 0
+    for cp in checkpoints:
+        if n >= len(m.entries):
+            raise error(-22, "kva_lookup_answer: more than KVA_MAX_CHECKPOINTS")
+        fill_checkpoint(m.entries[n], cp)
+        n += 1
+    m.count = n
+    return m
+
+
+def local_checkpoint_of(cp):
+    """A kva_checkpoint of the host's local checkpoint `cp`."""
+    c = ffi.new("kva_checkpoint *")
+    fill_local(c, cp)
+    return c
 
 
 def fill_checkpoint(c, cp):

@@ -1,5 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Engine: kvadmit.h's kva_engine for Python (see python/README.md)."""
+"""Engine: kvadmit.h's kva_engine for Python (see python/README.md).
+
+Every call into the engine goes through Engine._call, the one guard: the
+engine not closed, the arguments converted (cffi's conversion errors raised
+as the KvadmitError the library would answer), the C function called, and
+a negative errno raised as its KvadmitError subclass. The functions below
+the class convert one call's Python arguments into C.
+"""
 import array
 import dataclasses
 import operator
@@ -8,14 +15,14 @@ import weakref
 from typing import Callable, Optional
 
 from ._callback_context import callbacks_running, enter_callback, get_ident, onerror
-from ._checkpoints import fill_checkpoint, fill_local
+from ._checkpoints import fill_local, local_checkpoint_of, manifest_of
 from ._config import Config, plan_min_sizes
 from ._engine_callbacks import install_callbacks
 from ._errors import CONVERSION, KvadmitError, arg_error, error
 from ._lib import ffi, lib
 from ._lifetime import EngineState, finalize
 from ._plan import Plan
-from ._stats import stats_from_c
+from ._stats import metrics_text, stats_from_c
 from ._types import (_LOCATION, _REASON, _STATE, Checkpoint, CopyToken, Ended, Handle,
                      LookupToken, MetricsFormat, PlanSizes, RequestInfo, WaitingInfo, handle_of,
                      user_of)
@@ -130,82 +137,49 @@ class Engine:
     def closed(self):
         return self._e is None
 
+    # -- the guard ---------------------------------------------------------------------
+    def _call(self, call, fn, args=(), convert=None, errno_of=None, check=True):
+        """The guard of every engine call: InvalidArgument once the engine is
+        closed; convert(args), if given, turns the Python arguments into the
+        C ones; fn(e, *args) calls the C function `call`. An argument that
+        cffi (or convert) cannot convert raises InvalidArgument
+        (errno_of(args), if given, names another errno); a negative result
+        raises its KvadmitError (check=False: fn returns nothing, or the
+        caller checks it later, as step() does). Returns fn's result."""
+        e = self._e
+        if e is None:
+            raise _closed()
+        try:
+            rc = fn(e, *(args if convert is None else convert(args)))
+        except KvadmitError:
+            raise
+        except CONVERSION as exc:
+            raise arg_error(call, exc, -22 if errno_of is None else errno_of(args)) from exc
+        if check and rc < 0:
+            raise error(rc, call)
+        return rc
+
     # -- any thread --------------------------------------------------------------------
     def submit(self, id: int, prompt_tokens: int, prefix_key: int = 0, user: int = 0,
                local: Optional[Checkpoint] = None) -> Handle:
         """kva_submit. prefix_key 0: no lookup. user: an integer handed back
         in plans and queries (an index into the host's own table). local: the
         longest checkpoint the host's own prefix cache holds (rule 22)."""
-        e = self._e
-        if e is None:
-            raise _closed()
         t = self._tls
-        try:
-            req, h = t.req, t.h
-        except AttributeError:
-            # one request and handle buffer per thread: submit from any thread
-            t.req, t.h, t.dirty = ffi.new("kva_request *"), ffi.new("kva_handle *"), False
-            req, h = t.req, t.h
-        try:
-            req.id = id
-            req.prefix_key = prefix_key
-            req.prompt_tokens = prompt_tokens
-            if user or local is not None:
-                # dirty first: if filling user or local fails half-way, the
-                # next plain submit on this thread still clears them
-                t.dirty = True
-                req.user = ffi.cast("void *", user)
-                if local is None:
-                    req.local.position = 0
-                else:
-                    fill_local(req.local, local)
-            elif t.dirty:
-                req.user = ffi.NULL
-                req.local.position = 0
-                t.dirty = False
-            rc = lib.kva_submit(e, req, h)
-        except KvadmitError:
-            raise
-        except CONVERSION as exc:
-            raise arg_error("kva_submit", exc) from exc
-        if rc:
-            raise error(rc, "kva_submit")
+        self._call("kva_submit", lib.kva_submit, (t, id, prompt_tokens, prefix_key, user, local),
+                   _request_of)
+        h = t.h
         return _new_tuple(Handle, (id, h.gen, h.slot))
 
     def cancel(self, handle: Handle) -> None:
         """kva_cancel: takes effect at the next step."""
-        e = self._e
-        if e is None:
-            raise _closed()
-        try:
-            rc = lib.kva_cancel(e, handle)
-        except CONVERSION as exc:
-            raise arg_error("kva_cancel", exc) from exc
-        if rc:
-            raise error(rc, "kva_cancel")
+        self._call("kva_cancel", lib.kva_cancel, (handle,))
 
     def answer(self, token: LookupToken, checkpoints=()) -> None:
         """kva_lookup_answer: the directory's answer, up to 8 Checkpoints (in
         ascending position); empty: a miss. Any thread."""
-        e = self._e
-        if e is None:
-            raise _closed()
-        m = ffi.new("kva_manifest *")
-        n = 0
-        try:
-            for cp in checkpoints:
-                if n >= len(m.entries):
-                    raise error(-22, "kva_lookup_answer: more than KVA_MAX_CHECKPOINTS")
-                fill_checkpoint(m.entries[n], cp)
-                n += 1
-            m.count = n
-            rc = lib.kva_lookup_answer(e, token, m)
-        except KvadmitError:
-            raise
-        except CONVERSION as exc:
-            raise arg_error("kva_lookup_answer", exc) from exc
-        if rc:
-            raise error(rc, "kva_lookup_answer")
+        self._call("kva_lookup_answer", lib.kva_lookup_answer, (token, checkpoints),
+                   _answer_of)
 
     lookup_answer = answer
 
@@ -213,54 +187,21 @@ class Engine:
         """kva_local_checkpoint (rule 22): the host's prefix cache now holds
         `checkpoint` (a Checkpoint, or (position, id[, epoch])) of h's prompt;
         its location is LOCAL and it is compatible."""
-        e = self._e
-        if e is None:
-            raise _closed()
-        cp = ffi.new("kva_checkpoint *")
-        try:
-            fill_local(cp, checkpoint)
-            rc = lib.kva_local_checkpoint(e, handle, cp)
-        except KvadmitError:
-            raise
-        except CONVERSION as exc:
-            raise arg_error("kva_local_checkpoint", exc) from exc
-        if rc:
-            raise error(rc, "kva_local_checkpoint")
+        self._call("kva_local_checkpoint", lib.kva_local_checkpoint, (handle, checkpoint),
+                   _local_checkpoint_of)
 
     def copy_done(self, token: CopyToken, rank: int = 0, status: int = 0) -> None:
         """kva_copy_done: one rank of a copy attempt finished (status 0: ok)."""
-        e = self._e
-        if e is None:
-            raise _closed()
-        try:
-            rc = lib.kva_copy_done(e, token, rank, status)
-        except CONVERSION as exc:
-            # a rank beyond uint32 is beyond world_size: the library's -ERANGE
-            err = -34 if isinstance(rank, int) and not 0 <= rank <= 0xFFFFFFFF else -22
-            raise arg_error("kva_copy_done", exc, err) from exc
-        if rc:
-            raise error(rc, "kva_copy_done")
+        self._call("kva_copy_done", lib.kva_copy_done, (token, rank, status), None, _rank_errno)
 
     def checkpoint_evicted(self, checkpoint_id: int, epoch: int) -> None:
         """kva_checkpoint_evicted (rule 15)."""
-        e = self._e
-        if e is None:
-            raise _closed()
-        try:
-            rc = lib.kva_checkpoint_evicted(e, checkpoint_id, epoch)
-        except CONVERSION as exc:
-            raise arg_error("kva_checkpoint_evicted", exc) from exc
-        if rc:
-            raise error(rc, "kva_checkpoint_evicted")
+        self._call("kva_checkpoint_evicted", lib.kva_checkpoint_evicted,
+                   (checkpoint_id, epoch))
 
     def reset_prefix_cache(self) -> None:
         """kva_reset_prefix_cache (rule 17)."""
-        e = self._e
-        if e is None:
-            raise _closed()
-        rc = lib.kva_reset_prefix_cache(e)
-        if rc:
-            raise error(rc, "kva_reset_prefix_cache")
+        self._call("kva_reset_prefix_cache", lib.kva_reset_prefix_cache)
 
     def grow(self, handle: Handle, pages: int, out=None):
         """kva_grow: `pages` more pages for a RUNNING request. Returns their
@@ -269,114 +210,39 @@ class Engine:
         (returns None). NoSpace when no credits are free (nothing changed);
         OutOfRange for pages outside 0..total_pages, checked before the id
         array is allocated."""
-        e = self._e
-        if e is None:
-            raise _closed()
-        try:
-            pages = operator.index(pages)
-        except TypeError as exc:
-            raise arg_error("kva_grow", exc) from exc
-        if not 0 <= pages <= self._total_pages:
-            raise error(-34, f"kva_grow: pages {pages} outside 0..total_pages")
-        try:
-            if out is False:
-                buf = ffi.NULL
-                ids = None
-            else:
-                ids = array.array("I", [0]) * pages if out is None else out
-                buf = ffi.from_buffer("uint32_t[]", ids, require_writable=True)
-                if len(buf) < pages:
-                    raise error(-34, "kva_grow: out is smaller than pages")
-            rc = lib.kva_grow(e, handle, pages, buf)
-        except KvadmitError:
-            raise
-        except CONVERSION as exc:
-            raise arg_error("kva_grow", exc) from exc
-        if rc:
-            raise error(rc, "kva_grow")
-        return ids
+        ids = [out]  # _grow_of puts the id array it allocates here
+        self._call("kva_grow", lib.kva_grow, (handle, pages, ids, self._total_pages), _grow_of)
+        return None if out is False else ids[0]
 
     def preempt(self, handle: Handle) -> None:
         """kva_preempt: RUNNING -> front of the waiting queue; pages back at once."""
-        e = self._e
-        if e is None:
-            raise _closed()
-        try:
-            rc = lib.kva_preempt(e, handle)
-        except CONVERSION as exc:
-            raise arg_error("kva_preempt", exc) from exc
-        if rc:
-            raise error(rc, "kva_preempt")
+        self._call("kva_preempt", lib.kva_preempt, (handle,))
 
     def finish(self, handle: Handle) -> None:
         """kva_finish: RUNNING -> FINISHED; pages back at once."""
-        e = self._e
-        if e is None:
-            raise _closed()
-        try:
-            rc = lib.kva_finish(e, handle)
-        except CONVERSION as exc:
-            raise arg_error("kva_finish", exc) from exc
-        if rc:
-            raise error(rc, "kva_finish")
+        self._call("kva_finish", lib.kva_finish, (handle,))
 
     def query(self, handle: Handle) -> RequestInfo:
         """kva_query."""
-        e = self._e
-        if e is None:
-            raise _closed()
         q = ffi.new("kva_request_info *")
-        try:
-            rc = lib.kva_query(e, handle, q)
-        except CONVERSION as exc:
-            raise arg_error("kva_query", exc) from exc
-        if rc:
-            raise error(rc, "kva_query")
-        return RequestInfo(handle_of(q.handle), user_of(q.user), _STATE.get(q.state, q.state),
-                           _REASON.get(q.reason, q.reason),
-                           _LOCATION.get(q.selected_location, q.selected_location),
-                           bool(q.has_selection), q.prompt_tokens, q.selected_position,
-                           q.pages_held, q.pages_reserved, q.lookups, q.copy_attempts,
-                           bool(q.cancel_requested))
+        self._call("kva_query", lib.kva_query, (handle, q))
+        return _request_info_of(q)
 
     def stats(self):
         """kva_stats_get, as a Stats dataclass."""
-        e = self._e
-        if e is None:
-            raise _closed()
         s = ffi.new("kva_stats *")
-        lib.kva_stats_get(e, s)
+        self._call("kva_stats_get", lib.kva_stats_get, (s,), check=False)
         return stats_from_c(s)
 
     def metrics(self, format: MetricsFormat = MetricsFormat.PROMETHEUS) -> str:
         """kva_stats_format_as: Prometheus (0.0.4) or OpenMetrics text."""
-        e = self._e
-        if e is None:
-            raise _closed()
-        try:
-            fmt = int(format)
-            s = ffi.new("kva_stats *")
-            lib.kva_stats_get(e, s)
-            size = 16384
-            while True:
-                buf = ffi.new("char[]", size)
-                need = lib.kva_stats_format_as(s, fmt, buf, size)
-                if need == 0:
-                    raise error(-22, "kva_stats_format_as: unknown format")
-                if need < size:
-                    return ffi.string(buf, need).decode("utf-8")
-                size = need + 1
-        except KvadmitError:
-            raise
-        except CONVERSION as exc:
-            raise arg_error("kva_stats_format_as", exc) from exc
+        s = ffi.new("kva_stats *")
+        self._call("kva_stats_get", lib.kva_stats_get, (s,), check=False)
+        return metrics_text(s, format)
 
     def waiting(self, max: int = 0):
         """kva_waiting_foreach: the waiting queue in admission order (at most
         `max`, 0 = all), a live view (kvadmit.h)."""
-        e = self._e
-        if e is None:
-            raise _closed()
         out = []
 
         def fn(ctx, w):
@@ -387,13 +253,9 @@ class Engine:
         cb = ffi.callback("kva_waiting_fn", fn, onerror=onerror("waiting"))
         s = enter_callback(self._st)  # fn runs on this thread, inside the walk
         try:
-            rc = lib.kva_waiting_foreach(e, cb, ffi.NULL, max)
-        except CONVERSION as exc:
-            raise arg_error("kva_waiting_foreach", exc) from exc
+            self._call("kva_waiting_foreach", lib.kva_waiting_foreach, (cb, ffi.NULL, max))
         finally:
             s.pop()
-        if rc < 0:
-            raise error(rc, "kva_waiting_foreach")
         return out
 
     # -- scheduler thread ---------------------------------------------------------------
@@ -409,29 +271,17 @@ class Engine:
         A close() reached inside the step destroys the engine once kva_step
         has returned; the step then raises InvalidArgument."""
         prev = self._stepping
-        # _stepping before _e: close() reads them in the other order
+        # _stepping before _e (read by _call): close() reads them in the other order
         self._stepping = get_ident()
         try:
-            e = self._e
-            if e is None:
-                raise _closed()
-            c = self._plan._c
-            if token_budget or hold_admissions or self._inputs_set:
-                self._inputs_set = True  # reset by the next step if this fails half-way
-                c.token_budget = token_budget
-                c.hold_admissions = hold_admissions
-                self._inputs_set = bool(token_budget or hold_admissions)
-            rc = lib.kva_step(e, now_ns, c)
-        except BaseException as exc:
-            self._stepping = prev
-            if not prev and self._close_pending is not None:
-                self._close_after_step()
-            if isinstance(exc, CONVERSION) and not isinstance(exc, KvadmitError):
-                raise arg_error("kva_step", exc) from exc
+            # kva_step's own error waits for the close and interrupt below
+            rc = self._call("kva_step", lib.kva_step, (now_ns, token_budget, hold_admissions),
+                            self._step_inputs, check=False)
+        except BaseException:
+            self._step_over(prev)
             raise
         self._stepping = prev
-        if self._close_pending is not None and not prev:
-            self._close_after_step()
+        if self._close_pending is not None and self._step_over(prev):
             if self._pending is None:
                 raise error(-22, "kva_step: the engine was closed during this step")
         if self._pending is not None:
@@ -441,14 +291,104 @@ class Engine:
             raise error(rc, "kva_step")
         return self._plan
 
-    def _close_after_step(self):
-        """The close() a callback (or a signal handler) asked for inside this
-        step, now that kva_step has returned."""
+    def _step_inputs(self, args):
+        """kva_step's arguments after the engine: the plan, with the step's
+        token budget and hold flag written into it."""
+        now_ns, token_budget, hold_admissions = args
+        c = self._plan._c
+        if token_budget or hold_admissions or self._inputs_set:
+            self._inputs_set = True  # reset by the next step if this fails half-way
+            c.token_budget = token_budget
+            c.hold_admissions = hold_admissions
+            self._inputs_set = bool(token_budget or hold_admissions)
+        return now_ns, c
+
+    def _step_over(self, prev):
+        """This thread's step has ended (prev: the step it ran inside, 0:
+        none). Destroys the engine if close() ran inside the outermost step;
+        returns whether it did. Idempotent."""
+        self._stepping = prev
+        if self._close_pending is None or prev:
+            return False
         closing, self._close_pending = self._close_pending, None
         self._finalizer.detach()
         self._st.destroy_safely(closing[0])
+        return True
 
     @property
     def plan(self) -> Plan:
         """The last step's plan."""
         return self._plan
+
+
+# ---- one call's conversions: Python arguments into C (run inside Engine._call) ---------
+def _request_of(args):
+    """kva_submit's request and handle, t's own (one pair per thread: submit
+    from any thread), filled in."""
+    t, id, prompt_tokens, prefix_key, user, local = args
+    try:
+        req, h = t.req, t.h
+    except AttributeError:
+        t.req, t.h, t.dirty = ffi.new("kva_request *"), ffi.new("kva_handle *"), False
+        req, h = t.req, t.h
+    req.id = id
+    req.prefix_key = prefix_key
+    req.prompt_tokens = prompt_tokens
+    if user or local is not None:
+        # dirty first: if filling user or local fails half-way, the next
+        # plain submit on this thread still clears them
+        t.dirty = True
+        req.user = ffi.cast("void *", user)
+        if local is None:
+            req.local.position = 0
+        else:
+            fill_local(req.local, local)
+    elif t.dirty:
+        req.user = ffi.NULL
+        req.local.position = 0
+        t.dirty = False
+    return req, h
+
+
+def _answer_of(args):
+    token, checkpoints = args
+    return token, manifest_of(checkpoints)
+
+
+def _local_checkpoint_of(args):
+    handle, checkpoint = args
+    return handle, local_checkpoint_of(checkpoint)
+
+
+def _rank_errno(args):
+    """A rank beyond uint32 is beyond world_size: the library's -ERANGE."""
+    rank = args[1]
+    return -34 if isinstance(rank, int) and not 0 <= rank <= 0xFFFFFFFF else -22
+
+
+def _grow_of(args):
+    """kva_grow's arguments, pages range-checked before the id array is
+    allocated; the array goes into ids[0] (ids: [out])."""
+    handle, pages, ids, total_pages = args
+    pages = operator.index(pages)
+    if not 0 <= pages <= total_pages:
+        raise error(-34, f"kva_grow: pages {pages} outside 0..total_pages")
+    out = ids[0]
+    if out is False:
+        return handle, pages, ffi.NULL
+    if out is None:
+        out = ids[0] = array.array("I", [0]) * pages
+    buf = ffi.from_buffer("uint32_t[]", out, require_writable=True)
+    if len(buf) < pages:
+        raise error(-34, "kva_grow: out is smaller than pages")
+    return handle, pages, buf
+
+
+def _request_info_of(q):
+    """The RequestInfo of a kva_request_info."""
+    return RequestInfo(handle_of(q.handle), user_of(q.user), _STATE.get(q.state, q.state),
+                       _REASON.get(q.reason, q.reason),
+                       _LOCATION.get(q.selected_location, q.selected_location),
+                       bool(q.has_selection), q.prompt_tokens, q.selected_position,
+                       q.pages_held, q.pages_reserved, q.lookups, q.copy_attempts,
+                       bool(q.cancel_requested))

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Stats (kva_stats as a frozen dataclass built from the C declaration) and
-histogram_bounds."""
+"""Stats (kva_stats as a frozen dataclass built from the C declaration),
+histogram_bounds, and the metrics text (kva_stats_format_as)."""
 import dataclasses
 
+from ._errors import CONVERSION, KvadmitError, arg_error, error
 from ._lib import ffi, lib
 from ._types import _REASON, Histogram
 
@@ -50,3 +51,25 @@ def stats_from_c(s):
         else:
             values[name] = v
     return Stats(**values)
+
+
+
+
+
+def metrics_text(s, format):
+    """kva_stats_format_as of the kva_stats `s` in `format`, as str."""
+    try:
+        fmt = int(format)
+        size = 16384
+        while True:
+            buf = ffi.new("char[]", size)
+            need = lib.kva_stats_format_as(s, fmt, buf, size)
+            if need == 0:
+                raise error(-22, "kva_stats_format_as: unknown format")
+            if need < size:
+                return ffi.string(buf, need).decode("utf-8")
+            size = need + 1
+    except KvadmitError:
+        raise
+    except CONVERSION as exc:
+        raise arg_error("kva_stats_format_as", exc) from exc
