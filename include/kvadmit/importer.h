@@ -4,7 +4,7 @@
  * checkpoint page i of one rank's share into destination page job->pages[i] and reports the rank
  * with kva_copy_done(). CPU importer: worker threads doing memcpy, with injectable latency,
  * bandwidth and failures. CUDA importer: its own streams below the host's decode stream.
- * Modes, memory rules, sticky errors and contexts: docs/embedding.md, "The importers".
+ * Usage: docs/importers.md; modes, memory rules, sticky errors, contexts: docs/embedding.md.
  *
  * Shutdown: stop calling kva_step(); destroy every importer (each reports every job it accepted
  * before it returns); then kva_engine_destroy(). An importer never outlives its engine.
@@ -134,7 +134,7 @@ enum kva_cuda_copy_method {
 	KVA_CUDA_COPY_BATCH = 2, /* one cudaMemcpyBatchAsync per job (CUDA >= 12.8) */
 };
 
-/* decode_stream and resolve's pinned memory: docs/embedding.md, "The importers". */
+/* decode_stream and resolve's pinned memory: docs/importers.md, docs/embedding.md. */
 typedef struct kva_cuda_importer_config {
 	int device;		   /* CUDA device ordinal */
 	uint32_t streams;	   /* import streams K, >= 1; jobs are spread round-robin */
