@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sim.h"
@@ -340,6 +341,10 @@ int main(int argc, char **argv)
 	}
 	sim_default_start(&sc);
 	sc.progress = progress < 0 ? isatty(STDERR_FILENO) : progress;
+	/* runs that end within a second print no progress line */
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	sc.progress_after_s = (double)now.tv_sec + (double)now.tv_nsec / 1e9 + 1.0;
 
 	char why[512];
 	const char *err = sim_check(&sc, why, sizeof(why));

@@ -874,8 +874,8 @@ static void loop(struct sim *s)
 	const struct sim_scenario *sc = s->sc;
 	uint64_t poll_ns = ns_of(sc->m.idle_poll_s);
 	int shown = -1;
-	/* the progress line appears only once a run has taken a second */
-	double quiet_until = wall_now() + 1.0;
+	/* the progress line appears only once the command has run a while */
+	double quiet_until = sc->progress_after_s;
 	uint32_t iter = 0;
 	bool show = false;
 	while (!s->fatal) {

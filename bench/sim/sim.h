@@ -98,6 +98,7 @@ struct sim_scenario {
 	bool local_boundary; /* --local-cache boundary|prefix (sim_model.local_boundary) */
 	int policies;	 /* SIM_POLICY_* bits */
 	bool json, progress, no_wall;
+	double progress_after_s; /* CLOCK_MONOTONIC: the progress line waits until then */
 	bool details;	      /* --details: the full table below the headline */
 	const char *svg_path; /* --svg: the timeline's SVG file; NULL: none */
 };
