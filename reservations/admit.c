@@ -4,13 +4,19 @@
  * 5, 7, 9), immediate local and ordinary admissions, READY restores passing
  * a blocked head, the head's timers (rules 8, 18), the prefix-cache reset
  * (rule 17), requeueing to the front and cancels (rule 13). Calls copy.c,
- * lookup.c, record.c.
+ * evict_walk.c, lookup.c and what lies below them (lifecycle.c, grant.c,
+ * held.c, stats.c).
  */
 #include <string.h>
 
 #include "admit.h"
 #include "copy.h"
+#include "evict_walk.h"
+#include "grant.h"
+#include "held.h"
+#include "lifecycle.h"
 #include "lookup.h"
+#include "stats.h"
 
 /* How many heads ahead admission fetches records. */
 #define ADMIT_AHEAD 4
@@ -131,13 +137,19 @@ static int head_no_memory(kva_engine *e, struct kva__req *r)
 	return 0;
 }
 
+/* Whether an empty plan could hold an admission of `pages` pages. */
+static bool plan_could_hold(const kva_plan *p, uint32_t pages)
+{
+	return p->admitted_cap > 0 && p->pages_cap >= pages;
+}
+
 /* Whether the plan has room for r's admission of `pages` pages now; if it
  * could not hold it even empty, the plan is too small (flagged, counted). */
 static bool plan_fits(kva_engine *e, struct kva__req *r, uint32_t pages, const char *what)
 {
 	if (plan_room(e->plan, pages))
 		return true;
-	if (!kva__plan_could_hold(e->plan, pages))
+	if (!plan_could_hold(e->plan, pages))
 		kva__plan_too_small(e, r->id, what, pages);
 	return false;
 }
@@ -466,10 +478,10 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 		e->head_recheck = true;
 		return 0;
 	}
-	/* rule 15: an eviction whose walk has not reached r yet (lookup.c) is
+	/* rule 15: an eviction whose walk has not reached r yet (evict_walk.c) is
 	 * newer than its copy: it looks up again, and may be decided at once
 	 * (the host's own checkpoint) */
-	if ((r->flags & KVA__F_RESTORE) && e->n_evicting && kva__lookup_sel_evicted(e, r))
+	if ((r->flags & KVA__F_RESTORE) && e->n_evicting && kva__evict_revalidate_sel(e, r))
 		e->admit_asked = true; /* its callback answer is handled in this step */
 	if (!(r->flags & KVA__F_DECIDED)) {
 		p->head_blocked = true; /* FCFS: an undecided head holds the line */
@@ -587,7 +599,7 @@ static bool take_more(kva_engine *e, struct kva__req *r, uint32_t tokens)
  * restore does (rules 15, 17), never admitted from a lost checkpoint. */
 static int admit_ready(kva_engine *e, struct kva__req *r)
 {
-	if ((r->flags & KVA__F_RESTORE) && kva__held_gone(e, kva__selected_checkpoint(r))) {
+	if ((r->flags & KVA__F_RESTORE) && kva__held_gone(&e->held, kva__selected_checkpoint(r))) {
 		ready_remove(e, r);
 		kva__st_add_single_writer(e, ST_REVALIDATIONS, 1);
 		kva__rec_give_back(e, r, 0, true);
@@ -691,7 +703,7 @@ bool kva__admit_head_recheck(kva_engine *e)
 	return true;
 }
 
-/* While an eviction's walk is pending (lookup.c), the first requests of the
+/* While an eviction's walk is pending (evict_walk.c), the first requests of the
  * queue, the next to be admitted, are checked at every step, so that their
  * new lookups go out together ahead of admission. The walk starts from the
  * most recently indexed sharers, and a request it has not reached looks up
@@ -708,7 +720,7 @@ bool kva__admit_revalidate_front(kva_engine *e)
 		struct kva_waitq_node *next = kva_waitq_next(&e->waitq, n);
 		struct kva__req *r = kva__req_of_wq(n);
 		e->plan->records_touched++;
-		if ((r->flags & KVA__F_RESTORE) && kva__lookup_sel_evicted(e, r))
+		if ((r->flags & KVA__F_RESTORE) && kva__evict_revalidate_sel(e, r))
 			asked = true;
 		n = next;
 	}

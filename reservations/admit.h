@@ -4,8 +4,8 @@
  * 1, 4, 5, 7, 9), the head's bounded-wait, log and refresh timers (rules 8,
  * 18), READY restores passing a blocked head, the plan's admissions,
  * requeueing to the front (preemption, reset: rule 17) and cancels in any
- * state (rule 13). Calls copy.c, lookup.c and record.c. Scheduler thread
- * only.
+ * state (rule 13). Calls copy.c, evict_walk.c, lookup.c and the files
+ * below them. Scheduler thread only.
  */
 #ifndef KVA_RESERVATIONS_ADMIT_H
 #define KVA_RESERVATIONS_ADMIT_H

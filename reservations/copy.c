@@ -2,15 +2,19 @@
 /*
  * Copy jobs (see copy.h): attempts, collective completion (rule 19),
  * retries and shorter-checkpoint recovery (rule 11), drain before reuse
- * (rule 12). Calls lookup.c (selection, fallback) and record.c.
+ * (rule 12). Calls lookup.c (selection, fallback), lifecycle.c, grant.c
+ * and stats.c.
  *
  * Memory-order labels:
- *   R1  an attempt handed out -> kva_copy_done's CAS (A3 of record.c)
+ *   R1  an attempt handed out -> kva_copy_done's CAS (A3 of grant.c)
  */
 #include <errno.h>
 
 #include "copy.h"
+#include "grant.h"
+#include "lifecycle.h"
 #include "lookup.h"
+#include "stats.h"
 
 void kva__copy_start(kva_engine *e, struct kva__req *r)
 {
@@ -139,7 +143,7 @@ void kva__copy_dispatch_pending(kva_engine *e)
 		g->copy_queued = false;
 		p->records_touched++;
 		/* R1: the attempt is handed out now, no rank reported yet;
-		 * kva_copy_done CASes bits (A3 of record.c). Not earlier: a queued
+		 * kva_copy_done CASes bits (A3 of grant.c). Not earlier: a queued
 		 * attempt may still be cancelled and its pages returned undrained. */
 		atomic_store_explicit(&g->copy_word, (uint64_t)g->attempts << 32, memory_order_release);
 		g->copy_started = e->now;

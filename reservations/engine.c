@@ -6,13 +6,14 @@
  * queue: only its head is looked at, and only READY restores (which own
  * their capacity) are admitted past a blocked head (rule 7).
  *
- * The top of reservations/: calls admit.c, copy.c, lookup.c and record.c.
+ * The top of reservations/: calls admit.c, copy.c, evict_walk.c, lookup.c
+ * and the files below them.
  * One step's data flow: intake's events (inbox) -> handlers here, which hand
- * each to its owner (submit -> record id map + admit queue + lookup; answer,
- * eviction -> lookup; copy report -> admit -> copy; cancel -> whichever list
- * holds the request, then record) -> timers (lookup deadlines, admit's head
- * timers) -> terminal reports (record retirement) -> admit.c's admission run
- * -> copy.c's dispatch.
+ * each to its owner (submit -> record id map + admit queue + lookup; answer
+ * -> lookup; eviction -> evict_walk; copy report -> admit -> copy; cancel ->
+ * whichever list holds the request, then record) -> timers (lookup
+ * deadlines, admit's head timers) -> terminal reports (record retirement)
+ * -> admit.c's admission run -> copy.c's dispatch.
  *
  * Never blocks: the inbox (one lane per producer thread) is spliced without
  * waiting once per step; an event whose producer is still linking it waits
@@ -32,8 +33,14 @@
 
 #include "admit.h"
 #include "alloc.h"
+#include "checkpoint_index.h"
 #include "copy.h"
+#include "event_queue.h"
+#include "evict_walk.h"
+#include "held.h"
+#include "lifecycle.h"
 #include "lookup.h"
+#include "stats.h"
 
 #define MS 1000000ull
 #define SEC (1000 * MS)
@@ -133,9 +140,9 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 		goto fail_slab;
 	if (kva_idmap_init(&e->ckpt, kva__alloc, kva__free, 64) != 0)
 		goto fail_ids;
-	if (kva__held_init(e) != 0)
+	if (kva__held_init(&e->held) != 0)
 		goto fail_ckpt;
-	if (kva__lookup_evictions_init(e) != 0)
+	if (kva__ckpt_walks_init(e) != 0)
 		goto fail_held;
 	if (kva_slab_init(&e->cancels, sizeof(struct kva__cancel), offsetof(struct kva__cancel, rcu),
 	                  kva__calloc_big, kva__free_big) != 0)
@@ -168,9 +175,9 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 fail_cancels:
 	kva_slab_fini(&e->cancels);
 fail_evictions:
-	kva__lookup_evictions_free(e);
+	kva__ckpt_walks_free(e);
 fail_held:
-	kva__held_fini(e);
+	kva__held_fini(&e->held);
 fail_ckpt:
 	kva_idmap_fini(&e->ckpt);
 fail_ids:
@@ -240,10 +247,10 @@ void kva_engine_destroy(kva_engine *e)
 	kva_slab_fini(&e->slab);
 	kva_slab_fini(&e->cancels); /* after the queues above: they held some */
 	kva__free(e->ready, e->cfg.max_running * sizeof(*e->ready));
-	kva__lookup_evictions_free(e);
+	kva__ckpt_walks_free(e);
 	kva_idmap_fini(&e->live_ids);
 	kva_idmap_fini(&e->ckpt);
-	kva__held_fini(e);
+	kva__held_fini(&e->held);
 	kva_pagepool_fini(&e->pool);
 	kva_fanin_fini(&e->inbox);
 	kva_inbox_fini(&e->local);
@@ -282,8 +289,8 @@ static bool end_departing(kva_engine *e, uint64_t id)
 static int handle_submit(kva_engine *e, struct kva__req *r)
 {
 	/* the host's checkpoint it may carry is held from its ingest on
-	 * (record.c): room first, so that nothing fails halfway */
-	if (r->nents && kva__held_reserve(e, r->nents) != 0)
+	 * (held.c): room first, so that nothing fails halfway */
+	if (r->nents && kva__held_reserve(&e->held, r->nents) != 0)
 		return -ENOMEM;
 	int rc = kva__rec_claim_id(e, r);
 	if (rc == -EEXIST && end_departing(e, r->id))
@@ -308,7 +315,7 @@ static int handle_submit(kva_engine *e, struct kva__req *r)
 		return 0;
 	}
 	r->flags |= KVA__F_INGESTED | KVA__F_HELD;
-	kva__held_hold_all(e, r);
+	kva__held_hold_all(&e->held, r);
 	kva__st_add_single_writer(e, ST_WAITING, 1);
 	kva__admit_enqueue(e, r);
 	return 0;
@@ -373,7 +380,7 @@ static int dispatch_event(kva_engine *e, struct kva__event *ev)
 		kva__admit_on_copy(e, embedded_req(e, ev), ev);
 		break;
 	case KVA__EV_EVICT:
-		if (kva__lookup_on_evict(e, caa_container_of(ev, struct kva__evict, ev)) != 0)
+		if (kva__evict_walk_start(e, caa_container_of(ev, struct kva__evict, ev)) != 0)
 			return -ENOMEM;
 		break;
 	case KVA__EV_LOCAL: {
@@ -659,13 +666,13 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	if (now_ns > e->now)
 		e->now = now_ns;
 	kva__st_add_single_writer(e, ST_STEPS, 1);
-	kva__lookup_step_begin(e);
+	kva__evict_step_begin(e);
 
 	handle_events(e);
 	bool asked = false;
 	if (e->n_evicting) { /* rule 15: the queue's front first, then a budget of the walk */
 		asked = kva__admit_revalidate_front(e);
-		asked |= kva__lookup_evictions_continue(e);
+		asked |= kva__evict_walks_continue(e);
 	}
 	asked |= kva_timerwheel_advance(&e->wheel, e->now, timer_fired, e);
 	asked |= kva__admit_head_recheck(e);

@@ -1,46 +1,36 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The engine's state, one struct for all of reservations/ (no code: it sits
- * below every file that uses it). Who writes what:
- * "shared" fields are touched by any thread through atomics or lock-free
- * structures; "scheduler" fields only inside kva_step (and create/destroy).
- * Each file's header says which functions it owns; the layering (calls go
- * downward only) is: engine.c -> admit.c -> copy.c -> lookup.c -> record.c,
- * with intake.c (the any-thread entry points) -> record.c, and stats.c a leaf.
+ * The engine's state, one struct for all of reservations/: types only, and
+ * a few one-line inline accessors of its fields. It sits above the type
+ * headers it embeds (events.h, record.h, held.h, counters.h) and below
+ * every file with code that reads it. Who writes what: "shared" fields are
+ * touched by any thread through atomics or lock-free structures;
+ * "scheduler" fields only inside kva_step (and create/destroy). The files,
+ * and the order calls go in (downward only), are listed in docs/design.md
+ * ("Where the code lives").
  */
 #ifndef KVA_RESERVATIONS_ENGINE_STATE_H
 #define KVA_RESERVATIONS_ENGINE_STATE_H
 
 #include <stdalign.h>
 
+#include "counters.h"
+#include "events.h"
+#include "held.h"
+#include "record.h"
+#include <kvadmit/lockfree/capacity.h>
 #include <kvadmit/lockfree/fanin.h>
 #include <kvadmit/lockfree/idmap.h>
+#include <kvadmit/lockfree/inbox.h>
 #include <kvadmit/lockfree/pagepool.h>
-#include "record.h"
+#include <kvadmit/lockfree/slab.h>
 #include <kvadmit/lockfree/slab_grower.h>
+#include <kvadmit/lockfree/timerwheel.h>
+#include <kvadmit/lockfree/waitq.h>
 
 enum kva__head_timer { HT_WAIT, HT_LOG, HT_REFRESH, HT_COUNT };
 
-/* The measured durations (kva_stats' histograms), in stats.c's storage. */
-enum kva__hist { H_CAPACITY_WAIT, H_LOOKUP, H_COPY, H_ADMISSION, H_COUNT };
-#define KVA__HIST_WORDS (2 + KVA_HIST_BUCKETS) /* count, sum, per-bucket counts */
-
-#define KVA__SHARDS KVA_FANIN_LANES /* producer-counter shards, one line each */
-#define KVA__IDS_LEAVING 16         /* ended ids whose live-id entries go at the next settle */
-
-/* The engine's record of the local checkpoints live requests hold in their
- * manifests (record.c, "held local checkpoints"): how many entries hold one
- * id, and the newest epoch an eviction of it reported. */
-struct kva__held {
-	uint64_t evicted;   /* newest eviction epoch reported while held; 0 none */
-	uint32_t refs;      /* entries of live records' manifests with this id */
-	uint32_t next_free; /* on the free list: the next one's index + 1 */
-};
-#define KVA__HELD_CHUNK 1024u /* trackers allocated together, never moved */
-
-struct kva__shard {
-	alignas(64) _Atomic uint64_t submitted;
-};
+#define KVA__IDS_LEAVING 16 /* ended ids whose live-id entries go at the next settle */
 
 struct kva_engine {
 	kva_config cfg;
@@ -80,27 +70,25 @@ struct kva_engine {
 	struct cds_list_head copy_pending;  /* need a copy job dispatched */
 	struct kva_idmap live_ids;          /* id -> slot of its live incarnation */
 	/* Ended ids still in live_ids: removed together at the next settle
-	 * (record.c), so each entry's cache miss overlaps other work. */
+	 * (lifecycle.c), so each entry's cache miss overlaps other work. */
 	uint64_t ids_leaving[KVA__IDS_LEAVING];
 	uint32_t n_ids_leaving;
-	struct kva_idmap ckpt;              /* selected checkpoint id -> first waiting slot */
-	/* Local checkpoint id -> its tracker's index, for every local entry of
-	 * a live (ingested) record's manifest, selected or not (record.c). */
-	struct kva_idmap held;
-	struct kva__held **held_chunks;
-	uint32_t n_held_chunks, held_chunks_cap;
-	uint32_t held_free, n_held_free; /* free trackers: index + 1 list, its length */
+	/* selected checkpoint id -> first waiting slot (checkpoint_index.c) */
+	struct kva_idmap ckpt;
+	/* Every local entry of a live (ingested) record's manifest, selected
+	 * or not (held.c). */
+	struct kva__held_map held;
 	/* Evictions whose sharers are still being looked at, any number of
-	 * them sharing one budget per step (lookup.c), found by checkpoint id
-	 * through evict_at (id -> index in evicting). */
+	 * them sharing one budget per step (evict_walk.c), found by checkpoint
+	 * id through evict_at (id -> index in evicting; checkpoint_index.c). */
 	struct kva__evict **evicting;
 	uint32_t n_evicting, evicting_cap;
 	struct kva_idmap evict_at;
 	uint32_t evict_budget; /* sharers this step may still look at */
 	struct kva_slab_retired retired;    /* slots waiting for their grace period */
 	struct kva_slab_retired cancels_retired; /* handled cancel events, likewise */
-	uint32_t retired_seen, cancels_seen; /* their counts at the last step's end (record.c) */
-	/* Retired requests' grants (record.c): waiting for their grace period
+	uint32_t retired_seen, cancels_seen; /* their counts at the last step's end (lifecycle.c) */
+	/* Retired requests' grants (grant.c): waiting for their grace period
 	 * (oldest first), then ready for reuse (most recently retired on top). */
 	struct kva__grant *grants_limbo, *grants_limbo_tail, *grants_spare;
 	uint32_t n_grants_spare;
@@ -133,26 +121,6 @@ struct kva_engine {
 	} log_rate[KVA_LOGEV_COUNT]; /* per-event rate limit (stats.c) */
 	bool alloc_failing; /* the last step-side allocation failed (log once per run) */
 };
-
-/* Statistics: kva__st_add (any thread, an atomic add) for the counters
- * other threads also write (running, preempted, reserved/in-use pages, late
- * answers, stale copies); kva__st_add_single_writer for the rest, which
- * only the scheduler thread writes. */
-static inline void kva__st_add(kva_engine *e, enum kva__stat s, int64_t v)
-{
-	atomic_fetch_add_explicit(&e->st[s], (uint64_t)v, memory_order_relaxed);
-}
-/* For counters only the scheduler thread writes: no locked instruction on
- * the step's path (readers still load them atomically). */
-static inline void kva__st_add_single_writer(kva_engine *e, enum kva__stat s, uint64_t v)
-{
-	atomic_store_explicit(&e->st[s], atomic_load_explicit(&e->st[s], memory_order_relaxed) + v,
-	                      memory_order_relaxed);
-}
-static inline uint64_t kva__st_get(const kva_engine *e, enum kva__stat s)
-{
-	return atomic_load_explicit(&e->st[s], memory_order_relaxed);
-}
 
 /* Pages for `tokens`; a shift for the usual power-of-two page sizes (a
  * 64-bit division costs as much as a blocked step's other work). */
@@ -189,27 +157,6 @@ static inline void kva__touched(kva_engine *e)
 {
 	if (e->plan)
 		e->plan->records_touched++;
-}
-
-/* stats.c: one log line about `r` (NULL: none) through the host's text and
- * structured callbacks (scheduler thread), rate limited per event. */
-void kva__log(kva_engine *e, int level, int event, const struct kva__req *r, int reason,
-              uint64_t value, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-/* stats.c: one measured duration (scheduler thread). */
-void kva__observe(kva_engine *e, enum kva__hist h, uint64_t ns);
-
-/* stats.c: the plan cannot hold what `what` (request id) needs even when
- * empty: flag, count (once per step) and log (once per run of such steps). */
-void kva__plan_too_small(kva_engine *e, uint64_t id, const char *what, uint32_t need);
-/* stats.c: a step-side allocation failed (retried later): count; log once
- * per run of failures. kva__alloc_ok ends the run. */
-void kva__alloc_failed(kva_engine *e, uint64_t id, const char *what);
-static inline void kva__alloc_ok(kva_engine *e) { e->alloc_failing = false; }
-
-/* Whether an empty plan could hold an admission of `pages` pages. */
-static inline bool kva__plan_could_hold(const kva_plan *p, uint32_t pages)
-{
-	return p->admitted_cap > 0 && p->pages_cap >= pages;
 }
 
 #endif

@@ -4,11 +4,11 @@
  * through the handle's (or token's) slot and generation — a bounds check and
  * a compare inside an RCU read-side section, no search — and hands the
  * scheduler an event; running requests are arbitrated by a CAS on their
- * state word. Calls only record.c.
+ * state word. Calls only event_queue.c, grant.c, lifecycle.c and stats.c.
  *
  * Memory-order labels:
  *   A2  a reader sees a state and what the scheduler set up before it: pairs
- *       with R2 of record.c (and R4 below)
+ *       with R2 of lifecycle.c (and R4 below)
  *   A3  kva_lookup_answer sees the awaited seq: pairs with R1 of lookup.c
  *   R4/A4  kva_grow hands the page list back -> the next CAS owner
  *   A5  kva_waiting_foreach sees a record it reaches: pairs with R2 of slab.c
@@ -17,7 +17,10 @@
 #include <string.h>
 
 #include "alloc.h"
-#include "engine_state.h"
+#include "event_queue.h"
+#include "grant.h"
+#include "lifecycle.h"
+#include "stats.h"
 
 /* The calling thread's producer-counter shard: its inbox lane's. */
 static struct kva__shard *my_shard(kva_engine *e)
@@ -106,7 +109,7 @@ int kva_cancel(kva_engine *e, kva_handle h)
 	struct kva__cancel *c = NULL;
 	kva_rcu_read_lock();
 	struct kva__req *r = find(e, h);
-	/* A2: pairs with R2 of record.c. */
+	/* A2: pairs with R2 of lifecycle.c. */
 	if (!r || kva__state_is_terminal(atomic_load_explicit(&r->state, memory_order_acquire)))
 		rc = -ENOENT;
 	else if (atomic_load_explicit(&r->cancel_requested, memory_order_relaxed))
@@ -191,7 +194,7 @@ int kva_local_checkpoint(kva_engine *e, kva_handle h, const kva_checkpoint *cp)
 	struct kva__local *l = NULL;
 	kva_rcu_read_lock();
 	struct kva__req *r = find(e, h);
-	/* A2: pairs with R2 of record.c. */
+	/* A2: pairs with R2 of lifecycle.c. */
 	int rc = !r || kva__state_is_terminal(atomic_load_explicit(&r->state, memory_order_acquire))
 	                 ? -ENOENT
 	                 : host_local_valid(cp, r->prompt_tokens);
@@ -282,7 +285,7 @@ static int take_running(kva_engine *e, kva_handle h, uint32_t to, struct kva__re
 	if (g)
 		kva__grant_prefetch(g); /* a hint: the acquire load that uses it is A1 */
 	uint32_t s = KVA_STATE_RUNNING;
-	/* A4: pairs with R4 in kva_grow (and R2 of record.c): we own the page list. */
+	/* A4: pairs with R4 in kva_grow (and R2 of lifecycle.c): we own the page list. */
 	if (atomic_compare_exchange_strong_explicit(&r->state, &s, to, memory_order_acquire,
 	                                            memory_order_relaxed)) {
 		*out = r;

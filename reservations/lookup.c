@@ -1,27 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Lookups (see lookup.h): the directory, deadlines, retained manifests,
- * refresh answers and the checkpoint index.
+ * selection and refresh answers.
  *
  * lookup_word = seq << 1 | awaiting. Producers (kva_lookup_answer) read it
  * to refuse stale answers early; the scheduler re-checks when it handles the
  * answer, which is the decision that counts.
- *
- * The checkpoint index (rule 15) is scheduler-private: a map from a
- * checkpoint id (local or external) to the first of the waiting records that
- * selected it, the
- * rest linked through the records (ck.prev/ck.next), so k sharers cost O(1)
- * each to add and remove and an eviction walks only its own sharers.
- *
- * An eviction newer than k sharers' copies needs k new decisions. The step
- * looks at KVA__EVICT_STEP_RECORDS sharers at most (rule 20), so a checkpoint
- * shared by a million waiting requests is revalidated over many steps and
- * their lookups go out spread the same way: the eviction stays pending
- * (e->evicting) with a cursor into the list. Until the walk reaches a
- * sharer it waits behind the head; the queue's front is checked at every
- * step of a walk (admit.c), and admission asks every restore it is about
- * to admit whether a pending eviction is newer than its copy
- * (kva__lookup_sel_evicted), so none is admitted from a lost checkpoint.
  *
  * Memory-order labels:
  *   R1  a new lookup's seq -> kva_lookup_answer (A3 of intake.c)
@@ -29,115 +13,11 @@
 #include <errno.h>
 #include <string.h>
 
-#include "alloc.h"
+#include "checkpoint_index.h"
+#include "held.h"
+#include "lifecycle.h"
 #include "lookup.h"
-
-static struct kva__req *at_slot(kva_engine *e, uint32_t slot_plus1)
-{
-	return slot_plus1 ? kva_slab_get(&e->slab, slot_plus1 - 1) : NULL;
-}
-
-#ifdef KVA_FAULT_INJECTION
-uint32_t kva__evict_step_records = KVA__EVICT_STEP_RECORDS;
-void kva__evict_step_records_set(uint32_t n)
-{
-	kva__evict_step_records = n ? n : KVA__EVICT_STEP_RECORDS;
-}
-#endif
-
-/* The pending walk of checkpoint id, or NULL: one map probe, however many
- * walks are pending. */
-static struct kva__evict *evicting(kva_engine *e, uint64_t id)
-{
-	if (!e->n_evicting)
-		return NULL;
-	uint32_t *i = kva_idmap_find(&e->evict_at, id);
-	return i ? e->evicting[*i] : NULL;
-}
-
-int kva__lookup_evictions_init(kva_engine *e)
-{
-	e->evicting = NULL;
-	e->n_evicting = e->evicting_cap = 0;
-	return kva_idmap_init(&e->evict_at, kva__alloc, kva__free, 64);
-}
-
-/* Room for one more pending walk, before anything changes. */
-static int evicting_reserve(kva_engine *e)
-{
-	if (e->n_evicting == e->evicting_cap) {
-		uint32_t cap = e->evicting_cap ? 2 * e->evicting_cap : 8;
-		struct kva__evict **a = kva__realloc(e->evicting, e->evicting_cap * sizeof(*a),
-		                                     cap * sizeof(*a));
-		if (!a)
-			return -ENOMEM;
-		e->evicting = a;
-		e->evicting_cap = cap;
-	}
-	return kva_idmap_reserve(&e->evict_at, 1);
-}
-
-/* Pending walk i is done: the last one takes its place. */
-static void evicting_remove(kva_engine *e, uint32_t i)
-{
-	kva_idmap_remove(&e->evict_at, e->evicting[i]->checkpoint_id);
-	struct kva__evict *last = e->evicting[--e->n_evicting];
-	if (i < e->n_evicting) {
-		e->evicting[i] = last;
-		*kva_idmap_find(&e->evict_at, last->checkpoint_id) = i;
-	}
-}
-
-static void ckpt_unindex(kva_engine *e, struct kva__req *r)
-{
-	if (!(r->flags & KVA__F_INDEXED))
-		return;
-	r->flags &= (uint16_t)~KVA__F_INDEXED;
-	/* a pending walk about to look at r goes on with the next one: only
-	 * the walk of r's own checkpoint can be (its list is r's) */
-	struct kva__evict *p = evicting(e, kva__selected_checkpoint(r)->id);
-	if (p && p->cursor == kva__rec_slot(r) + 1)
-		p->cursor = r->ck.next;
-	struct kva__req *prev = at_slot(e, r->ck.prev), *next = at_slot(e, r->ck.next);
-	if (next)
-		next->ck.prev = r->ck.prev;
-	if (prev) {
-		prev->ck.next = r->ck.next;
-	} else {
-		uint64_t id = kva__selected_checkpoint(r)->id;
-		if (next) {
-			*kva_idmap_find(&e->ckpt, id) = r->ck.next - 1;
-			next->ck.epoch_floor = r->ck.epoch_floor; /* fewer records: still a floor */
-		} else {
-			kva_idmap_remove(&e->ckpt, id);
-		}
-	}
-	r->ck.prev = r->ck.next = 0;
-}
-
-/* Room was reserved by the caller (kva__lookup_on_answer): cannot fail. */
-static void ckpt_index(kva_engine *e, struct kva__req *r, uint64_t id)
-{
-	uint32_t me = kva__rec_slot(r);
-	uint32_t *first = kva_idmap_find(&e->ckpt, id);
-	r->ck.prev = 0;
-	r->ck.next = 0;
-	r->ck.epoch_floor = kva__selected_checkpoint(r)->epoch;
-	struct kva__evict *p = evicting(e, id);
-	if (p && p->joined_min > r->ck.epoch_floor)
-		p->joined_min = r->ck.epoch_floor; /* ahead of the cursor: see evict_done */
-	if (first) {
-		struct kva__req *old = kva_slab_get(&e->slab, *first);
-		old->ck.prev = me + 1;
-		r->ck.next = *first + 1;
-		if (old->ck.epoch_floor < r->ck.epoch_floor)
-			r->ck.epoch_floor = old->ck.epoch_floor;
-		*first = me;
-	} else {
-		(void)kva_idmap_insert(&e->ckpt, id, me);
-	}
-	r->flags |= KVA__F_INDEXED;
-}
+#include "stats.h"
 
 /* The restores-waiting gauge: a waiting request with a selected checkpoint. */
 static void restore_gauge(kva_engine *e, struct kva__req *r, bool on)
@@ -166,15 +46,15 @@ static void lookup_abandon(kva_engine *e, struct kva__req *r)
 void kva__lookup_forget(kva_engine *e, struct kva__req *r)
 {
 	lookup_abandon(e, r);
-	ckpt_unindex(e, r);
+	kva__ckpt_unindex(e, r);
 	restore_gauge(e, r, false);
 }
 
 void kva__manifest_drop(kva_engine *e, struct kva__req *r)
 {
-	ckpt_unindex(e, r);
+	kva__ckpt_unindex(e, r);
 	restore_gauge(e, r, false);
-	kva__held_drop_all(e, r);
+	kva__held_drop_all(&e->held, r);
 	if (r->nents > 1)
 		kva__answer_free(r->manifest);
 	r->nents = 0;
@@ -248,10 +128,10 @@ static bool host_stale(kva_engine *e, const kva_checkpoint *c)
 
 /* A retained entry that can no longer be taken: a host checkpoint a reset
  * forgot, or a local checkpoint reported evicted (at an epoch newer than
- * this copy) while requests held it (record.c, held local checkpoints). */
+ * this copy) while requests held it (held.c). */
 static bool entry_gone(kva_engine *e, const kva_checkpoint *c)
 {
-	return host_stale(e, c) || kva__held_gone(e, c);
+	return host_stale(e, c) || kva__held_gone(&e->held, c);
 }
 
 /* The longest compatible checkpoint that does not extend past the prompt
@@ -266,7 +146,7 @@ static int select_entry(kva_engine *e, const kva_checkpoint *ents, uint32_t coun
 	for (int i = (int)count - 1; i >= 0; i--) {
 		const kva_checkpoint *c = &ents[i];
 		if (c->compatible && c->position <= prompt && c->position < below_pos &&
-		    !host_stale(e, c) && !(held && kva__held_gone(e, c)))
+		    !host_stale(e, c) && !(held && kva__held_gone(&e->held, c)))
 			return i;
 	}
 	return -1;
@@ -280,7 +160,7 @@ int kva__select_shorter(kva_engine *e, const struct kva__req *r)
 
 void kva__select(kva_engine *e, struct kva__req *r, int sel)
 {
-	ckpt_unindex(e, r);
+	kva__ckpt_unindex(e, r);
 	r->sel = (int8_t)sel;
 	r->flags |= KVA__F_RESTORE | KVA__F_DECIDED;
 	const kva_checkpoint *c = kva__selected_checkpoint(r);
@@ -290,7 +170,7 @@ void kva__select(kva_engine *e, struct kva__req *r, int sel)
 	/* rule 15: a waiting request is found by the checkpoint it selected,
 	 * local or external, when that checkpoint is evicted */
 	if (atomic_load_explicit(&r->state, memory_order_relaxed) == KVA_STATE_WAITING)
-		ckpt_index(e, r, c->id);
+		kva__ckpt_index(e, r, c->id);
 }
 
 /* Adopts `a` as r's retained manifest with entry `sel` selected; a single
@@ -302,7 +182,7 @@ static void manifest_adopt(kva_engine *e, struct kva__req *r, struct kva__answer
 	bool host = r->flags & KVA__F_HOSTLOCAL; /* merged into a by the caller */
 	if (r->flags & KVA__F_HELD)
 		for (uint32_t i = 0; i < a->count; i++)
-			kva__held_hold(e, &a->entries[i]);
+			kva__held_hold(&e->held, &a->entries[i]);
 	kva__manifest_drop(e, r);
 	if (host)
 		r->flags |= KVA__F_HOSTLOCAL;
@@ -410,7 +290,7 @@ void kva__lookup_requeue(kva_engine *e, struct kva__req *r, bool keep)
 	if (h >= 0) {
 		host = kva__manifest_entries(r)[h];
 		if (r->flags & KVA__F_HELD) /* held already: no room needed */
-			kva__held_hold(e, &host);
+			kva__held_hold(&e->held, &host);
 	}
 	kva__manifest_drop(e, r);
 	if (h >= 0) {
@@ -425,7 +305,7 @@ void kva__lookup_requeue(kva_engine *e, struct kva__req *r, bool keep)
 static bool decide_host(kva_engine *e, struct kva__req *r)
 {
 	int h = host_idx(e, r);
-	if (h < 0 || kva_idmap_reserve(&e->ckpt, 1) != 0)
+	if (h < 0 || kva__ckpt_reserve(e) != 0)
 		return false;
 	if (too_large(e, r))
 		kva__fallback(e, r, KVA_REASON_TOO_LARGE);
@@ -489,7 +369,7 @@ int kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint
 	    host_stale(e, cp))
 		return 0; /* ended meanwhile, no news, or stated before a reset called since */
 	bool held = r->flags & KVA__F_HELD; /* else held at its ingest, still to come */
-	if (held && kva__held_reserve(e, 1) != 0)
+	if (held && kva__held_reserve(&e->held, 1) != 0)
 		return -ENOMEM; /* room to remember its eviction first: nothing changed */
 	bool restore = r->flags & KVA__F_RESTORE;
 	uint64_t sel_id = restore ? kva__selected_checkpoint(r)->id : 0;
@@ -497,7 +377,7 @@ int kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint
 	 * entry about to be replaced (also one a reset forgot) leaves it now
 	 * (nothing else changes ids). */
 	if (restore && (kva__selected_checkpoint(r)->reserved_ & KVA__CK_HOST))
-		ckpt_unindex(e, r);
+		kva__ckpt_unindex(e, r);
 
 	/* room for one more entry: the spare the producer allocated (at most
 	 * KVA_MAX_CHECKPOINTS + 1 entries ever: the directory's and the host's) */
@@ -512,10 +392,10 @@ int kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint
 	}
 	kva_checkpoint *ents = need > 1 ? r->manifest->entries : &r->one;
 	if (held) { /* cp in, the entries put_host replaces out */
-		kva__held_hold(e, cp);
+		kva__held_hold(&e->held, cp);
 		for (uint32_t i = 0; i < n; i++)
 			if ((ents[i].reserved_ & KVA__CK_HOST) || ents[i].id == cp->id)
-				kva__held_drop(e, &ents[i]);
+				kva__held_drop(&e->held, &ents[i]);
 	}
 	uint32_t cnt = put_host(ents, n, cp);
 	if (need > 1 && cnt == 1) { /* it replaced the only other entry */
@@ -543,7 +423,7 @@ int kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint
 	bool waiting = st == KVA_STATE_WAITING && (r->flags & KVA__F_INGESTED);
 	/* importing, ready: admission counts it; running: kept for a
 	 * preemption. An index without room (memory) leaves the path as it is. */
-	if (!waiting || kva_idmap_reserve(&e->ckpt, 1) != 0)
+	if (!waiting || kva__ckpt_reserve(e) != 0)
 		return 0;
 	if (!(r->flags & KVA__F_DECIDED)) {
 		/* the decisive lookup is out: only a full hit decides before it */
@@ -569,12 +449,12 @@ int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a)
 		return 0;
 	}
 	/* An index entry must not fail halfway: make room first, also for
-	 * the answer's local entries among the held ones (record.c; the
+	 * the answer's local entries among the held ones (held.c; the
 	 * host's, merged below, is held already). */
 	uint32_t locals = 0;
 	for (uint32_t i = 0; i < a->count; i++)
 		locals += a->entries[i].location == KVA_LOC_LOCAL;
-	if (kva_idmap_reserve(&e->ckpt, 1) != 0 || (locals && kva__held_reserve(e, locals) != 0))
+	if (kva__ckpt_reserve(e) != 0 || (locals && kva__held_reserve(&e->held, locals) != 0))
 		return -ENOMEM;
 	atomic_store_explicit(&r->lookup_word, a->token.seq << 1, memory_order_relaxed);
 	kva__st_add_single_writer(e, ST_ANSWERED, 1);
@@ -637,133 +517,8 @@ void kva__lookup_on_deadline(kva_engine *e, struct kva__req *r)
 		kva__fallback(e, r, KVA_REASON_LOOKUP_TIMEOUT);
 }
 
-/* r's copy of checkpoint `id` is older than an eviction: it looks up again. */
-static void revalidate(kva_engine *e, struct kva__req *r, uint64_t id)
+void kva__lookup_revalidate(kva_engine *e, struct kva__req *r, uint64_t id)
 {
 	int h = host_idx(e, r); /* another local checkpoint the host knows stays */
 	relookup(e, r, h >= 0 && kva__manifest_entries(r)[h].id != id);
-}
-
-/* Looks at p's sharers from its cursor, at most *budget of them; true when
- * it reached the end of the list with no further pass due. */
-static bool evict_walk(kva_engine *e, struct kva__evict *p, uint32_t *budget)
-{
-	for (;;) {
-		while (p->cursor && *budget) {
-			struct kva__req *r = kva_slab_get(&e->slab, p->cursor - 1);
-			p->cursor = r->ck.next; /* before r leaves the list */
-			(*budget)--;
-			kva__touched(e);
-			if (kva__selected_checkpoint(r)->epoch < p->epoch)
-				revalidate(e, r, p->checkpoint_id);
-		}
-		if (p->cursor || !p->again)
-			return !p->cursor;
-		/* one more pass, from the front: those this one passed before a
-		 * newer eviction came, and those indexed since it began */
-		uint32_t *first = kva_idmap_find(&e->ckpt, p->checkpoint_id);
-		p->again = false;
-		p->joined_min = UINT64_MAX;
-		p->cursor = first ? *first + 1 : 0;
-		if (!p->cursor)
-			return true;
-	}
-}
-
-/* p's walk is done. No sharer left selected an epoch below p's, but those
- * indexed since the walk began (ahead of its start): the list's floor. */
-static void evict_done(kva_engine *e, struct kva__evict *p)
-{
-	uint32_t *first = kva_idmap_find(&e->ckpt, p->checkpoint_id);
-	if (first) {
-		struct kva__req *r = kva_slab_get(&e->slab, *first);
-		uint64_t floor = p->epoch < p->joined_min ? p->epoch : p->joined_min;
-		if (r->ck.epoch_floor < floor)
-			r->ck.epoch_floor = floor;
-	}
-	kva__free(p, sizeof(*p));
-}
-
-/* Only the requests that selected this checkpoint, and only if their copy
- * of it is older than the eviction, look up again: as many as the step's
- * budget allows now, the rest in the next steps (the file comment). Any
- * number of walks may be pending: they share the budget. */
-int kva__lookup_on_evict(kva_engine *e, struct kva__evict *ev)
-{
-	if (evicting_reserve(e) != 0)
-		return -ENOMEM;
-	/* requests holding it unselected: remembered for when they take it */
-	kva__held_evicted(e, ev->checkpoint_id, ev->epoch);
-	uint32_t *first = kva_idmap_find(&e->ckpt, ev->checkpoint_id);
-	struct kva__req *r = first ? kva_slab_get(&e->slab, *first) : NULL;
-	struct kva__evict *p = evicting(e, ev->checkpoint_id);
-	if (r)
-		kva__touched(e);
-	/* A repeated or stale eviction (a directory resending its events)
-	 * finds nothing older: one record read, not one per sharer. A pending
-	 * walk as new covers it, unless a sharer joined behind its cursor with
-	 * an older copy and no further pass is due. */
-	if (!r || ev->epoch <= r->ck.epoch_floor ||
-	    (p && ev->epoch <= p->epoch && (p->again || ev->epoch <= p->joined_min))) {
-		kva__free(ev, sizeof(*ev));
-		return 0;
-	}
-	if (p) {
-		/* A newer one while walking: the rest of this pass looks at the
-		 * newer epoch, and one more pass from the front follows for those
-		 * it passed already (and those indexed since). Not a restart now:
-		 * evictions coming faster than a pass would keep the walk from
-		 * ever reaching the sharers past its first steps. */
-		if (p->epoch < ev->epoch)
-			p->epoch = ev->epoch;
-		p->again = true;
-		kva__free(ev, sizeof(*ev));
-		return 0;
-	}
-	ev->cursor = *first + 1;
-	ev->again = false;
-	ev->joined_min = UINT64_MAX;
-	if (evict_walk(e, ev, &e->evict_budget)) {
-		evict_done(e, ev);
-		return 0;
-	}
-	/* room reserved above: neither can fail */
-	(void)kva_idmap_insert(&e->evict_at, ev->checkpoint_id, e->n_evicting);
-	e->evicting[e->n_evicting++] = ev;
-	return 0;
-}
-
-bool kva__lookup_evictions_continue(kva_engine *e)
-{
-	bool walked = false;
-	for (uint32_t i = 0; i < e->n_evicting && e->evict_budget;) {
-		struct kva__evict *p = e->evicting[i];
-		walked = true;
-		if (evict_walk(e, p, &e->evict_budget)) {
-			evicting_remove(e, i);
-			evict_done(e, p);
-		} else {
-			i++;
-		}
-	}
-	return walked;
-}
-
-bool kva__lookup_sel_evicted(kva_engine *e, struct kva__req *r)
-{
-	const kva_checkpoint *c = kva__selected_checkpoint(r);
-	struct kva__evict *p = evicting(e, c->id);
-	if (!p || c->epoch >= p->epoch)
-		return false;
-	uint64_t id = c->id; /* c goes with the manifest */
-	revalidate(e, r, id);
-	return true;
-}
-
-void kva__lookup_evictions_free(kva_engine *e)
-{
-	while (e->n_evicting)
-		kva__free(e->evicting[--e->n_evicting], sizeof(struct kva__evict));
-	kva__free(e->evicting, e->evicting_cap * sizeof(*e->evicting));
-	kva_idmap_fini(&e->evict_at);
 }

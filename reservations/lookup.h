@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * lookup.c: the directory side of a waiting request — one lookup per
- * incarnation (rule 2), its deadline (rule 3), the retained manifest and the
- * checkpoint it selects, refresh answers (rule 18), the checkpoint index and
- * revalidation on eviction (rule 15), the host's own local checkpoints
- * (rule 22), and the fallback to recompute. Calls only record.c. Scheduler
- * thread only.
+ * lookup.h, lookup.c: the directory side of a waiting request — one
+ * lookup per incarnation (rule 2), its deadline (rule 3), the retained
+ * manifest and the checkpoint it selects (kept in the checkpoint index),
+ * refresh answers (rule 18), the host's own local checkpoints (rule 22),
+ * and the fallback to recompute. Calls checkpoint_index.c, held.c,
+ * lifecycle.c and stats.c. Scheduler thread only.
  */
 #ifndef KVA_RESERVATIONS_LOOKUP_H
 #define KVA_RESERVATIONS_LOOKUP_H
@@ -26,7 +26,7 @@ void kva__lookup_begin(kva_engine *e, struct kva__req *r, bool resume);
 void kva__lookup_requeue(kva_engine *e, struct kva__req *r, bool keep);
 /* The host stated a local checkpoint of r (rule 22). A manifest that must
  * grow takes *spare (set to NULL then). 0, or -ENOMEM: no room to hold the
- * checkpoint (record.c, held local checkpoints), nothing changed; the event
+ * checkpoint (held.c), nothing changed; the event
  * is retried next step. */
 int kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint *cp,
                          struct kva__answer **spare);
@@ -41,37 +41,9 @@ bool kva__lookup_host_forgotten(kva_engine *e, struct kva__req *r);
 /* 0, or -ENOMEM: the answer could not be indexed; nothing changed, retry. */
 int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a);
 void kva__lookup_on_deadline(kva_engine *e, struct kva__req *r);
-/* An eviction: takes ev (kept while its sharers are revalidated over
- * several steps, or freed). 0, or -ENOMEM: no room to keep one more walk
- * pending; nothing changed, the event is retried. */
-int kva__lookup_on_evict(kva_engine *e, struct kva__evict *ev);
-/* Create: the pending walks' map. 0 or -ENOMEM. */
-int kva__lookup_evictions_init(kva_engine *e);
-/* Sharers the pending evictions look at per step, all together: about
- * 0.1 ms of cache misses at a million waiting. */
-#define KVA__EVICT_STEP_RECORDS 1024
-#ifdef KVA_FAULT_INJECTION
-/* Test builds: fuzz_engine lowers it (0: the default) so that its few
- * sharers walk over several steps too. */
-extern uint32_t kva__evict_step_records;
-void kva__evict_step_records_set(uint32_t n);
-#else
-#define kva__evict_step_records KVA__EVICT_STEP_RECORDS
-#endif
-
-/* At the start of each step: the budget of sharers evictions may look at. */
-static inline void kva__lookup_step_begin(kva_engine *e)
-{
-	e->evict_budget = kva__evict_step_records;
-}
-/* Each step: the pending evictions look at more sharers, within the step's
- * budget (e->evict_budget, set by the step). true if any was looked at. */
-bool kva__lookup_evictions_continue(kva_engine *e);
-/* Whether a pending eviction is newer than r's selected copy (r a restore,
- * WAITING, about to be admitted); if so r looks up again. */
-bool kva__lookup_sel_evicted(kva_engine *e, struct kva__req *r);
-/* Destroy: the pending evictions and their map go. */
-void kva__lookup_evictions_free(kva_engine *e);
+/* r's copy of checkpoint `id` is older than an eviction (evict_walk.c):
+ * r looks up again; another local checkpoint the host knows stays. */
+void kva__lookup_revalidate(kva_engine *e, struct kva__req *r, uint64_t id);
 /* r leaves the waiting side: deadline and index entry go. */
 void kva__lookup_forget(kva_engine *e, struct kva__req *r);
 /* Drops r's retained manifest and selection. */

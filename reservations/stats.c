@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* What the engine tells the host: the statistics snapshot (atomics only,
- * any thread) with its measured durations, its Prometheus / OpenMetrics text
- * rendering, and log lines through the host's callbacks. A leaf: calls
- * nothing else in reservations/. */
+/* What the engine tells the host (see stats.h): the statistics snapshot
+ * (atomics only, any thread) with its measured durations, its Prometheus /
+ * OpenMetrics text rendering, and log lines through the host's callbacks.
+ * Reads the engine state; calls nothing else in reservations/. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "engine_state.h"
+#include "stats.h"
 
 /* ---- log lines ---------------------------------------------------------------- */
 

@@ -39,8 +39,8 @@
 
 #ifdef KVA_FAULT_INJECTION
 uint64_t kva__fault_arm(uint64_t k, int sticky); /* reservations/alloc.h */
-void kva__evict_step_records_set(uint32_t n);    /* reservations/lookup.h */
-size_t kva__held_ids(const kva_engine *e);       /* reservations/record.h */
+void kva__evict_step_records_set(uint32_t n);    /* reservations/evict_walk.h */
+size_t kva__held_ids(const kva_engine *e);       /* reservations/lifecycle.h */
 #endif
 
 #define MAXH 160    /* handles per input */
@@ -1151,7 +1151,7 @@ static void final_drain(void)
 	for (uint32_t i = 0; i < S.nh; i++)
 		CHECK(S.h[i].ended);
 #ifdef KVA_FAULT_INJECTION
-	/* every local entry a manifest held was let go (record.c, held local
+	/* every local entry a manifest held was let go (held.c, held local
 	 * checkpoints): a count off by one would keep an id for ever */
 	do_step(1000000, 0, false);
 	CHECK(kva__held_ids(S.e) == 0);

@@ -2,7 +2,7 @@
 /*
  * copy.pml: collective copy completion (rules 12, 19): copy.c kva__copy_start,
  * copy.c kva__copy_dispatch_pending, copy.c kva__copy_on_report,
- * copy.c kva__copy_cancel (reservations/) and record.c kva__grant_report.
+ * copy.c kva__copy_cancel (reservations/) and grant.c kva__grant_report.
  * WORLD importer ranks copy into the request's destination pages; each
  * reports into copy_word = attempt << 8 | mask with a CAS (the C word is
  * attempt << 32 | mask). A rank may report success or failure, report its
@@ -13,7 +13,7 @@
  * and the grant leaves the record with copy_word as the last attempt left
  * it (a rank that matched the handle just before may still report into it;
  * the grant is reset only when it is reused, a grace period later, after
- * every such rank is done: record.c grant_reuse).
+ * every such rank is done: grant.c grant_reuse).
  *
  * Properties:
  *   - destination pages go back only after every rank of the submitted
@@ -78,13 +78,13 @@ inline pages_return()
 	}
 }
 
-/* record.c kva__grant_report (after intake.c kva_copy_done's lookup) */
+/* grant.c kva__grant_report (after intake.c kva_copy_done's lookup) */
 inline report(a, st, rc)
 {
 	if
 	:: !live -> rc = 1 /* -ENOENT: intake.c kva_copy_done, kva__rec_find */
 	:: else ->
-		w = copy_word; /* record.c kva__grant_report, A3 */
+		w = copy_word; /* grant.c kva__grant_report, A3 */
 		do
 		::
 #ifdef MUTANT_NO_ATTEMPT_CHECK
@@ -103,7 +103,7 @@ inline report(a, st, rc)
 					fi
 				};
 				if
-				:: rc == 0 -> reports ! me, st; break /* record.c kva__grant_report: rank_ev */
+				:: rc == 0 -> reports ! me, st; break /* grant.c kva__grant_report: rank_ev */
 				:: else -> skip
 				fi
 			fi
@@ -163,7 +163,7 @@ active proctype scheduler()
 			if
 			:: state == CANCELLED -> /* copy.c kva__copy_on_report: rule 12, drained */
 				pages_return();
-				live = 0 /* record.c kva__rec_retire */
+				live = 0 /* lifecycle.c kva__rec_retire */
 			:: state == IMPORTING && any_failed && retries < RETRIES ->
 				retries++; /* copy.c kva__copy_on_report: retry, copy.c kva__copy_start */
 				attempts++;

@@ -5,7 +5,7 @@
  * scheduler's step splices the marked lanes without waiting and pops its
  * private batch without waiting; the host sleeps until `wake` when the step
  * reports no backlog (engine.c kva_step, plan->backlog; the producer's wake:
- * record.c kva__event_enqueue, then record.c kva__wake).
+ * event_queue.c kva__event_enqueue, then event_queue.c kva__wake).
  *
  * Modelled: lanes 0 and 1; producers A and B share lane 0 (threads beyond
  * KVA_FANIN_LANES share lanes), C uses lane 1. Each pushes PUSHES nodes (A)
@@ -89,7 +89,7 @@ proctype producer(byte l; byte first; byte count)
 		:: old == D0 || old == D1 ->
 			/* fanin.c kva_fanin_push, R1: release fetch_or of the lane's bit */
 			atomic { oldmask = mask; mask = mask | (1 << l) };
-			/* record.c kva__event_enqueue: wake the host when the fan-in was empty */
+			/* event_queue.c kva__event_enqueue: wake the host when the fan-in was empty */
 			if
 			:: oldmask == 0 -> wake = 1
 			:: else -> skip

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * slab.pml: slot retirement and reuse with generations (lockfree/slab.{h,c},
- * reservations/record.c kva__rec_find, reservations/intake.c). One slot goes
+ * reservations/lifecycle.c kva__rec_find, reservations/intake.c). One slot goes
  * through INCARNATIONS incarnations of the same request id (rule 14: an id
  * may be submitted again), each alloc -> fill -> publish -> retire -> grace
  * period -> free again. READERS threads hold the handle of the first
@@ -9,7 +9,7 @@
  * kva_lookup_answer do: inside an RCU read-side section they look the slot
  * up (bounds, generation, id), then read and write the record they matched,
  * and may hand the scheduler an event naming the handle, which the step
- * looks up again (engine.c dispatch_event, record.c kva__rec_find).
+ * looks up again (engine.c dispatch_event, lifecycle.c kva__rec_find).
  *
  * Properties:
  *   - a stale handle never touches a later incarnation: whatever a reader
@@ -29,7 +29,7 @@
  * Memory model: the argument uses R2/A2 of slab.c (publish is a release
  * store of the odd generation, lookup an acquire load: a matching reader
  * sees the filled record), the release store of the even generation at
- * retire (record.c kva__rec_retire, slab.c kva_slab_retire) followed by
+ * retire (lifecycle.c kva__rec_retire, slab.c kva_slab_retire) followed by
  * call_rcu (slab.c kva_slab_flush), and the RCU
  * guarantee above (urcu-memb: read_lock/unlock with smp_mb vs
  * synchronize_rcu's membarrier). A reader that loads the old odd
@@ -75,7 +75,7 @@ bit cancel_requested[INCARNATIONS + 1];
 inline lookup(g, found)
 {
 	/* slab.h kva_slab_lookup, A2: (gen & 1) && hdr.gen == gen, then
-	 * record.c kva__rec_find: r->id == id; every incarnation has the same id here */
+	 * lifecycle.c kva__rec_find: r->id == id; every incarnation has the same id here */
 #ifdef MUTANT_NO_GEN_CHECK
 	found = (gen & 1)
 #else
@@ -131,14 +131,14 @@ active proctype owner()
 		do
 		:: pending > 0 ->
 			pending--;
-			lookup(h1gen, found); /* engine.c dispatch_event: record.c kva__rec_find */
+			lookup(h1gen, found); /* engine.c dispatch_event: lifecycle.c kva__rec_find */
 			if
 			:: found -> assert(inc == 1) /* admit.c kva__admit_cancel on the named record */
 			:: else -> skip
 			fi
 		:: break
 		od;
-		/* record.c kva__rec_retire -> slab.c kva_slab_retire: even generation, release */
+		/* lifecycle.c kva__rec_retire -> slab.c kva_slab_retire: even generation, release */
 		atomic { gen = (gen + (gen & 1)) & GEN_MASK; retired_upto = k };
 		/* slab.c kva_slab_flush -> call_rcu; slab.c reclaim_ticket after a grace period */
 #ifndef MUTANT_NO_GRACE_PERIOD

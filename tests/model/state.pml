@@ -29,7 +29,7 @@
  * Memory model: the argument needs only that the state word is one atomic
  * location whose RMWs (the CASes of take_running and of the step's cancel,
  * handle_cancel here) are totally ordered (true for C11 RMWs at any order),
- * plus R2 of record.c / R4 / A4 of intake.c: the owner that wins the CAS
+ * plus R2 of lifecycle.c / R4 / A4 of intake.c: the owner that wins the CAS
  * (acquire) sees the page list the previous owner released (the release
  * store of the new state).
  * The credit count and the page list are touched only by the CAS owner, so
@@ -77,8 +77,8 @@ bit deferred;        /* the cancel event waits in e->deferred */
 chan host_lane = [2] of { byte };   /* ev_main: EV_FINISHED / EV_PREEMPTED */
 chan cancel_lane = [1] of { byte }; /* struct kva__cancel */
 
-/* record.c kva__rec_give_back: loads npages/reserved, zeroes them, then
- * puts the ids back and releases the credits (record.c kva__pages_return,
+/* grant.c kva__rec_give_back: loads npages/reserved, zeroes them, then
+ * puts the ids back and releases the credits (grant.c kva__pages_return,
  * capacity.c kva_capacity_release). */
 inline give_back()
 {
@@ -87,11 +87,11 @@ inline give_back()
 	d_step { free = free + t; assert(free <= TOTAL) }
 }
 
-/* record.c kva__rec_end: the one terminal outcome */
+/* lifecycle.c kva__rec_end: the one terminal outcome */
 inline rec_end(terminal_state)
 {
 	d_step { assert(ends == 0); ends++ };
-	state = terminal_state /* record.c kva__rec_set_state, R2 */
+	state = terminal_state /* lifecycle.c kva__rec_set_state, R2 */
 }
 
 /* admit.c kva__admit_cancel; ok: handled (false: retried next step) */
@@ -102,7 +102,7 @@ inline handle_cancel(ok)
 	:: s == WAITING -> rec_end(CANCELLED); ok = 1 /* admit.c kva__admit_forget_waiting */
 	:: s == IMPORTING || s == READY ->
 		/* copy.c kva__copy_cancel (IMPORTING) / admit.c kva__admit_cancel:
-		 * record.c kva__rec_give_back (READY) */
+		 * grant.c kva__rec_give_back (READY) */
 		give_back(); rec_end(CANCELLED); ok = 1
 	:: s == RUNNING ->
 #ifdef MUTANT_CANCEL_NO_CAS

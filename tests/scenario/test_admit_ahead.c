@@ -10,7 +10,7 @@
 #include "scenario.h"
 
 #include "engine_state.h"
-#include "record.h"
+#include "lifecycle.h"
 
 #define KEY 7
 #define N 20

@@ -33,7 +33,7 @@ static void rule11_failed_copy_is_retried_keeping_its_reservation(void **st)
 }
 
 /* A retired request's grant goes to the next admission after a grace
- * period (record.c, grant reuse): the new request starts with its own pages
+ * period (grant.c, grant reuse): the new request starts with its own pages
  * and no attempts, and the old request's copy token stays refused. */
 static void rule11_a_reused_grant_starts_clean(void **st)
 {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A retired request's grant is reused only after a grace period
- * (reservations/record.c, "grant reuse"). White-box: the test reads the
+ * (reservations/grant.c, "grant reuse"). White-box: the test reads the
  * engine's grant pointers, and a helper thread holds an RCU read-side
  * section the way a kva_query or kva_copy_done that found the record just
  * before its retirement would.
@@ -15,7 +15,7 @@
 
 #include "engine_state.h"
 #include <kvadmit/lockfree/rcu_thread.h>
-#include "record.h"
+#include "lifecycle.h"
 
 #define KEY 7
 

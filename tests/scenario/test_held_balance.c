@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The held local checkpoints (reservations/record.c): every path that adds,
+/* The held local checkpoints (reservations/held.c): every path that adds,
  * replaces or drops a live request's manifest entries keeps the per-id
  * counts balanced, so that once every request has ended and a step ran, no
  * id is held (fault-injection builds can see the count: kva__held_ids). A
@@ -11,7 +11,7 @@
 #include "scenario/scenario.h"
 
 #ifdef KVA_FAULT_INJECTION
-size_t kva__held_ids(const kva_engine *e); /* reservations/record.h */
+size_t kva__held_ids(const kva_engine *e); /* reservations/lifecycle.h */
 #endif
 
 #define NH 48

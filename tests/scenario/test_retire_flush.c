@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * When a step hands retired records to their grace period (record.c,
+ * When a step hands retired records to their grace period (lifecycle.c,
  * kva__rec_flush_retired): a flush costs a ticket and a call_rcu, so a step
  * that retired a few waits for more, but never past a step that retires
  * none. White-box: the test reads the engine's retired batch.

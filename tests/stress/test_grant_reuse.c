@@ -4,7 +4,7 @@
  * scheduler: every request restores (one external checkpoint), its copy is
  * reported at once, it runs, and it finishes a few steps later, so records
  * retire all the time and their grants go to later admissions after a grace
- * period (reservations/record.c, "grant reuse"). Reader threads meanwhile
+ * period (reservations/grant.c, "grant reuse"). Reader threads meanwhile
  * query recent handles and report their copies again, late.
  *
  * Request `id` needs exactly 2 + id % 7 pages, so a reader that read another
