@@ -110,7 +110,7 @@ int sim_print_table(FILE *f, const struct sim_scenario *sc, struct sim_result *r
 	    "restored)\n"
 	    "  restored    a turn after a session's first that recomputed none of its history\n"
 	    "Scenario: %u agents on %u engine%s, profile %s (--profile), %s;\n"
-	    "their contexts are %.2fx the KV pool at the start, %.2fx at the end of %.0f min.\n\n",
+	    "their contexts are %.2fx the KV pool at the start, %.2fx at the end of %g min.\n\n",
 	    sc->w.agents, sc->nodes, sc->nodes == 1 ? "" : "s", sc->m.profile,
 	    sc->w.warm ? "sessions under way" : "sessions at their first turn (--cold)",
 	    sim_ctx_to_pool_start(sc), end, sc->duration_s / 60);

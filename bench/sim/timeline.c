@@ -140,7 +140,7 @@ void sim_timeline_print(FILE *f, struct sim_result *r[2])
 	if (t0->bin_s != 60)
 		snprintf(per, sizeof(per), "per %.0f minutes", t0->bin_s / 60);
 	fprintf(f,
-		"Over time, one character %s from 0 to %.0f min (both policies on one scale\n"
+		"Over time, one character %s from 0 to %g min (both policies on one scale\n"
 		"per row, its top on the left; a blank: no turn ended):\n",
 		per, t0->duration_s / 60);
 	for (int k = 0; k < SERIES_COUNT; k++) {
@@ -218,7 +218,7 @@ int sim_timeline_svg(const char *path, const struct sim_scenario *sc, struct sim
 			k == SERIES_CACHE || k == SERIES_CAPACITY ? "%" : "");
 		fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">0</text>\n", MARGIN_L - 6,
 			y0 + PANEL_H);
-		fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.0f min</text>\n",
+		fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%g min</text>\n",
 			MARGIN_L + plot_w, y0 + PANEL_H + 16, t0->duration_s / 60);
 		for (int p = 0; p < 2; p++) {
 			if (!r[p])
