@@ -68,7 +68,8 @@ static void usage(FILE *f)
 	    "  --json                print one JSON object instead of the table\n"
 	    "  --details             the full table of counters below the headline\n"
 	    "  --svg PATH            write the timeline (both policies, per minute) as SVG\n"
-	    "  --progress            progress bar on stderr (default: when stderr is a terminal)\n"
+	    "  --progress            progress bar on stderr once the run takes over a second\n"
+	    "                        (default: when stderr is a terminal)\n"
 	    "  --no-progress         no progress bar\n"
 	    "  --no-wall             report wall_s as null (byte-identical JSON for one seed)\n"
 	    "  --help                this text\n");
@@ -366,10 +367,16 @@ int main(int argc, char **argv)
 		status = run_policies(&quiet_sc, quiet_res, quiet);
 	}
 	if (status == 0) {
-		if (sc.json)
+		if (sc.json) {
 			sim_print_json(stdout, &sc, r);
-		else if (sim_print_table(stdout, &sc, r, quiet) != 0)
+			if (sc.svg_path && sim_timeline_svg(sc.svg_path, &sc, r) != 0) {
+				fprintf(stderr, "kvadmit-sim: --svg %s: %s\n", sc.svg_path,
+					strerror(errno));
+				status = 2;
+			}
+		} else if (sim_print_table(stdout, &sc, r, quiet) != 0) {
 			status = 2;
+		}
 		status = check_invariants(r, status);
 		status = check_invariants(quiet, status);
 	}
