@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Many waiting requests sharing one local checkpoint (rule 15's index): N
- * requests behind a blocked head (the standard engine with 10,000 restores
- * waiting) have their lookups outstanding; the directory answers every one
- * with the same local checkpoint (KVA_LOC_LOCAL, one id, one epoch).
+ * Many waiting requests sharing one local checkpoint (rule
+ * eviction-revalidates's index): N requests behind a blocked head (the standard
+ * engine with 10,000 restores waiting) have their lookups outstanding; the
+ * directory answers every one with the same local checkpoint (KVA_LOC_LOCAL,
+ * one id, one epoch).
  *
  * BM_shared_local_ingest/N: the N kva_lookup_answer calls plus the step that
  * adopts the manifests (each selection is indexed under the checkpoint id),

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The step with a blocked head: kvadmit's kva_step (BM_step_blocked) against
- * the rescanning waiting pass of today's engines (BM_rescan_step, rescan.h),
- * as the number of waiting requests grows. kvadmit should stay flat (rule
- * 20: it looks at the head only); the rescan grows with the queue.
+ * the rescanning waiting pass of today's engines (BM_rescan_step, rescan.h), as
+ * the number of waiting requests grows. kvadmit should stay flat (rule
+ * step-never-walks-queue: it looks at the head only); the rescan grows with the
+ * queue.
  */
 #include <stdio.h>
 

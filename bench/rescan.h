@@ -17,8 +17,9 @@
  *   - and, blocked, pops it and prepends it to skipped_waiting_requests,
  *     which are put back at the head of the queue after the loop.
  * A blocked restore is skipped rather than ending the loop, as in the bridge
- * that keeps restores waiting for capacity: otherwise requests behind it
- * that already own their capacity could never pass (docs/design.md, rule 7).
+ * that keeps restores waiting for capacity: otherwise requests behind it that
+ * already own their capacity could never pass (docs/design.md, rule
+ * fcfs-ready-bypass).
  */
 #ifndef KVA_BENCH_RESCAN_H
 #define KVA_BENCH_RESCAN_H

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Admission (see admit.h): the FCFS head's paired reservation (rules 1, 4,
- * 5, 7, 9), immediate local and ordinary admissions, READY restores passing
- * a blocked head, the head's timers (rules 8, 18), the prefix-cache reset
- * (rule 17), requeueing to the front and cancels (rule 13). Calls copy.c,
- * evict_walk.c, lookup.c and what lies below them (lifecycle.c, grant.c,
- * held.c, stats.c).
+ * Admission (see admit.h): the FCFS head's paired reservation (rules
+ * restore-waits-for-capacity, paired-reservation, reservations-never-preempt,
+ * fcfs-ready-bypass, too-large-at-once), immediate local and ordinary
+ * admissions, READY restores passing a blocked head, the head's timers (rules
+ * bounded-wait, wait-logs-and-refreshes), the prefix-cache reset (rule
+ * reset-returns-ready), requeueing to the front and cancels (rule
+ * cancel-any-thread). Calls copy.c, evict_walk.c, lookup.c and what lies below
+ * them (lifecycle.c, grant.c, held.c, stats.c).
  */
 #include <string.h>
 
@@ -58,7 +60,7 @@ static void capacity_wait_ends(kva_engine *e, struct kva__req *r)
 }
 
 /* r becomes RUNNING: listed in the plan with its pages; every prompt token
- * counted once as local, restored or recomputed (rule 16). */
+ * counted once as local, restored or recomputed (rule tokens-counted-once). */
 static void plan_admit(kva_engine *e, struct kva__req *r, uint8_t how, uint32_t local,
                        uint32_t restored)
 {
@@ -154,7 +156,7 @@ static bool plan_fits(kva_engine *e, struct kva__req *r, uint32_t pages, const c
 	return false;
 }
 
-/* ---- the head's timers (rules 8, 18) ----------------------------------------- */
+/* ---- the head's timers (rules bounded-wait, wait-logs-and-refreshes) ------------------------- */
 
 static void head_forget(kva_engine *e, struct kva__req *r)
 {
@@ -194,7 +196,7 @@ void kva__admit_head_timer(kva_engine *e, int which)
 	}
 	switch (which) {
 	case HT_WAIT:
-		/* rule 8: give up once, say so once, stop holding others as a restore */
+		/* rule bounded-wait: give up once, say so once, stop holding others as a restore */
 		log_wait(e, r, "waited", KVA_LOGEV_WAIT_EXPIRED);
 		kva__observe(e, H_CAPACITY_WAIT, e->now - r->blocked_since);
 		r->flags &= (uint16_t)~KVA__F_BLOCKED; /* its wait as a restore is over */
@@ -233,7 +235,8 @@ void kva__admit_head_timer(kva_engine *e, int which)
 }
 
 /* The head could not be admitted this step. Restores blocked on capacity
- * arm the bounded-wait, log and refresh timers (rules 8, 18). */
+ * arm the bounded-wait, log and refresh timers (rules bounded-wait,
+ * wait-logs-and-refreshes). */
 static void head_block(kva_engine *e, struct kva__req *r, bool restore)
 {
 	e->plan->head_blocked = true;
@@ -254,7 +257,8 @@ static void head_block(kva_engine *e, struct kva__req *r, bool restore)
 	                      memory_order_relaxed);
 	if (e->head_req == r)
 		return;
-	if (begins && e->cfg.wait_log_interval_ns) { /* rule 18: a wait that begins logs once */
+	/* rule wait-logs-and-refreshes: a wait that begins logs once */
+	if (begins && e->cfg.wait_log_interval_ns) {
 		log_wait(e, r, "starts waiting after", KVA_LOGEV_WAIT_STARTED);
 		kva__st_add_single_writer(e, ST_WAIT_LOGS, 1);
 	}
@@ -333,10 +337,10 @@ void kva__admit_forget_waiting(kva_engine *e, struct kva__req *r)
 /* ---- READY: a min-heap on queue_seq ------------------------------------------------- */
 
 /* Admission and reset take READY restores in the order they left the queue
- * (rule 17), whatever order their copies finish in. Copies on different
- * streams and ranks finish out of order, so a sorted list (insertion from
- * its tail) was quadratic: 65,535 completions in random order took one
- * 18 s step. The heap is O(log R) per completion, admission and cancel. */
+ * (rule reset-returns-ready), whatever order their copies finish in. Copies on
+ * different streams and ranks finish out of order, so a sorted list (insertion
+ * from its tail) was quadratic: 65,535 completions in random order took one 18
+ * s step. The heap is O(log R) per completion, admission and cancel. */
 static void ready_put(kva_engine *e, uint32_t at, struct kva__ready_ent x)
 {
 	e->ready[at] = x;
@@ -451,7 +455,8 @@ static bool cancelled_meanwhile(kva_engine *e, struct kva__req *r)
 	       kva__admit_cancel(e, r);
 }
 
-/* The step's reservation (rules 4 and 5): 1 reserved, 0 does not fit,
+/* The step's reservation (rules paired-reservation and
+ * reservations-never-preempt): 1 reserved, 0 does not fit,
  * -EAGAIN other threads kept changing the capacity word for
  * KVA_CAPACITY_STEP_TRIES CASes, so the step stops trying (a bounded
  * step); the head waits for the next step, which the plan's backlog asks
@@ -470,7 +475,8 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 {
 	kva_plan *p = e->plan;
 	if ((r->flags & KVA__F_RESTORE) && kva__lookup_sel_forgotten(e, r)) {
-		/* rule 22: a reset forgot what it selected. It looks up at the
+		/* rule host-local-checkpoints: a reset forgot what it selected.
+		 * It looks up at the
 		 * next step's start (kva__admit_head_recheck), where an answer
 		 * given re-entrantly is handled in that step, as kvadmit.h says;
 		 * a lookup issued here would wait a step for it. */
@@ -478,7 +484,8 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 		e->head_recheck = true;
 		return 0;
 	}
-	/* rule 15: an eviction whose walk has not reached r yet (evict_walk.c) is
+	/* rule eviction-revalidates: an eviction whose walk has not reached r yet
+	 * (evict_walk.c) is
 	 * newer than its copy: it looks up again, and may be decided at once
 	 * (the host's own checkpoint) */
 	if ((r->flags & KVA__F_RESTORE) && e->n_evicting && kva__evict_revalidate_sel(e, r))
@@ -496,7 +503,8 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 		bool local = c->location == KVA_LOC_LOCAL;
 		if (local && budget_spent(e))
 			return -1; /* it would prefill now; an import would not */
-		/* cannot wrap: every path to a selection checks rule 9, so
+		/* cannot wrap: every path to a selection checks rule
+		 * too-large-at-once, so
 		 * total <= usable_pages (lookup.c, too_large) */
 		uint32_t total = prompt_pages + e->cfg.decode_headroom_pages;
 		uint32_t kp = kva__pages_for(e, c->position);
@@ -505,13 +513,15 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 		if (kva__grant_ensure(e, r, kp) != 0)
 			return head_no_memory(e, r); /* nothing taken */
 		kva__alloc_ok(e);
-		/* rules 4 and 5: everything it needs or nothing, above the watermark */
+		/* rules paired-reservation and reservations-never-preempt: everything it
+		 * needs or nothing, above the watermark */
 		struct kva_credits want = {total, local ? 0 : 1, 1};
 		int got = reserve(e, want);
 		if (got > 0) {
 			if (!take_pages(e, kva__grant(r), kp, total))
 				return pages_missing(e, r, want);
-			/* rule 11: a new reservation (after preemption or reset too)
+			/* rule retry-then-shorter: a new reservation (after
+			 * preemption or reset too)
 			 * gets the whole retry budget; the grant outlives them */
 			kva__grant(r)->retries = 0;
 			kva__admit_forget_waiting(e, r);
@@ -525,14 +535,16 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 			}
 			return 1;
 		}
-		/* rule 1: wait, don't recompute. Legacy engines gave up only on
+		/* rule restore-waits-for-capacity: wait, don't recompute.
+		 * Legacy engines gave up only on
 		 * imports; a local prefix hit waited for capacity there too. A
 		 * contended word waits too (the step says backlog). */
 		if (e->cfg.policy != KVA_POLICY_LEGACY || local || got < 0) {
 			head_block(e, r, true);
 			return 0;
 		}
-		/* rule 23: legacy decides at admission — it recomputes only if the
+		/* rule legacy-decides-at-admission: legacy decides at admission —
+		 * it recomputes only if the
 		 * ordinary admission fits now; else it keeps its answer and tries
 		 * the restore first again next time */
 		legacy = true;
@@ -592,11 +604,12 @@ static bool take_more(kva_engine *e, struct kva__req *r, uint32_t tokens)
 }
 
 /* A request that owns its capacity (import done, or an owned fallback) is
- * admitted past a blocked head (rule 7): 1. 0 when the plan is full. -1
- * when the local checkpoint it is READY on (a shorter one after its copy
- * failed, rule 11) was reported evicted since it took it: it gives its
- * capacity back and looks up again from the front, as a reset's READY
- * restore does (rules 15, 17), never admitted from a lost checkpoint. */
+ * admitted past a blocked head (rule fcfs-ready-bypass): 1. 0 when the plan is
+ * full. -1 when the local checkpoint it is READY on (a shorter one after its
+ * copy failed, rule retry-then-shorter) was reported evicted since it took it:
+ * it gives its capacity back and looks up again from the front, as a reset's
+ * READY restore does (rules eviction-revalidates, reset-returns-ready), never
+ * admitted from a lost checkpoint. */
 static int admit_ready(kva_engine *e, struct kva__req *r)
 {
 	if ((r->flags & KVA__F_RESTORE) && kva__held_gone(&e->held, kva__selected_checkpoint(r))) {
@@ -614,7 +627,8 @@ static int admit_ready(kva_engine *e, struct kva__req *r)
 		return false;
 	if (r->flags & KVA__F_RESTORE) {
 		const kva_checkpoint *c = kva__selected_checkpoint(r);
-		/* rule 22: a local checkpoint the host stated during the copy
+		/* rule host-local-checkpoints: a local checkpoint the host
+		 * stated during the copy
 		 * serves its tokens; the import the rest, or nothing if the local
 		 * one covers it (its pages then come from the reservation) */
 		uint32_t q = kva__host_position(e, r);
@@ -672,7 +686,8 @@ void kva__admit_reset_ready(kva_engine *e)
 	while (e->n_ready) {
 		struct kva__req *r = e->ready[--e->n_ready].r;
 		kva__touched(e);
-		kva__rec_give_back(e, r, 0, true); /* rule 17: pages back, to the front */
+		/* rule reset-returns-ready: pages back, to the front */
+		kva__rec_give_back(e, r, 0, true);
 		kva__admit_requeue_front(e, r, false);
 	}
 }
@@ -739,7 +754,7 @@ uint32_t kva__admit_run(kva_engine *e)
 	uint32_t left = 0;
 	if (plan->hold_admissions)
 		return 0; /* the host preempted this step: nothing new starts */
-	/* rule 7: restores that own their capacity go first, past the head */
+	/* rule fcfs-ready-bypass: restores that own their capacity go first, past the head */
 	while (e->n_ready) {
 		plan->records_touched++;
 		if (cancelled_meanwhile(e, e->ready[0].r))

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * admit.c: the admission side — the FCFS waiting queue and its head (rules
- * 1, 4, 5, 7, 9), the head's bounded-wait, log and refresh timers (rules 8,
- * 18), READY restores passing a blocked head, the plan's admissions,
- * requeueing to the front (preemption, reset: rule 17) and cancels in any
- * state (rule 13). Calls copy.c, evict_walk.c, lookup.c and the files
- * below them. Scheduler thread only.
+ * restore-waits-for-capacity, paired-reservation, reservations-never-preempt,
+ * fcfs-ready-bypass, too-large-at-once), the head's bounded-wait, log and
+ * refresh timers (rules bounded-wait, wait-logs-and-refreshes), READY restores
+ * passing a blocked head, the plan's admissions, requeueing to the front
+ * (preemption, reset: rule reset-returns-ready) and cancels in any state (rule
+ * cancel-any-thread). Calls copy.c, evict_walk.c, lookup.c and the files below
+ * them. Scheduler thread only.
  */
 #ifndef KVA_RESERVATIONS_ADMIT_H
 #define KVA_RESERVATIONS_ADMIT_H
@@ -16,8 +18,8 @@
 void kva__admit_enqueue(kva_engine *e, struct kva__req *r);
 /* r, no longer running or importing, goes back to the front as a new wait:
  * no manifest, no reason, a fresh decisive lookup — but the host's local
- * checkpoint stays (if stated since the last reset), and a preempted
- * request resumes from it (rule 22). */
+ * checkpoint stays (if stated since the last reset), and a preempted request
+ * resumes from it (rule host-local-checkpoints). */
 void kva__admit_requeue_front(kva_engine *e, struct kva__req *r, bool preempted);
 /* r leaves the waiting queue (admitted or cancelled): queue link, head
  * timers, lookup deadline and index entry go. */
@@ -33,13 +35,15 @@ bool kva__admit_cancel(kva_engine *e, struct kva__req *r);
 void kva__admit_on_copy(kva_engine *e, struct kva__req *r, struct kva__event *ev);
 /* A head timer fired. */
 void kva__admit_head_timer(kva_engine *e, int which);
-/* rule 17: READY imports give their pages back and requeue in order. */
+/* rule reset-returns-ready: READY imports give their pages back and requeue in order. */
 void kva__admit_reset_ready(kva_engine *e);
 /* A head restore whose host checkpoint a prefix-cache reset forgot looks
- * up again (rule 22; a reset walks no queue), and so do the forgotten ones
- * among the next few behind it. true if the head's lookup was issued. */
+ * up again (rule host-local-checkpoints; a reset walks no queue), and so do the
+ * forgotten ones among the next few behind it. true if the head's lookup was
+ * issued. */
 bool kva__admit_head_recheck(kva_engine *e);
-/* Only while an eviction is revalidated over several steps (rule 15,
+/* Only while an eviction is revalidated over several steps (rule
+ * eviction-revalidates,
  * e->n_evicting): the first requests of the queue whose copy it made stale
  * look up again now. true if any did. */
 bool kva__admit_revalidate_front(kva_engine *e);

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * checkpoint_index.h, checkpoint_index.c: the checkpoint index (rule 15) —
- * for each checkpoint id, the waiting requests that selected it, linked
- * through their records — and the registry of eviction walks still pending
- * over those lists (the walk itself is evict_walk.c). Scheduler thread only.
+ * checkpoint_index.h, checkpoint_index.c: the checkpoint index (rule
+ * eviction-revalidates) — for each checkpoint id, the waiting requests that
+ * selected it, linked through their records — and the registry of eviction
+ * walks still pending over those lists (the walk itself is evict_walk.c).
+ * Scheduler thread only.
  */
 #ifndef KVA_RESERVATIONS_CHECKPOINT_INDEX_H
 #define KVA_RESERVATIONS_CHECKPOINT_INDEX_H

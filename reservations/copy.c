@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Copy jobs (see copy.h): attempts, collective completion (rule 19),
- * retries and shorter-checkpoint recovery (rule 11), drain before reuse
- * (rule 12). Calls lookup.c (selection, fallback), lifecycle.c, grant.c
- * and stats.c.
+ * Copy jobs (see copy.h): attempts, collective completion (rule
+ * collective-completion), retries and shorter-checkpoint recovery (rule
+ * retry-then-shorter), drain before reuse (rule drain-before-reuse). Calls
+ * lookup.c (selection, fallback), lifecycle.c, grant.c and stats.c.
  *
  * Memory-order labels:
  *   R1  an attempt handed out -> kva_copy_done's CAS (A3 of grant.c)
@@ -62,12 +62,13 @@ enum kva__copy_outcome kva__copy_on_report(kva_engine *e, struct kva__req *r,
 	if (ev->status)
 		g->any_failed = true;
 	if (g->n_reported < g->world)
-		return KVA__COPY_PENDING; /* rule 19: complete only when every rank reported */
+		/* rule collective-completion: complete only when every rank reported */
+		return KVA__COPY_PENDING;
 	g->copying = false;
 	kva__observe(e, H_COPY, e->now - g->copy_started);
 	uint32_t kp = g->import_pages;
 	if (atomic_load_explicit(&r->state, memory_order_relaxed) == KVA_STATE_CANCELLED) {
-		/* rule 12: drained, the destination pages may be reused now */
+		/* rule drain-before-reuse: drained, the destination pages may be reused now */
 		atomic_store_explicit(&g->npages, 0, memory_order_relaxed);
 		g->import_pages = 0;
 		kva__st_add_single_writer(e, ST_DRAINING_PAGES, (uint64_t)-(int64_t)kp);
@@ -99,7 +100,7 @@ enum kva__copy_outcome kva__copy_on_report(kva_engine *e, struct kva__req *r,
 	}
 	int sh = kva__select_shorter(e, r);
 	if (sh >= 0) {
-		/* rule 11: shrink the import; the credits stay as continuation */
+		/* rule retry-then-shorter: shrink the import; the credits stay as continuation */
 		const kva_checkpoint *c = &kva__manifest_entries(r)[sh];
 		uint32_t kp2 = kva__pages_for(e, c->position);
 		kva_pagepool_put_n(&e->pool, g->pages + kp2, kp - kp2); /* ids only: credits kept */

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * copy.c: copy jobs — queueing an attempt, handing it to importers and the
- * plan, collective completion (rule 19), bounded retries with shorter-
- * checkpoint recovery (rule 11) and drain before reuse (rule 12). Calls
- * lookup.c, lifecycle.c and grant.c; what a finished copy makes of the request (READY,
- * requeue after a reset) it reports back to its caller. Scheduler thread.
+ * copy.c: copy jobs — queueing an attempt, handing it to importers and the plan,
+ * collective completion (rule collective-completion), bounded retries with shorter-
+ * checkpoint recovery (rule retry-then-shorter) and drain before reuse (rule
+ * drain-before-reuse). Calls lookup.c, lifecycle.c and grant.c; what a finished copy
+ * makes of the request (READY, requeue after a reset) it reports back to its caller.
+ * Scheduler thread.
  */
 #ifndef KVA_RESERVATIONS_COPY_H
 #define KVA_RESERVATIONS_COPY_H

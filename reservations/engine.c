@@ -2,9 +2,10 @@
 /*
  * The engine: configuration, create/destroy, and kva_step, which handles
  * events, expires timers and admits — in that order, in O(events handled +
- * timers expired + requests admitted) (rule 20). It never walks the waiting
- * queue: only its head is looked at, and only READY restores (which own
- * their capacity) are admitted past a blocked head (rule 7).
+ * timers expired + requests admitted) (rule step-never-walks-queue). It never
+ * walks the waiting queue: only its head is looked at, and only READY restores
+ * (which own their capacity) are admitted past a blocked head (rule
+ * fcfs-ready-bypass).
  *
  * The top of reservations/: calls admit.c, copy.c, evict_walk.c, lookup.c
  * and the files below them.
@@ -298,7 +299,7 @@ static int handle_submit(kva_engine *e, struct kva__req *r)
 	if (rc == -ENOMEM)
 		return rc;
 	kva__st_add_single_writer(e, ST_INGESTED, 1);
-	if (rc == -EEXIST) { /* rule 14: a live incarnation has this id */
+	if (rc == -EEXIST) { /* rule id-reuse: a live incarnation has this id */
 		kva__log(e, KVA_LOG_WARN, KVA_LOGEV_DUPLICATE_ID, r, 0, 0,
 		         "kvadmit: request id %llu is live already: the new submit is rejected",
 		         (unsigned long long)r->id);
@@ -539,8 +540,8 @@ static void handle_events(kva_engine *e)
 		kva__alloc_ok(e);
 		/* What the stall held back goes before what the stalled step
 		 * produced after it (its refused copy ranks), as without the
-		 * stall: a stall delays events, never reorders them (rule 7,
-		 * requests returning to the front). */
+		 * stall: a stall delays events, never reorders them (rule
+		 * fcfs-ready-bypass, requests returning to the front). */
 		if (!kva_inbox_batch_empty(&e->local_batch) && !handle_batch(e, &e->local_batch))
 			return;
 		if (!kva_inbox_batch_empty(&e->batch) && !handle_batch(e, &e->batch))
@@ -626,10 +627,10 @@ static bool plan_valid(const kva_plan *p)
 }
 
 /* Admission stopped at a head whose host checkpoint a reset forgot (it
- * looks up now), or asked the directory again itself (a pending eviction
- * newer than a head's copy, rule 15): when the directory answers from its
- * callback, the answer is handled and admission goes on in this step rather
- * than one such head per step. Each round admits at least one request or
+ * looks up now), or asked the directory again itself (a pending eviction newer
+ * than a head's copy, rule eviction-revalidates): when the directory answers
+ * from its callback, the answer is handled and admission goes on in this step
+ * rather than one such head per step. Each round admits at least one request or
  * ends the loop. */
 static void admit_again(kva_engine *e)
 {
@@ -670,7 +671,8 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 
 	handle_events(e);
 	bool asked = false;
-	if (e->n_evicting) { /* rule 15: the queue's front first, then a budget of the walk */
+	/* rule eviction-revalidates: the queue's front first, then a budget of the walk */
+	if (e->n_evicting) {
 		asked = kva__admit_revalidate_front(e);
 		asked |= kva__evict_walks_continue(e);
 	}

@@ -106,7 +106,8 @@ struct kva_engine {
 	uint32_t reset_epoch;      /* bumped by each prefix-cache reset */
 	bool head_recheck;         /* admission stopped at a head whose host
 	                            * checkpoint a reset forgot (admit.c) */
-	bool admit_asked;          /* admission issued lookups (rule 15, admit.c) */
+	/* admission issued lookups (rule eviction-revalidates, admit.c) */
+	bool admit_asked;
 	uint64_t import_seq;       /* imports started from the head, in queue order */
 	uint64_t budget_left;      /* prefill tokens this step may still start (admit.c) */
 	struct kva_timer head_timer[HT_COUNT];
@@ -138,7 +139,8 @@ static inline uint64_t kva__after(uint64_t t, uint64_t d)
 	return d > UINT64_MAX - t ? UINT64_MAX : t + d;
 }
 
-/* The mark a host-stated checkpoint carries in reserved_ (rule 22):
+/* The mark a host-stated checkpoint carries in reserved_ (rule
+ * host-local-checkpoints):
  * KVA__CK_HOST and the count of prefix-cache resets the host had called
  * when it stated it (15 bits). A reset forgets every checkpoint stated
  * before it without walking the records that hold one: an entry whose mark

@@ -26,7 +26,7 @@ enum kva__event_type {
 	KVA__EV_RESET,
 	KVA__EV_FINISHED,  /* kva_finish released a running request */
 	KVA__EV_PREEMPTED, /* kva_preempt released a running request */
-	KVA__EV_LOCAL,     /* kva_local_checkpoint (rule 22) */
+	KVA__EV_LOCAL,     /* kva_local_checkpoint (rule host-local-checkpoints) */
 };
 
 struct kva__event {
@@ -44,16 +44,19 @@ struct kva__answer {
 	kva_lookup_token token;
 	uint32_t count;
 	uint32_t cap; /* entries allocated: a directory's answer one more than it
-	               * lists, for the host's own local checkpoint (rule 22) */
+	               * lists, for the host's own local checkpoint (rule
+	               * host-local-checkpoints) */
 	kva_checkpoint entries[];
 };
 
 /* kva_checkpoint.reserved_ inside the engine: this entry is the local
- * checkpoint the host stated (rule 22), not the directory's. At most one per
- * manifest, flagged KVA__F_HOSTLOCAL in its record. */
+ * checkpoint the host stated (rule host-local-checkpoints), not the
+ * directory's. At most one per manifest, flagged KVA__F_HOSTLOCAL in its
+ * record. */
 #define KVA__CK_HOST 1u
 
-/* The host states a local checkpoint of a request (rule 22). The producer
+/* The host states a local checkpoint of a request (rule
+ * host-local-checkpoints). The producer
  * allocates the room the request's manifest may need for it, so the step
  * never has to (and never stalls on it). */
 struct kva__local {

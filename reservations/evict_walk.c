@@ -1,16 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Eviction walks (see evict_walk.h). An eviction newer than k sharers'
- * copies needs k new decisions. The step looks at KVA__EVICT_STEP_RECORDS
- * sharers at most (rule 20), so a checkpoint shared by a million waiting
- * requests is revalidated over many steps and their lookups go out spread
- * the same way: the eviction stays pending (e->evicting, checkpoint_index.c)
- * with a cursor into its list. Until the walk reaches a sharer it waits
- * behind the head; the queue's front is checked at every step of a walk
- * (admit.c), and admission asks every restore it is about to admit whether
- * a pending eviction is newer than its copy (kva__evict_revalidate_sel),
- * so none is admitted from a lost checkpoint. Calls lookup.c (a sharer
- * looks up again), checkpoint_index.c and held.c.
+ * Eviction walks (see evict_walk.h). An eviction newer than k sharers' copies
+ * needs k new decisions. The step looks at KVA__EVICT_STEP_RECORDS sharers at
+ * most (rule step-never-walks-queue), so a checkpoint shared by a million
+ * waiting requests is revalidated over many steps and their lookups go out
+ * spread the same way: the eviction stays pending (e->evicting,
+ * checkpoint_index.c) with a cursor into its list. Until the walk reaches a
+ * sharer it waits behind the head; the queue's front is checked at every step
+ * of a walk (admit.c), and admission asks every restore it is about to admit
+ * whether a pending eviction is newer than its copy
+ * (kva__evict_revalidate_sel), so none is admitted from a lost checkpoint.
+ * Calls lookup.c (a sharer looks up again), checkpoint_index.c and held.c.
  */
 #include "alloc.h"
 #include "checkpoint_index.h"

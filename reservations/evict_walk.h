@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * evict_walk.h, evict_walk.c: what an eviction does to the requests that
- * selected its checkpoint (rule 15) — those whose copy is older look up
- * again, a bounded number per step, the rest over later steps. Scheduler
- * thread only.
+ * selected its checkpoint (rule eviction-revalidates) — those whose copy is
+ * older look up again, a bounded number per step, the rest over later steps.
+ * Scheduler thread only.
  */
 #ifndef KVA_RESERVATIONS_EVICT_WALK_H
 #define KVA_RESERVATIONS_EVICT_WALK_H

@@ -2,22 +2,21 @@
 /*
  * The held local checkpoints (see held.h).
  *
- * The checkpoint index (checkpoint_index.c) finds a waiting request by
- * the checkpoint it selected. A request also holds entries it has not selected: the
- * shorter ones of its manifest (rule 11 takes one when copies fail), the
- * host's own (rule 22: a lookup's miss or timeout, a preemption's resume,
- * the local tokens of an import's admission). An external entry taken later
- * is copied, and its copy finds out; a local one is not, so its eviction
- * must not be forgotten while a request holds it. The engine counts the
- * local entries of live records' manifests per id and keeps, while the
- * count is not 0, the newest epoch an eviction of that id reported: O(1)
- * per eviction and per entry held or dropped (a manifest has at most
- * KVA_MAX_CHECKPOINTS + 1), memory for the distinct local ids live requests
- * hold (12 + 16 bytes each, trackers in chunks that are reused, never
- * moved), nothing for external entries. An id nobody holds remembers
- * nothing, and a directory's answer is taken as it lists its entries (the
- * news its directory had when it answered; lookup.c, select_entry): what
- * is checked is an entry retained and taken later.
+ * The checkpoint index (checkpoint_index.c) finds a waiting request by the
+ * checkpoint it selected. A request also holds entries it has not selected: the
+ * shorter ones of its manifest (rule retry-then-shorter takes one when copies
+ * fail), the host's own (rule host-local-checkpoints: a lookup's miss or timeout, a
+ * preemption's resume, the local tokens of an import's admission). An external
+ * entry taken later is copied, and its copy finds out; a local one is not, so its
+ * eviction must not be forgotten while a request holds it. The engine counts the
+ * local entries of live records' manifests per id and keeps, while the count is not
+ * 0, the newest epoch an eviction of that id reported: O(1) per eviction and per
+ * entry held or dropped (a manifest has at most KVA_MAX_CHECKPOINTS + 1), memory
+ * for the distinct local ids live requests hold (12 + 16 bytes each, trackers in
+ * chunks that are reused, never moved), nothing for external entries. An id nobody
+ * holds remembers nothing, and a directory's answer is taken as it lists its
+ * entries (the news its directory had when it answered; lookup.c, select_entry):
+ * what is checked is an entry retained and taken later.
  */
 #include <errno.h>
 #include <string.h>

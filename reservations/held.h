@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * held.h, held.c: the held-checkpoint map — for every local checkpoint
- * that a live request's manifest holds, selected or not, how many entries
- * hold it and the newest eviction reported while they did, so that an
- * entry is never taken later from a copy reported evicted (rules 11, 15,
- * 22). Owns its data (struct kva__held_map, one in the engine state) and
- * calls only alloc.c. Scheduler thread only.
+ * held.h, held.c: the held-checkpoint map — for every local checkpoint that a
+ * live request's manifest holds, selected or not, how many entries hold it and
+ * the newest eviction reported while they did, so that an entry is never taken
+ * later from a copy reported evicted (rules retry-then-shorter,
+ * eviction-revalidates, host-local-checkpoints). Owns its data (struct
+ * kva__held_map, one in the engine state) and calls only alloc.c. Scheduler
+ * thread only.
  */
 #ifndef KVA_RESERVATIONS_HELD_H
 #define KVA_RESERVATIONS_HELD_H

@@ -74,7 +74,8 @@ int kva_submit(kva_engine *e, const kva_request *q, kva_handle *out)
 	atomic_init(&r->pub_reason, 0);
 	r->reason = KVA_REASON_NONE;
 	r->sel = -1;
-	if (q->local.position) { /* rule 22: the retained manifest starts with it */
+	/* rule host-local-checkpoints: the retained manifest starts with it */
+	if (q->local.position) {
 		r->one = q->local;
 		r->one.reserved_ = kva__host_mark(e);
 		r->nents = 1;
@@ -185,7 +186,7 @@ int kva_lookup_answer(kva_engine *e, kva_lookup_token t, const kva_manifest *m)
 	return 0;
 }
 
-/* ---- local checkpoints the host knows (rule 22) ------------------------------ */
+/* ---- local checkpoints the host knows (rule host-local-checkpoints) -------------------------- */
 
 int kva_local_checkpoint(kva_engine *e, kva_handle h, const kva_checkpoint *cp)
 {

@@ -102,7 +102,7 @@ struct kva__req *kva__rec_live(kva_engine *e, uint64_t id)
 void kva__rec_end(kva_engine *e, struct kva__req *r, uint32_t terminal)
 {
 	/* The id may be submitted again. An ingested record is its id's only
-	 * live incarnation (rule 14), so the entry is r's own. */
+	 * live incarnation (rule id-reuse), so the entry is r's own. */
 	if (r->flags & KVA__F_INGESTED) {
 		if (e->n_ids_leaving == KVA__IDS_LEAVING)
 			kva__rec_ids_settle(e);

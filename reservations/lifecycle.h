@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lifecycle.h, lifecycle.c: a request record's life in the engine (struct
- * kva__req, record.h) — its slot in the records' slab, its state changes
- * and the gauges that follow them, the live-id map (rule 14), its one
+ * kva__req, record.h) — its slot in the records' slab, its state changes and
+ * the gauges that follow them, the live-id map (rule id-reuse), its one
  * terminal outcome, and its retirement after a grace period.
  */
 #ifndef KVA_RESERVATIONS_LIFECYCLE_H
@@ -22,7 +22,7 @@ uint32_t kva__rec_publish(kva_engine *e, struct kva__req *r);
  * through here, so the state gauges follow it. */
 void kva__rec_set_state(kva_engine *e, struct kva__req *r, uint32_t to);
 
-/* Scheduler thread: the live-id map (rule 14). 0, -EEXIST (a live request
+/* Scheduler thread: the live-id map (rule id-reuse). 0, -EEXIST (a live request
  * has this id), -ENOMEM. */
 int kva__rec_claim_id(kva_engine *e, struct kva__req *r);
 /* Scheduler thread: the live incarnation of id, or NULL. */

@@ -119,7 +119,8 @@ void kva__lookup_issue(kva_engine *e, struct kva__req *r, bool decisive)
  * included. */
 #define ANY_POSITION ((uint64_t)UINT32_MAX + 1)
 
-/* A host checkpoint stated before the last prefix-cache reset (rule 22):
+/* A host checkpoint stated before the last prefix-cache reset (rule
+ * host-local-checkpoints):
  * its pages are gone. */
 static bool host_stale(kva_engine *e, const kva_checkpoint *c)
 {
@@ -135,11 +136,12 @@ static bool entry_gone(kva_engine *e, const kva_checkpoint *c)
 }
 
 /* The longest compatible checkpoint that does not extend past the prompt
- * and lies below below_pos; -1 if none. `held`: r's retained entries, so
- * none reported evicted since r held it is taken (rules 11, 22). A
- * directory's answer is taken as it lists its entries (`held` false): it is
- * the news its directory had when it answered, and the checkpoint index
- * revalidates the one selected from it when its eviction comes (rule 15). */
+ * and lies below below_pos; -1 if none. `held`: r's retained entries, so none
+ * reported evicted since r held it is taken (rules retry-then-shorter,
+ * host-local-checkpoints). A directory's answer is taken as it lists its
+ * entries (`held` false): it is the news its directory had when it answered,
+ * and the checkpoint index revalidates the one selected from it when its
+ * eviction comes (rule eviction-revalidates). */
 static int select_entry(kva_engine *e, const kva_checkpoint *ents, uint32_t count,
                         uint32_t prompt, uint64_t below_pos, bool held)
 {
@@ -167,7 +169,8 @@ void kva__select(kva_engine *e, struct kva__req *r, int sel)
 	atomic_store_explicit(&r->pub_sel, c->position << 1 | (c->location == KVA_LOC_LOCAL),
 	                      memory_order_relaxed);
 	restore_gauge(e, r, true);
-	/* rule 15: a waiting request is found by the checkpoint it selected,
+	/* rule eviction-revalidates: a waiting request is found by the
+	 * checkpoint it selected,
 	 * local or external, when that checkpoint is evicted */
 	if (atomic_load_explicit(&r->state, memory_order_relaxed) == KVA_STATE_WAITING)
 		kva__ckpt_index(e, r, c->id);
@@ -197,14 +200,14 @@ static void manifest_adopt(kva_engine *e, struct kva__req *r, struct kva__answer
 }
 
 
-/* rule 9: a reservation that can never fit. */
+/* rule too-large-at-once: a reservation that can never fit. */
 static bool too_large(const kva_engine *e, const struct kva__req *r)
 {
 	uint64_t need = (uint64_t)kva__pages_for(e, r->prompt_tokens) + e->cfg.decode_headroom_pages;
 	return need > e->usable_pages;
 }
 
-/* ---- the host's own local checkpoint (rule 22) ------------------------------------ */
+/* ---- the host's own local checkpoint (rule host-local-checkpoints) --------------------------- */
 
 /* Index of r's KVA__CK_HOST entry, whatever its mark; -1 if none (there
  * is at most one: put_host replaces it). */
@@ -316,7 +319,8 @@ static bool decide_host(kva_engine *e, struct kva__req *r)
 
 void kva__lookup_begin(kva_engine *e, struct kva__req *r, bool resume)
 {
-	/* rule 22: a full local hit needs no directory, nor does a request
+	/* rule host-local-checkpoints: a full local hit needs no directory, nor
+	 * does a request
 	 * the directory cannot be asked about; a preempted request resumes
 	 * from the local checkpoint the host keeps for it */
 	bool ask = r->prefix_key != 0 && e->cfg.lookup;
@@ -326,11 +330,11 @@ void kva__lookup_begin(kva_engine *e, struct kva__req *r, bool resume)
 }
 
 /* A decided waiting request may take a longer checkpoint than its current
- * path: a restore a longer one, a recompute any (unless no restore could
- * ever fit or its bounded wait already expired). A recompute decided
- * without a selection (a miss, a timeout) never met rule 9's check: a
- * request too large for any reservation stays a recompute, or it would
- * block the head for good. */
+ * path: a restore a longer one, a recompute any (unless no restore could ever
+ * fit or its bounded wait already expired). A recompute decided without a
+ * selection (a miss, a timeout) never met rule too-large-at-once's check: a
+ * request too large for any reservation stays a recompute, or it would block
+ * the head for good. */
 static void upgrade(kva_engine *e, struct kva__req *r, int cur)
 {
 	const kva_checkpoint *ents = kva__manifest_entries(r);
@@ -342,8 +346,9 @@ static void upgrade(kva_engine *e, struct kva__req *r, int cur)
 			best = cur;
 		/* Unchanged (the directory's entry, still indexed): it keeps its
 		 * place in the index. Indexed again it would go to the list's
-		 * front, behind a pending walk's cursor (rule 15), which would
-		 * then never look at its copy. */
+		 * front, behind a pending walk's cursor (rule
+		 * eviction-revalidates), which would then never look at its
+		 * copy. */
 		if (best == cur && (r->flags & KVA__F_INDEXED) &&
 		    !(ents[cur].reserved_ & KVA__CK_HOST))
 			return;
@@ -458,14 +463,16 @@ int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a)
 		return -ENOMEM;
 	atomic_store_explicit(&r->lookup_word, a->token.seq << 1, memory_order_relaxed);
 	kva__st_add_single_writer(e, ST_ANSWERED, 1);
-	int h = host_idx(e, r); /* rule 22: the directory does not know the host's cache */
+	/* rule host-local-checkpoints: the directory does not know the host's cache */
+	int h = host_idx(e, r);
 	if (h >= 0)
 		a->count = put_host(a->entries, a->count, /* room: cap */
 		                    &kva__manifest_entries(r)[h]);
 	int sel = select_entry(e, a->entries, a->count, r->prompt_tokens, ANY_POSITION, false);
 
 	if (r->flags & KVA__F_REFRESH) {
-		/* rule 18: the refresh's answer replaces the retained manifest —
+		/* rule wait-logs-and-refreshes: the refresh's answer replaces
+		 * the retained manifest —
 		 * still listed: keep waiting; another compatible checkpoint:
 		 * reselect; unlisted or incompatible: leave the restore wait now
 		 * (never copy what the directory just said is gone). An
@@ -493,7 +500,7 @@ int kva__lookup_on_answer(kva_engine *e, struct kva__answer *a)
 		kva__fallback(e, r, any ? KVA_REASON_INCOMPATIBLE : KVA_REASON_MISS);
 		return 0;
 	}
-	/* rule 9: a reservation that can never fit is classified at once */
+	/* rule too-large-at-once: a reservation that can never fit is classified at once */
 	if (too_large(e, r)) {
 		kva__answer_free(a);
 		kva__fallback(e, r, KVA_REASON_TOO_LARGE);
@@ -513,7 +520,7 @@ void kva__lookup_on_deadline(kva_engine *e, struct kva__req *r)
 	kva__log(e, KVA_LOG_INFO, KVA_LOGEV_LOOKUP_TIMEOUT, r, KVA_REASON_LOOKUP_TIMEOUT,
 	         e->cfg.lookup_timeout_ns, "kvadmit: lookup of request %llu timed out",
 	         (unsigned long long)r->id);
-	if (!decide_host(e, r)) /* rule 22: what the host knows still holds */
+	if (!decide_host(e, r)) /* rule host-local-checkpoints: what the host knows still holds */
 		kva__fallback(e, r, KVA_REASON_LOOKUP_TIMEOUT);
 }
 

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * lookup.h, lookup.c: the directory side of a waiting request — one
- * lookup per incarnation (rule 2), its deadline (rule 3), the retained
- * manifest and the checkpoint it selects (kept in the checkpoint index),
- * refresh answers (rule 18), the host's own local checkpoints (rule 22),
- * and the fallback to recompute. Calls checkpoint_index.c, held.c,
- * lifecycle.c and stats.c. Scheduler thread only.
+ * lookup.h, lookup.c: the directory side of a waiting request — one lookup per
+ * incarnation (rule retained-manifest), its deadline (rule
+ * per-lookup-deadline), the retained manifest and the checkpoint it selects
+ * (kept in the checkpoint index), refresh answers (rule
+ * wait-logs-and-refreshes), the host's own local checkpoints (rule
+ * host-local-checkpoints), and the fallback to recompute. Calls
+ * checkpoint_index.c, held.c, lifecycle.c and stats.c. Scheduler thread only.
  */
 #ifndef KVA_RESERVATIONS_LOOKUP_H
 #define KVA_RESERVATIONS_LOOKUP_H
@@ -17,14 +18,15 @@
  * the retained manifest. The callback runs with no lock held. */
 void kva__lookup_issue(kva_engine *e, struct kva__req *r, bool decisive);
 /* r joins the waiting queue: a decisive lookup, unless the host's own local
- * checkpoint decides it (rule 22) — a full hit, or any when `resume`
- * (a preempted request). */
+ * checkpoint decides it (rule host-local-checkpoints) — a full hit, or any when
+ * `resume` (a preempted request). */
 void kva__lookup_begin(kva_engine *e, struct kva__req *r, bool resume);
 /* r's manifest and selection go, but the host's local checkpoint when
  * `keep` (a requeue, an eviction of another checkpoint), which stays as its
  * only entry, unselected; one stated before the last reset never stays. */
 void kva__lookup_requeue(kva_engine *e, struct kva__req *r, bool keep);
-/* The host stated a local checkpoint of r (rule 22). A manifest that must
+/* The host stated a local checkpoint of r (rule host-local-checkpoints). A
+ * manifest that must
  * grow takes *spare (set to NULL then). 0, or -ENOMEM: no room to hold the
  * checkpoint (held.c), nothing changed; the event
  * is retried next step. */
@@ -34,7 +36,7 @@ int kva__lookup_on_local(kva_engine *e, struct kva__req *r, const kva_checkpoint
  * stated before the last prefix-cache reset). */
 uint32_t kva__host_position(kva_engine *e, const struct kva__req *r);
 /* Whether r (a restore) selected a host checkpoint that a prefix-cache
- * reset forgot since (rule 22). */
+ * reset forgot since (rule host-local-checkpoints). */
 bool kva__lookup_sel_forgotten(kva_engine *e, const struct kva__req *r);
 /* If so, r (WAITING) looks up again and true. */
 bool kva__lookup_host_forgotten(kva_engine *e, struct kva__req *r);

@@ -57,7 +57,8 @@ struct kva__grant {
 	uint32_t import_pages;     /* pages[0 .. import_pages) are copy destinations */
 	union {
 		struct {
-			uint64_t queue_seq;    /* order it left the waiting queue to import (rule 17) */
+			/* order it left the waiting queue to import (rule reset-returns-ready) */
+			uint64_t queue_seq;
 			uint64_t copy_started; /* step clock when the current attempt was dispatched */
 		};
 		struct { /* retired: waiting to be reused (scheduler only) */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Version, capability probing (rule 21) and error strings. */
+/* Version, capability probing (rule capabilities) and error strings. */
 #include <errno.h>
 #include <string.h>
 #include "kvadmit/kvadmit.h"

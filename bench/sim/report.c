@@ -7,7 +7,7 @@
  * Definitions (also in bench/sim/README.md):
  *   decode tok/s       tokens sampled in the window / window length
  *   from cache         (local + restored) / prompt tokens of all admissions,
- *                      as the engine counts them (rule 16)
+ *                      as the engine counts them (rule tokens-counted-once)
  *   per-turn cache     over completed turns: cached tokens of each turn's first
  *                      admission / its prompt tokens (vLLM's num_cached_tokens,
  *                      counted once per request: the production table's count)

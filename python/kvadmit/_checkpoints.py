@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Checkpoints into C: the manifest that answers a lookup (kva_manifest) and
-the host's own local checkpoint (kva_checkpoint, rule 22). Each raises what
+the host's own local checkpoint (kva_checkpoint, rule host-local-checkpoints). Each raises what
 cffi raises for a field the C type cannot hold; the engine's call guard
 maps that to the KvadmitError the library would answer."""
 from ._errors import error

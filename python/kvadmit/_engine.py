@@ -164,7 +164,7 @@ class Engine:
                local: Optional[Checkpoint] = None) -> Handle:
         """kva_submit. prefix_key 0: no lookup. user: an integer handed back
         in plans and queries (an index into the host's own table). local: the
-        longest checkpoint the host's own prefix cache holds (rule 22)."""
+        longest checkpoint the host's own prefix cache holds (rule host-local-checkpoints)."""
         t = self._tls
         self._call("kva_submit", lib.kva_submit, (t, id, prompt_tokens, prefix_key, user, local),
                    _request_of)
@@ -184,7 +184,7 @@ class Engine:
     lookup_answer = answer
 
     def local_checkpoint(self, handle: Handle, checkpoint) -> None:
-        """kva_local_checkpoint (rule 22): the host's prefix cache now holds
+        """kva_local_checkpoint (rule host-local-checkpoints): the host's prefix cache now holds
         `checkpoint` (a Checkpoint, or (position, id[, epoch])) of h's prompt;
         its location is LOCAL and it is compatible."""
         self._call("kva_local_checkpoint", lib.kva_local_checkpoint, (handle, checkpoint),
@@ -195,12 +195,12 @@ class Engine:
         self._call("kva_copy_done", lib.kva_copy_done, (token, rank, status), None, _rank_errno)
 
     def checkpoint_evicted(self, checkpoint_id: int, epoch: int) -> None:
-        """kva_checkpoint_evicted (rule 15)."""
+        """kva_checkpoint_evicted (rule eviction-revalidates)."""
         self._call("kva_checkpoint_evicted", lib.kva_checkpoint_evicted,
                    (checkpoint_id, epoch))
 
     def reset_prefix_cache(self) -> None:
-        """kva_reset_prefix_cache (rule 17)."""
+        """kva_reset_prefix_cache (rule reset-returns-ready)."""
         self._call("kva_reset_prefix_cache", lib.kva_reset_prefix_cache)
 
     def grow(self, handle: Handle, pages: int, out=None):

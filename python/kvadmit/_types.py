@@ -25,7 +25,8 @@ def _int_enum(name, ctype, prefix, doc, skip=("COUNT",)):
     return cls
 
 
-Feature = _int_enum("Feature", "enum kva_feature", "KVA_FEATURE_", "enum kva_feature (rule 21)")
+Feature = _int_enum("Feature", "enum kva_feature", "KVA_FEATURE_",
+                    "enum kva_feature (rule capabilities)")
 Policy = _int_enum("Policy", "enum kva_policy", "KVA_POLICY_", "enum kva_policy")
 LogLevel = _int_enum("LogLevel", "enum kva_log_level", "KVA_LOG_", "enum kva_log_level")
 Location = _int_enum("Location", "enum kva_location", "KVA_LOC_", "enum kva_location")

@@ -314,11 +314,11 @@ static void capacity_waiter_stops_waiting_after_bounded_wait(void **st)
 }
 
 /* Original: the preflight keeps the decode watermark (refused, nothing
- * taken) and admits once the last runnable request finished; a restore
- * larger than the pool is classified at once and takes nothing. kvadmit's
- * watermark is a fixed floor (rule 5): it is not lifted when nothing runs
- * (deliberate difference, see CATALOGUE.md); here the restore fits above it
- * once the running request finished. */
+ * taken) and admits once the last runnable request finished; a restore larger
+ * than the pool is classified at once and takes nothing. kvadmit's watermark is
+ * a fixed floor (rule reservations-never-preempt): it is not lifted when
+ * nothing runs (deliberate difference, see CATALOGUE.md); here the restore fits
+ * above it once the running request finished. */
 static void import_preflight_preserves_watermark_and_classifies_impossible_restore(void **st)
 {
 	(void)st;
@@ -621,11 +621,12 @@ static void ready_import_behind_older_request_keeps_running_decode(void **st)
 }
 
 /* Original: an unadmitted import's credits never preempt a running decode;
- * the decode that crosses a block boundary with only those credits free
- * gets its block. DELIBERATE DIFFERENCE (rule 6): kvadmit's decode growth may
- * dip below the watermark but never into another request's reservation, so
- * the grow is refused (-ENOSPC) and the import keeps its credits; the engine
- * still preempts nobody (whether to preempt is the host's choice). */
+ * the decode that crosses a block boundary with only those credits free gets
+ * its block. DELIBERATE DIFFERENCE (rule decode-never-suppressed): kvadmit's
+ * decode growth may dip below the watermark but never into another request's
+ * reservation, so the grow is refused (-ENOSPC) and the import keeps its
+ * credits; the engine still preempts nobody (whether to preempt is the host's
+ * choice). */
 static void unadmitted_import_credits_do_not_preempt_running_decode(void **st)
 {
 	(void)st;

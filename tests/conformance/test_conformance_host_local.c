@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Conformance, rule 22 (local checkpoints the host knows): vLLM
- * tests/v1/core/test_boundary_admission.py
- * (local-inference-lab/vllm @ 17b1d42f675c51b0f48d7cf65bbdaa417b308b3f).
+ * Conformance, rule host-local-checkpoints (local checkpoints the host knows):
+ * vLLM tests/v1/core/test_boundary_admission.py (local-inference-lab/vllm @
+ * 17b1d42f675c51b0f48d7cf65bbdaa417b308b3f).
  */
 #include "conf.h"
 

@@ -3,10 +3,10 @@
  * Conformance: LMCache tests/v1/test_vllm_recurrent_checkpoint_preemption.py
  * (local-inference-lab/LMCache @ 4439c6fcadc87254757677e70e814dcc79b6d305).
  * Pages that an in-flight copy may still touch are never handed out again
- * before the copy drains (rule 12). In kvadmit the pages an in-flight copy
- * writes are an import's destination pages; what can take them away from
- * their owner is a cancel or a prefix-cache reset (an import cannot be
- * preempted: kva_preempt answers -EBUSY until it runs).
+ * before the copy drains (rule drain-before-reuse). In kvadmit the pages an
+ * in-flight copy writes are an import's destination pages; what can take them
+ * away from their owner is a cancel or a prefix-cache reset (an import cannot
+ * be preempted: kva_preempt answers -EBUSY until it runs).
  */
 #include "conf.h"
 

@@ -264,10 +264,10 @@ static void register_chain(struct fx *x)
 }
 
 /* Three C publishers at once: this engine's GPU (6 blocks, local), its CPU
- * offload (4 blocks, external), another node (2 blocks, external). The
- * longest is selected; removing one of its blocks reaches the waiting
- * request as an eviction, which looks up again and takes the next longest
- * (rule 15, local or external selections). */
+ * offload (4 blocks, external), another node (2 blocks, external). The longest
+ * is selected; removing one of its blocks reaches the waiting request as an
+ * eviction, which looks up again and takes the next longest (rule
+ * eviction-revalidates, local or external selections). */
 static void several_publishers_longest_first_and_removal_reaches_waiting(void **st)
 {
 	(void)st;

@@ -396,7 +396,7 @@ static void op_end(void)
 	struct hreq *r = &S.h[b % S.nh];
 	if (r->ended)
 		return;
-	if (b & 64) { /* a prefix-cache reset (rule 17) now and then */
+	if (b & 64) { /* a prefix-cache reset (rule reset-returns-ready) now and then */
 		CHECK(kva_reset_prefix_cache(S.e) == 0);
 		return;
 	}

@@ -228,7 +228,7 @@ static void ref_copy_start(int r)
 	S.m.pending[S.m.npending++] = r;
 }
 
-/* The READY list in queue order (rule 17): the order imports left the head. */
+/* The READY list in queue order (rule reset-returns-ready): the order imports left the head. */
 static void ref_make_ready(int r)
 {
 	S.m.free_slots++;
@@ -404,11 +404,13 @@ static int ref_admit_head(int r)
 			}
 			return 1;
 		}
-		/* rule 1: wait, don't recompute; legacy gives up on imports only
+		/* rule restore-waits-for-capacity: wait, don't recompute; legacy
+		 * gives up on imports only
 		 * (a local prefix hit waited for capacity in legacy engines too) */
 		if (m->cfg.policy != KVA_POLICY_LEGACY || local)
 			return 0;
-		legacy = true; /* rule 23: recompute only if that fits now */
+		/* rule legacy-decides-at-admission: recompute only if that fits now */
+		legacy = true;
 	}
 	uint32_t first = pages_for(
 	    q->prompt < m->cfg.prefill_chunk_tokens ? q->prompt : m->cfg.prefill_chunk_tokens);

@@ -67,7 +67,8 @@ struct hreq {
 	uint8_t end_state;
 	bool had_copy; /* a copy job was seen since it last entered WAITING */
 	bool ever_admitted;
-	bool host_local; /* the host stated a local checkpoint of it (rule 22) */
+	/* the host stated a local checkpoint of it (rule host-local-checkpoints) */
+	bool host_local;
 	uint32_t restore_pos; /* position of its last fully successful copy */
 	uint32_t nheld;	      /* pages it holds as a running request */
 	uint32_t nseen;
@@ -297,7 +298,7 @@ static void job_seen(const kva_copy_job *job)
 	for (uint32_t p = 0; p < job->npages; p++) {
 		uint32_t id = job->pages[p];
 		CHECK(id < S.cfg.total_pages);
-		CHECK(S.owner[id] == -1 && S.copying[id] == 0); /* rule 12 */
+		CHECK(S.owner[id] == -1 && S.copying[id] == 0); /* rule drain-before-reuse */
 		for (uint32_t q = 0; q < p; q++)
 			CHECK(job->pages[q] != id);
 		c->pages[p] = id;
@@ -368,7 +369,7 @@ static void check_admission(const kva_admission *a, uint32_t *pages_next)
 	case KVA_ADMIT_RESTORE:
 		/* an import that completed on every rank: READY, owns everything;
 		 * a shorter local checkpoint the host stated serves its own tokens
-		 * (rule 22), the import the rest */
+		 * (rule host-local-checkpoints), the import the rest */
 		CHECK(r->had_copy && r->restore_pos > 0 &&
 		      a->local_tokens + a->restored_tokens == r->restore_pos && a->restored_tokens > 0);
 		CHECK(a->local_tokens == 0 ||
@@ -647,7 +648,8 @@ static void do_step(uint64_t dt, uint32_t budget, bool hold)
 				CHECK(!"unknown state");
 			}
 			if (info.state == KVA_STATE_REJECTED && r->last_state == 0) {
-				/* rule 14: rejected only for an older incarnation still live */
+				/* rule id-reuse: rejected only for an older incarnation still
+				 * live */
 				bool older_live = false;
 				for (uint32_t j = 0; j < i; j++)
 					older_live |= S.h[j].h.id == r->h.id && !was_ended[j];
@@ -678,11 +680,12 @@ static void do_step(uint64_t dt, uint32_t budget, bool hold)
 	}
 	/* Front pushes of one step: preempts in call order (the last one ends up
 	 * first); mixed with reset requeues their relative order is left open
-	 * (rule 7: each goes to the front as its event is handled). A step that
-	 * stalled for memory handles the events behind the stalled one in the
-	 * next step, in order: whether its preempts and requeues were handled
-	 * before the stall or after it, they are placed with the next settled
-	 * step's, and their call order is kept until then. */
+	 * (rule fcfs-ready-bypass: each goes to the front as its event is
+	 * handled). A step that stalled for memory handles the events behind
+	 * the stalled one in the next step, in order: whether its preempts and
+	 * requeues were handled before the stall or after it, they are placed
+	 * with the next settled step's, and their call order is kept until
+	 * then. */
 	if (stalled) {
 		for (uint32_t k = 0; k < nfront; k++)
 			S.h[front[k]].front_pending = true;
@@ -698,7 +701,8 @@ static void do_step(uint64_t dt, uint32_t budget, bool hold)
 		S.preempt_seq = 0;
 	}
 
-	/* rule 7: nothing admitted from the head while an older request waits
+	/* rule fcfs-ready-bypass: nothing admitted from the head while an older
+	 * request waits
 	 * (not checked in a step that stalled for memory: a preemption behind
 	 * the stalled event is not back at the queue's front yet, and the
 	 * requests its event will put behind it may be admitted meanwhile) */
@@ -783,7 +787,8 @@ static int pick_running(uint8_t b)
 	return -1;
 }
 
-/* A local checkpoint the host states (rule 22): its own cache, local and
+/* A local checkpoint the host states (rule host-local-checkpoints): its own
+ * cache, local and
  * compatible; positions up to a little past the prompt (-ERANGE). */
 static kva_checkpoint host_local(uint32_t prompt)
 {

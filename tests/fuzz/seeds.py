@@ -145,7 +145,7 @@ class Engine(Enc):
         self.u8(0x80 if hold else (budget // 8) & 0x7F)
 
     def host_local(self, prompt, pos, cid=0):
-        # rule 22: a local checkpoint of the host's own cache
+        # rule host-local-checkpoints: a local checkpoint of the host's own cache
         self.u8(cid & 3)
         self.below(prompt + prompt // 8 + 1, pos - 1)
 
@@ -279,7 +279,7 @@ def engine_seeds():
     e.step()
     seeds["allocation-failures"] = e
 
-    # rule 22 and the token budget: a full local hit without a key, a partial
+    # rule host-local-checkpoints and the token budget: a full local hit without a key, a partial
     # one merged with the answer, one that decides an outstanding lookup, a
     # preempted request resuming locally, a step that preempted, budgets
     e = Engine(dir={1: (True, [ext128]), 2: (False, [])})

@@ -1,20 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * capacity.pml: the paired reservation on the packed capacity word
- * (lockfree/capacity.{h,c}). The word holds three lanes, as in C but
- * narrower: pages (4 bits, 6 credits), copy slots (2 bits, 2), run slots
- * (2 bits, 2). THREADS threads each pick one kind of reservation and run
- * it once: a restore reservation {3 pages, 1 slot, 1 run} above the decode
- * watermark (admit.c admit_head, rules 4 and 5), a recompute {2, 0, 1}
- * above it (admit.c admit_head, the first chunk), a decode growth
- * {1, 0, 0} with floor 0 (intake.c grow_owned, rule 6), or a slot-only
- * reservation {0, 1, 0} (no pages: not held back by the floor, as stated in
- * capacity.h; no caller in the library reserves one today, but
- * admit.c make_ready gives the copy slot back alone). A thread that got its
- * credits gives exactly those back with one fetch_add
- * (capacity.c kva_capacity_release).
- * try_reserve is modelled as in C: a relaxed load, then a loop of fits()
- * and a CAS of the whole word that refreshes the expected value on failure.
+ * (lockfree/capacity.{h,c}). The word holds three lanes, as in C but narrower:
+ * pages (4 bits, 6 credits), copy slots (2 bits, 2), run slots (2 bits, 2).
+ * THREADS threads each pick one kind of reservation and run it once: a restore
+ * reservation {3 pages, 1 slot, 1 run} above the decode watermark (admit.c
+ * admit_head, rules paired-reservation and reservations-never-preempt), a
+ * recompute {2, 0, 1} above it (admit.c admit_head, the first chunk), a decode
+ * growth {1, 0, 0} with floor 0 (intake.c grow_owned, rule
+ * decode-never-suppressed), or a slot-only reservation {0, 1, 0} (no pages: not
+ * held back by the floor, as stated in capacity.h; no caller in the library
+ * reserves one today, but admit.c make_ready gives the copy slot back alone). A
+ * thread that got its credits gives exactly those back with one fetch_add
+ * (capacity.c kva_capacity_release). try_reserve is modelled as in C: a relaxed
+ * load, then a loop of fits() and a CAS of the whole word that refreshes the
+ * expected value on failure.
  *
  * Properties (checked atomically with every update of the word):
  *   - all or nothing, no borrow between lanes: each lane of the word equals
@@ -101,7 +101,8 @@ proctype caller()
 			:: word == old ->
 				word = old - PACK(p, s, r);
 				hp = hp + p; hs = hs + s; hr = hr + r;
-				assert(p == 0 || PAGES(word) >= floor); /* rule 5 */
+				/* rule reservations-never-preempt */
+				assert(p == 0 || PAGES(word) >= floor);
 				check_word();
 				done = 1
 			:: else -> old = word

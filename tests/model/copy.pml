@@ -1,19 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * copy.pml: collective copy completion (rules 12, 19): copy.c kva__copy_start,
- * copy.c kva__copy_dispatch_pending, copy.c kva__copy_on_report,
- * copy.c kva__copy_cancel (reservations/) and grant.c kva__grant_report.
- * WORLD importer ranks copy into the request's destination pages; each
- * reports into copy_word = attempt << 8 | mask with a CAS (the C word is
- * attempt << 32 | mask). A rank may report success or failure, report its
- * attempt twice (a duplicate), and report the previous attempt late (a
- * stale report) after the next one was handed out. A failed attempt is
- * retried up to RETRIES times; a cancel may arrive at any time. After a
- * cancelled copy drained, the record is retired: the handle stops matching
- * and the grant leaves the record with copy_word as the last attempt left
- * it (a rank that matched the handle just before may still report into it;
- * the grant is reset only when it is reused, a grace period later, after
- * every such rank is done: grant.c grant_reuse).
+ * copy.pml: collective copy completion (rules drain-before-reuse,
+ * collective-completion): copy.c kva__copy_start, copy.c
+ * kva__copy_dispatch_pending, copy.c kva__copy_on_report, copy.c
+ * kva__copy_cancel (reservations/) and grant.c kva__grant_report. WORLD
+ * importer ranks copy into the request's destination pages; each reports into
+ * copy_word = attempt << 8 | mask with a CAS (the C word is attempt << 32 |
+ * mask). A rank may report success or failure, report its attempt twice (a
+ * duplicate), and report the previous attempt late (a stale report) after the
+ * next one was handed out. A failed attempt is retried up to RETRIES times; a
+ * cancel may arrive at any time. After a cancelled copy drained, the record is
+ * retired: the handle stops matching and the grant leaves the record with
+ * copy_word as the last attempt left it (a rank that matched the handle just
+ * before may still report into it; the grant is reset only when it is reused, a
+ * grace period later, after every such rank is done: grant.c grant_reuse).
  *
  * Properties:
  *   - destination pages go back only after every rank of the submitted
@@ -157,11 +157,12 @@ active proctype scheduler()
 		assert(n_reported <= WORLD);
 		any_failed = any_failed || st;
 		if
-		:: n_reported < WORLD -> skip /* rule 19 */
+		:: n_reported < WORLD -> skip /* rule collective-completion */
 		:: else ->
 			copying = 0;
 			if
-			:: state == CANCELLED -> /* copy.c kva__copy_on_report: rule 12, drained */
+			/* copy.c kva__copy_on_report: rule drain-before-reuse, drained */
+			:: state == CANCELLED ->
 				pages_return();
 				live = 0 /* lifecycle.c kva__rec_retire */
 			:: state == IMPORTING && any_failed && retries < RETRIES ->

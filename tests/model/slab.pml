@@ -2,14 +2,14 @@
 /*
  * slab.pml: slot retirement and reuse with generations (lockfree/slab.{h,c},
  * reservations/lifecycle.c kva__rec_find, reservations/intake.c). One slot goes
- * through INCARNATIONS incarnations of the same request id (rule 14: an id
- * may be submitted again), each alloc -> fill -> publish -> retire -> grace
+ * through INCARNATIONS incarnations of the same request id (rule id-reuse: an
+ * id may be submitted again), each alloc -> fill -> publish -> retire -> grace
  * period -> free again. READERS threads hold the handle of the first
  * incarnation and use it late, as kva_cancel / kva_query / kva_copy_done /
- * kva_lookup_answer do: inside an RCU read-side section they look the slot
- * up (bounds, generation, id), then read and write the record they matched,
- * and may hand the scheduler an event naming the handle, which the step
- * looks up again (engine.c dispatch_event, lifecycle.c kva__rec_find).
+ * kva_lookup_answer do: inside an RCU read-side section they look the slot up
+ * (bounds, generation, id), then read and write the record they matched, and
+ * may hand the scheduler an event naming the handle, which the step looks up
+ * again (engine.c dispatch_event, lifecycle.c kva__rec_find).
  *
  * Properties:
  *   - a stale handle never touches a later incarnation: whatever a reader

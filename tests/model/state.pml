@@ -5,14 +5,14 @@
  * the scheduler's transitions (admit, copy done -> READY, READY -> RUNNING,
  * requeue after preemption) and its handling of their events.
  *
- * Threads: the scheduler (engine.c kva_step), a host thread calling
- * kva_finish or kva_preempt twice (any order), a kva_grow thread, a
- * kva_cancel thread. Events travel in per-thread lanes with no order
- * between them (lockfree/fanin.c):
- * the scheduler takes from any non-empty lane. Credits: the request's held
- * credits (grant npages + reserved, one number) and the capacity word's free
- * pages (TOTAL). A reservation takes 2 above a floor; a grow takes 1 more
- * (floor 0, rule 6). ADMITS bounds how often the request is (re)admitted.
+ * Threads: the scheduler (engine.c kva_step), a host thread calling kva_finish
+ * or kva_preempt twice (any order), a kva_grow thread, a kva_cancel thread.
+ * Events travel in per-thread lanes with no order between them
+ * (lockfree/fanin.c): the scheduler takes from any non-empty lane. Credits: the
+ * request's held credits (grant npages + reserved, one number) and the capacity
+ * word's free pages (TOTAL). A reservation takes 2 above a floor; a grow takes
+ * 1 more (floor 0, rule decode-never-suppressed). ADMITS bounds how often the
+ * request is (re)admitted.
  *
  * Properties:
  *   - exactly one terminal outcome: kva__rec_end runs at most once
@@ -157,7 +157,8 @@ active proctype scheduler()
 		:: !ok -> deferred = 1
 		:: else -> skip
 		fi
-	:: state == WAITING && admits < ADMITS -> /* admit.c admit_head: rules 4, 5 */
+	/* admit.c admit_head: rules paired-reservation, reservations-never-preempt */
+	:: state == WAITING && admits < ADMITS ->
 		atomic {
 			if
 			:: free >= 2 + FLOOR -> free = free - 2; held = held + 2; ok = 1

@@ -152,7 +152,7 @@ static inline kva_handle sc_submit(struct sc *s, uint64_t id, uint64_t key, uint
 	return h;
 }
 
-/* A request that carries the host's own local checkpoint (rule 22). */
+/* A request that carries the host's own local checkpoint (rule host-local-checkpoints). */
 static inline kva_handle sc_submit_local(struct sc *s, uint64_t id, uint64_t key, uint32_t prompt,
                                          kva_checkpoint local)
 {

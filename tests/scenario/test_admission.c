@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Admission under capacity pressure: rules 1, 4, 5, 6, 7, 9 and the legacy
+/* Admission under capacity pressure: rules restore-waits-for-capacity,
+ * paired-reservation, reservations-never-preempt, decode-never-suppressed,
+ * fcfs-ready-bypass, too-large-at-once and the legacy
  * policy as the comparison case. */
 #include "scenario.h"
 
@@ -314,7 +316,8 @@ static void rule09_too_large_restore_is_classified_at_once(void **st)
 	sc_free(s);
 }
 
-/* Rule 9's boundary: a reservation of exactly the usable pool (total -
+/* Rule too-large-at-once's boundary: a reservation of exactly the usable pool
+ * (total -
  * watermark) can fit, so it is a restore, not TOO_LARGE. */
 static void rule09_restore_of_exactly_the_usable_pool_is_not_too_large(void **st)
 {
@@ -428,7 +431,8 @@ static void legacy_policy_copy_slot_shortage_recomputes(void **st)
 	sc_free(s);
 }
 
-/* Rule 23: a legacy restore refused for capacity does not decide to
+/* Rule legacy-decides-at-admission: a legacy restore refused for capacity does
+ * not decide to
  * recompute then; if, when it is finally admitted, the restore fits, it
  * restores with the answer it already has. */
 static void rule23_legacy_decides_at_admission_and_restores_when_it_fits(void **st)

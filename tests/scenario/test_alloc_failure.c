@@ -291,7 +291,8 @@ static void run(uint64_t k, bool sticky)
 	grow(c, 3); /* page arrays grow */
 	grow(a, 8);
 	int rc;
-	kva_checkpoint kept = ckpt(128, 21, 1); /* rule 22: the host keeps b's state */
+	/* rule host-local-checkpoints: the host keeps b's state */
+	kva_checkpoint kept = ckpt(128, 21, 1);
 	while (again(rc = kva_local_checkpoint(A.e, A.q[b].h, &kept)))
 		; /* the event is allocated, the step grows b's manifest */
 	assert_int_equal(rc, 0);
@@ -312,7 +313,7 @@ static void run(uint64_t k, bool sticky)
 		;
 	assert_int_equal(rc, 0);
 	while (again(rc = kva_checkpoint_evicted(A.e, 40, 2)))
-		; /* e re-looks-up (rule 15) */
+		; /* e re-looks-up (rule eviction-revalidates) */
 	assert_int_equal(rc, 0);
 	STEP_UNTIL(A.q[dup].ended);
 	assert_int_equal(A.q[dup].end_state, KVA_STATE_REJECTED);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Copies: rules 11, 12, 13 (during a copy), 17 and 19. */
+/* Copies: rules retry-then-shorter, drain-before-reuse, cancel-any-thread (during a copy),
+ * reset-returns-ready and collective-completion. */
 #include <urcu/urcu-memb.h>
 
 #include "scenario.h"
@@ -313,9 +314,10 @@ static void rule17_reset_keeps_queue_order_when_copies_finish_out_of_order(void 
 }
 
 /* Many imports whose copies finish in a scrambled order, some cancelled
- * while READY: admission (rule 7) and a reset (rule 17) still take them in
- * queue order. (The READY set is a heap: completions out of order used to
- * cost a walk each, quadratic in one step.) */
+ * while READY: admission (rule fcfs-ready-bypass) and a reset (rule
+ * reset-returns-ready) still take them in queue order. (The READY set is a
+ * heap: completions out of order used to cost a walk each, quadratic in one
+ * step.) */
 static void ready_imports_in_queue_order_whatever_the_completion_order(bool reset)
 {
 	enum { N = 32 };

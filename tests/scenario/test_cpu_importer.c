@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The CPU importer driving real copies for the engine, end to end: rules 11
+/* The CPU importer driving real copies for the engine, end to end: rules
+ * retry-then-shorter
  * (retries, shorter-checkpoint recovery), 12 (drain before reuse), 19
  * (collective completion) and the importer's destroy contract. Destination
  * pages are compared with the checkpoint bytes they must hold.

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Requests that return to the front of the waiting queue (docs/design.md,
- * rule 7, returning to the front): a preemption, a reset that finds a
- * request READY, the last report of a copy a reset overtook. Each goes to
- * the front when the step handles its event, so of those returning together
- * the one handled last goes first; a step that stalls for memory delays the
- * events from the stalled one on, and never reorders them.
+ * Requests that return to the front of the waiting queue (docs/design.md, rule
+ * fcfs-ready-bypass, returning to the front): a preemption, a reset that finds
+ * a request READY, the last report of a copy a reset overtook. Each goes to the
+ * front when the step handles its event, so of those returning together the one
+ * handled last goes first; a step that stalls for memory delays the events from
+ * the stalled one on, and never reorders them.
  *
  * Each scenario runs without a stall, and in KVADMIT_FAULT_INJECTION builds
  * also with one: a directory answer ahead of the returns carries a local

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The held local checkpoints (reservations/held.c): every path that adds,
- * replaces or drops a live request's manifest entries keeps the per-id
- * counts balanced, so that once every request has ended and a step ran, no
- * id is held (fault-injection builds can see the count: kva__held_ids). A
- * seeded random walk drives submits (with and without the host's own
- * checkpoint), duplicate ids, directory answers mixing local and external
- * entries, lookups that time out, refreshes, statements, evictions, copy
- * failures (rule 11), preemptions, finishes, cancels in every state, resets
+ * replaces or drops a live request's manifest entries keeps the per-id counts
+ * balanced, so that once every request has ended and a step ran, no id is held
+ * (fault-injection builds can see the count: kva__held_ids). A seeded random
+ * walk drives submits (with and without the host's own checkpoint), duplicate
+ * ids, directory answers mixing local and external entries, lookups that time
+ * out, refreshes, statements, evictions, copy failures (rule
+ * retry-then-shorter), preemptions, finishes, cancels in every state, resets
  * and growth. */
 #include "scenario/scenario.h"
 

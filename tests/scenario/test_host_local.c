@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Rule 22: local checkpoints the host already knows (its own prefix cache),
+/* Rule host-local-checkpoints: local checkpoints the host already knows (its
+ * own prefix cache),
  * stated at submit (kva_request.local) or later (kva_local_checkpoint). */
 #include "scenario/scenario.h"
 
@@ -163,7 +164,8 @@ static void rule22_local_upgrades_a_waiting_recompute(void **st)
 	sc_free(s);
 }
 
-/* Rule 9 holds for a recompute decided without a selection (a miss): a
+/* Rule too-large-at-once holds for a recompute decided without a selection (a
+ * miss): a
  * local checkpoint stated later must not make a request too large for any
  * reservation a restore, which would block the head for good (with
  * max_restore_wait_ns 0, unbounded) while every page is free. */
@@ -172,7 +174,7 @@ static void rule22_local_never_upgrades_a_recompute_too_large_to_restore(void **
 	(void)st;
 	kva_config c;
 	sc_config(&c);
-	c.max_restore_wait_ns = 0; /* unbounded: only rule 9 can decide */
+	c.max_restore_wait_ns = 0; /* unbounded: only rule too-large-at-once can decide */
 	struct sc *s = sc_new(&c);
 	kva_handle hog = sc_occupy(s, 100, 95); /* 5 pages free */
 	kva_manifest miss = {0};
@@ -216,7 +218,8 @@ static void rule22_local_wins_over_an_external_checkpoint_at_the_same_position(v
 	sc_free(s);
 }
 
-/* Rule 8 gives up once: a restore whose bounded wait expired recomputes,
+/* Rule bounded-wait gives up once: a restore whose bounded wait expired
+ * recomputes,
  * and a local checkpoint stated afterwards does not make it a restore
  * again (it would wait on capacity a second time). */
 static void rule22_local_never_revives_an_expired_restore_wait(void **st)
@@ -558,7 +561,7 @@ static void rule22_recheck_admitting_everything_leaves_no_head_blocked(void **st
 }
 
 /* A host checkpoint the reset forgot is never the shorter checkpoint an
- * exhausted copy falls back to (rule 11): its pages are gone. */
+ * exhausted copy falls back to (rule retry-then-shorter): its pages are gone. */
 static void rule22_forgotten_checkpoint_is_never_the_shorter_fallback(void **st)
 {
 	(void)st;

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Lifecycle and whole-engine behaviour: rules 8, 14, 16, 20, 21, and eight
+/* Lifecycle and whole-engine behaviour: rules bounded-wait, id-reuse,
+ * tokens-counted-once, step-never-walks-queue, capabilities, and eight
  * agents whose checkpoints together exceed the pool. */
 #include "scenario.h"
 
@@ -148,7 +149,8 @@ static void rule18_head_timers_and_gauge_follow_the_head(void **st)
 	sc_free(s);
 }
 
-/* Rule 18: a restore's wait logs once when it begins. A requeued request
+/* Rule wait-logs-and-refreshes: a restore's wait logs once when it begins. A
+ * requeued request
  * that takes the head for a while (here preempted, then cancelled) does not
  * make the restore's wait begin again when it is the head once more: no
  * second "starts waiting" line inside the interval. */

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Lookups and manifests: rules 2, 3, 10, 15 and 18. */
+/* Lookups and manifests: rules retained-manifest, per-lookup-deadline, named-fallbacks-only,
+ * eviction-revalidates and wait-logs-and-refreshes. */
 #include "scenario.h"
 
 #define KEY 7
@@ -470,9 +471,10 @@ static void assert_lookups(struct sc *s, const kva_handle *h, uint32_t n, uint32
 }
 
 /* A checkpoint shared by more waiting requests than a step looks at (a
- * system prompt) is revalidated over several steps, so no step costs O(k)
- * (rule 20): each sharer looks up again exactly once, the step reports
- * backlog until the walk is done, and the list's floor is right after it. */
+ * system prompt) is revalidated over several steps, so no step costs O(k) (rule
+ * step-never-walks-queue): each sharer looks up again exactly once, the step
+ * reports backlog until the walk is done, and the list's floor is right after
+ * it. */
 static void rule15_eviction_of_a_widely_shared_checkpoint_is_spread_over_steps(void **st)
 {
 	(void)st;
@@ -496,10 +498,10 @@ static void rule15_eviction_of_a_widely_shared_checkpoint_is_spread_over_steps(v
 }
 
 /* Twenty checkpoints, each shared by 100 waiting requests, evicted at once:
- * any number of walks may be pending, and they share the step's budget
- * (rule 20). Before, eight walks were kept pending and the ninth to
- * twentieth each ran whole in the step of its eviction (1,200 records in
- * one step on top of the budget). */
+ * any number of walks may be pending, and they share the step's budget (rule
+ * step-never-walks-queue). Before, eight walks were kept pending and the ninth
+ * to twentieth each ran whole in the step of its eviction (1,200 records in one
+ * step on top of the budget). */
 static void rule15_many_pending_evictions_share_one_budget(void **st)
 {
 	(void)st;
@@ -781,10 +783,10 @@ static void rule15_admission_never_takes_a_copy_a_pending_walk_made_stale(void *
 }
 
 /* A sharer the walk has not reached yet whose host states a shorter local
- * checkpoint (rule 22) keeps its selection, the copy the pending eviction
- * made stale, and is indexed again at the list's front, behind the walk's
- * cursor: the walk must still make it look up again, or once the walk is
- * done admission takes the lost copy. */
+ * checkpoint (rule host-local-checkpoints) keeps its selection, the copy the
+ * pending eviction made stale, and is indexed again at the list's front, behind
+ * the walk's cursor: the walk must still make it look up again, or once the
+ * walk is done admission takes the lost copy. */
 static void rule15_a_sharer_reindexed_before_the_walk_reaches_it_still_looks_up_again(void **st)
 {
 	(void)st;

@@ -212,11 +212,11 @@ static void cancel_behind_a_stalled_event_is_not_admitted(void **st)
 
 /* kva_local_checkpoint() "takes effect at the next step" (kvadmit.h), and
  * an event that needs memory waits for the next step (docs/design.md,
- * "Memory"). A statement whose checkpoint the engine has no room to track
- * yet (the held local checkpoints, reservations/held.c) used to be
- * dropped, with a log saying it would be retried: the running request it
- * was stated for, preempted, looked up again and recomputed instead of
- * resuming from it (rule 22). */
+ * "Memory"). A statement whose checkpoint the engine has no room to track yet
+ * (the held local checkpoints, reservations/held.c) used to be dropped, with a
+ * log saying it would be retried: the running request it was stated for,
+ * preempted, looked up again and recomputed instead of resuming from it (rule
+ * host-local-checkpoints). */
 static void local_statement_without_memory_waits_for_the_next_step(void **st)
 {
 	(void)st;

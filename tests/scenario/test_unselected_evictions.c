@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Rules 11, 15 and 22: an eviction of a checkpoint a request holds but has
+/* Rules retry-then-shorter, eviction-revalidates and host-local-checkpoints: an
+ * eviction of a checkpoint a request holds but has
  * not selected (a shorter local entry of its manifest, the host's own local
  * checkpoint) is not forgotten: when that entry is taken later (a shorter
  * checkpoint after failed copies, a lookup that missed or timed out, a
@@ -40,7 +41,8 @@ static void fail_copies(struct sc *s)
 	}
 }
 
-/* Path 1 (rule 11): the request imports the longer external checkpoint; the
+/* Path 1 (rule retry-then-shorter): the request imports the longer external
+ * checkpoint; the
  * shorter local one its manifest also lists is evicted during the copy; the
  * copy's retries run out: the evicted local checkpoint is not a shorter
  * checkpoint left, and the request recomputes. */
@@ -95,7 +97,7 @@ static void rule11_shorter_local_evicted_while_waiting_is_not_used(void **st)
 
 /* A request READY on the shorter local checkpoint (its copy failed) whose
  * local checkpoint is evicted before it is admitted looks up again instead
- * (rule 15): it is never admitted from it. */
+ * (rule eviction-revalidates): it is never admitted from it. */
 static void rule11_ready_on_a_local_checkpoint_evicted_before_admission_looks_up(void **st)
 {
 	(void)st;
@@ -127,7 +129,8 @@ static void rule11_ready_on_a_local_checkpoint_evicted_before_admission_looks_up
 	sc_free(s);
 }
 
-/* Rule 22's upgrade, then rule 11: the host states a (shorter) local
+/* Rule host-local-checkpoints's upgrade, then rule retry-then-shorter: the host
+ * states a (shorter) local
  * checkpoint while the request waits, which keeps its longer selection; the
  * manifest's other local entry was evicted meanwhile. When the copy's
  * retries run out, the shorter checkpoint taken is the host's, never the
