@@ -3,11 +3,12 @@
  * Admission (see admit.h): the FCFS head's paired reservation (rules
  * restore-waits-for-capacity, paired-reservation, reservations-never-preempt,
  * fcfs-ready-bypass, too-large-at-once), immediate local and ordinary
- * admissions, READY restores passing a blocked head, the head's timers (rules
- * bounded-wait, wait-logs-and-refreshes), the prefix-cache reset (rule
- * reset-returns-ready), requeueing to the front and cancels (rule
- * cancel-any-thread). Calls copy.c, evict_walk.c, lookup.c and what lies below
- * them (lifecycle.c, grant.c, held.c, stats.c).
+ * admissions written into the plan, READY restores passing a blocked head,
+ * copy reports, the prefix-cache reset (rule reset-returns-ready), rechecks
+ * and cancels (rule cancel-any-thread). Calls copy.c, evict_walk.c, lookup.c,
+ * the queue's files (waiting_queue.c, head_timers.c, ready_heap.c,
+ * token_budget.c) and what lies below them (lifecycle.c, grant.c, held.c,
+ * stats.c).
  */
 #include <string.h>
 
@@ -15,10 +16,14 @@
 #include "copy.h"
 #include "evict_walk.h"
 #include "grant.h"
+#include "head_timers.h"
 #include "held.h"
 #include "lifecycle.h"
 #include "lookup.h"
+#include "ready_heap.h"
 #include "stats.h"
+#include "token_budget.h"
+#include "waiting_queue.h"
 
 /* How many heads ahead admission fetches records. */
 #define ADMIT_AHEAD 4
@@ -30,24 +35,7 @@ static bool plan_room(const kva_plan *p, uint32_t pages)
 	return p->n_admitted < p->admitted_cap && p->pages_cap - p->n_pages >= pages;
 }
 
-/* ---- the step's prefill token budget (kva_plan.token_budget) --------------------- */
-
-/* The tokens an admission prefills in its first step: its first chunk after
- * the cached prefix, at least one. */
-static uint32_t first_chunk(const kva_engine *e, uint32_t prompt, uint32_t cached)
-{
-	uint32_t rest = prompt - cached;
-	uint32_t t = rest < e->cfg.prefill_chunk_tokens ? rest : e->cfg.prefill_chunk_tokens;
-	return t ? t : 1;
-}
-
-static bool budget_spent(const kva_engine *e) { return e->budget_left == 0; }
-
-/* What is left of the budget for `tokens` (all of them if they fit). */
-static uint32_t budget_cut(const kva_engine *e, uint32_t tokens)
-{
-	return tokens < e->budget_left ? tokens : (uint32_t)e->budget_left;
-}
+/* ---- the plan's admissions ------------------------------------------------------- */
 
 /* r got the capacity it waited for at the head (an admission, or an
  * import's reservation: the copy that follows is not a capacity wait). */
@@ -65,7 +53,7 @@ static void plan_admit(kva_engine *e, struct kva__req *r, uint8_t how, uint32_t 
                        uint32_t restored)
 {
 	kva_plan *p = e->plan;
-	e->budget_left -= budget_cut(e, first_chunk(e, r->prompt_tokens, local + restored));
+	kva__token_budget_spend(e, kva__token_budget_first_chunk(e, r->prompt_tokens, local + restored));
 	struct kva__grant *g = kva__grant(r);
 	uint32_t n = atomic_load_explicit(&g->npages, memory_order_relaxed);
 	kva_admission *a = &p->admitted[p->n_admitted++];
@@ -156,245 +144,6 @@ static bool plan_fits(kva_engine *e, struct kva__req *r, uint32_t pages, const c
 	return false;
 }
 
-/* ---- the head's timers (rules bounded-wait, wait-logs-and-refreshes) ------------------------- */
-
-static void head_forget(kva_engine *e, struct kva__req *r)
-{
-	if (!r || e->head_req != r)
-		return;
-	for (int i = 0; i < HT_COUNT; i++)
-		kva_timerwheel_cancel(&e->wheel, &e->head_timer[i]);
-	e->head_req = NULL;
-	atomic_store_explicit(&e->st[ST_CAPACITY_WAIT_NS], 0, memory_order_relaxed);
-}
-
-/* One log line through the host's callbacks about a restore waiting. */
-static void log_wait(kva_engine *e, struct kva__req *r, const char *what, int event)
-{
-	uint32_t need = kva__pages_for(e, r->prompt_tokens) + e->cfg.decode_headroom_pages;
-	uint64_t waited = e->now - r->blocked_since;
-	bool expired = event == KVA_LOGEV_WAIT_EXPIRED;
-	kva__log(e, expired ? KVA_LOG_WARN : KVA_LOG_INFO, event, r, 0,
-	         event == KVA_LOGEV_WAIT_STARTED ? need : waited,
-	         "kvadmit: restore of request %llu %s %.1f s for capacity (needs %u pages, %u free)%s",
-	         (unsigned long long)r->id, what, (double)waited / 1e9, need,
-	         kva_capacity_free(&e->cap).pages, expired ? "; recomputing instead" : "");
-}
-
-void kva__admit_head_timer(kva_engine *e, int which)
-{
-	struct kva__req *r = e->head_req;
-	if (!r)
-		return;
-	if (!(r->flags & KVA__F_RESTORE)) {
-		/* its selection went (an eviction's re-lookup is out): the head
-		 * is no longer timed as a restore. If it blocks as one again,
-		 * head_block re-arms from blocked_since, so a bound already
-		 * passed fires at the next step instead of being lost. */
-		head_forget(e, r);
-		return;
-	}
-	switch (which) {
-	case HT_WAIT:
-		/* rule bounded-wait: give up once, say so once, stop holding others as a restore */
-		log_wait(e, r, "waited", KVA_LOGEV_WAIT_EXPIRED);
-		kva__observe(e, H_CAPACITY_WAIT, e->now - r->blocked_since);
-		r->flags &= (uint16_t)~KVA__F_BLOCKED; /* its wait as a restore is over */
-		r->ahead = 0;                          /* not a hint: a time */
-		kva__st_add_single_writer(e, ST_WAIT_EXPIRED, 1);
-		head_forget(e, r);
-		kva__fallback(e, r, KVA_REASON_WAIT_EXPIRED);
-		break;
-	case HT_LOG:
-		log_wait(e, r, "waiting", KVA_LOGEV_WAIT_ONGOING);
-		kva__st_add_single_writer(e, ST_WAIT_LOGS, 1);
-		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_LOG],
-		                   kva__after(e->now, e->cfg.wait_log_interval_ns));
-		break;
-	case HT_REFRESH:
-		/* One refresh per interval. A refresh has no deadline: one still
-		 * out after as long as any lookup may take (lookup_timeout_ns, or
-		 * one interval without a timeout) was lost, and the new one
-		 * supersedes it (its answer, if it ever comes, is refused as
-		 * late), or a single lost answer would end refreshing for the
-		 * whole wait. A younger one is still awaited: superseding it
-		 * would refuse every answer of a directory slower than the
-		 * interval (but within the timeout), and no refresh would ever
-		 * count. */
-		if (!(r->flags & KVA__F_REFRESH) || e->refresh_req != r ||
-		    !e->cfg.lookup_timeout_ns || e->now - e->refresh_sent >= e->cfg.lookup_timeout_ns) {
-			kva__st_add_single_writer(e, ST_REFRESHES, 1);
-			kva__lookup_issue(e, r, false);
-			e->refresh_req = r;
-			e->refresh_sent = e->now;
-		}
-		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_REFRESH],
-		                   kva__after(e->now, e->cfg.lookup_refresh_ns));
-		break;
-	}
-}
-
-/* The head could not be admitted this step. Restores blocked on capacity
- * arm the bounded-wait, log and refresh timers (rules bounded-wait,
- * wait-logs-and-refreshes). */
-static void head_block(kva_engine *e, struct kva__req *r, bool restore)
-{
-	e->plan->head_blocked = true;
-	bool begins = !(r->flags & KVA__F_BLOCKED);
-	if (begins) {
-		r->flags |= KVA__F_BLOCKED;
-		r->blocked_since = e->now;
-	}
-	if (!restore) {
-		/* the head is not a restore: no restore's wait is timed or shown
-		 * (one that blocked here before and was passed by a requeue to the
-		 * front resumes from its blocked_since when it is the head again) */
-		head_forget(e, e->head_req);
-		return;
-	}
-	kva__st_add_single_writer(e, ST_BLOCKED_STEPS, 1);
-	atomic_store_explicit(&e->st[ST_CAPACITY_WAIT_NS], e->now - r->blocked_since,
-	                      memory_order_relaxed);
-	if (e->head_req == r)
-		return;
-	/* rule wait-logs-and-refreshes: a wait that begins logs once */
-	if (begins && e->cfg.wait_log_interval_ns) {
-		log_wait(e, r, "starts waiting after", KVA_LOGEV_WAIT_STARTED);
-		kva__st_add_single_writer(e, ST_WAIT_LOGS, 1);
-	}
-	head_forget(e, e->head_req);
-	e->head_req = r;
-	if (e->cfg.max_restore_wait_ns)
-		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_WAIT],
-		                   kva__after(r->blocked_since, e->cfg.max_restore_wait_ns));
-	if (e->cfg.wait_log_interval_ns)
-		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_LOG],
-		                   kva__after(e->now, e->cfg.wait_log_interval_ns));
-	if (e->cfg.lookup_refresh_ns)
-		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_REFRESH],
-		                   kva__after(e->now, e->cfg.lookup_refresh_ns));
-}
-
-/* ---- the waiting queue ------------------------------------------------------------ */
-
-/* r goes to the back: it becomes the `ahead` hint of the request pushed
- * KVA__AHEAD pushes ago, if that one still waits unblocked (then its
- * record, touched that recently, is still in the cache). */
-static void leave_hint(kva_engine *e, struct kva__req *r)
-{
-	uint32_t slot = kva__rec_slot(r);
-	r->ahead = 0;
-	struct kva__pushed *p = &e->pushed[e->n_pushed++ % KVA__AHEAD];
-	struct kva__req *behind = kva_slab_lookup(&e->slab, p->slot, p->gen);
-	if (behind && !(behind->flags & KVA__F_BLOCKED) &&
-	    atomic_load_explicit(&behind->state, memory_order_relaxed) == KVA_STATE_WAITING)
-		behind->ahead = slot + 1;
-	p->slot = slot;
-	p->gen = atomic_load_explicit(&r->hdr.gen, memory_order_relaxed);
-}
-
-/* Starts the cache misses of the request KVA__AHEAD places behind r. */
-static void prefetch_ahead(kva_engine *e, const struct kva__req *r)
-{
-	if ((r->flags & KVA__F_BLOCKED) || !r->ahead)
-		return;
-	const struct kva__req *x = kva_slab_get(&e->slab, r->ahead - 1);
-	if (x)
-		kva__rec_prefetch(x);
-}
-
-void kva__admit_enqueue(kva_engine *e, struct kva__req *r)
-{
-	kva__rec_wait_begins(r, e->now);
-	leave_hint(e, r);
-	kva_waitq_push_back(&e->waitq, &r->wq);
-	kva__lookup_begin(e, r, false);
-}
-
-void kva__admit_requeue_front(kva_engine *e, struct kva__req *r, bool preempted)
-{
-	/* the host's local checkpoint stays, also after a reset: one stated
-	 * before it is ignored by its mark (lookup.c), one stated after holds */
-	kva__lookup_requeue(e, r, true);
-	r->flags &= (uint16_t) ~(KVA__F_DECIDED | KVA__F_RESTORE | KVA__F_REFRESH | KVA__F_BLOCKED);
-	r->reason = KVA_REASON_NONE;
-	atomic_store_explicit(&r->pub_reason, 0, memory_order_relaxed);
-	kva_timer_init(&r->deadline); /* the union held a list link until now */
-	r->ahead = 0;                 /* and this one a time or a stale hint */
-	kva__rec_set_state(e, r, KVA_STATE_WAITING);
-	kva__rec_wait_begins(r, e->now);
-	kva_waitq_push_front(&e->waitq, &r->wq);
-	kva__lookup_begin(e, r, preempted);
-}
-
-void kva__admit_forget_waiting(kva_engine *e, struct kva__req *r)
-{
-	kva_waitq_unlink(&e->waitq, &r->wq);
-	head_forget(e, r);
-	kva__lookup_forget(e, r);
-}
-
-/* ---- READY: a min-heap on queue_seq ------------------------------------------------- */
-
-/* Admission and reset take READY restores in the order they left the queue
- * (rule reset-returns-ready), whatever order their copies finish in. Copies on
- * different streams and ranks finish out of order, so a sorted list (insertion
- * from its tail) was quadratic: 65,535 completions in random order took one 18
- * s step. The heap is O(log R) per completion, admission and cancel. */
-static void ready_put(kva_engine *e, uint32_t at, struct kva__ready_ent x)
-{
-	e->ready[at] = x;
-	x.r->ready_at = at;
-}
-
-static void ready_sift_up(kva_engine *e, uint32_t at, struct kva__ready_ent x)
-{
-	while (at > 0 && e->ready[(at - 1) / 2].seq > x.seq) {
-		ready_put(e, at, e->ready[(at - 1) / 2]);
-		at = (at - 1) / 2;
-	}
-	ready_put(e, at, x);
-}
-
-static void ready_sift_down(kva_engine *e, uint32_t at, struct kva__ready_ent x)
-{
-	for (;;) {
-		uint32_t c = 2 * at + 1;
-		if (c >= e->n_ready)
-			break;
-		if (c + 1 < e->n_ready && e->ready[c + 1].seq < e->ready[c].seq)
-			c++;
-		if (e->ready[c].seq >= x.seq)
-			break;
-		ready_put(e, at, e->ready[c]);
-		at = c;
-	}
-	ready_put(e, at, x);
-}
-
-static void ready_push(kva_engine *e, struct kva__req *r)
-{
-	/* never full: a READY request holds one of max_running's credits */
-	ready_sift_up(e, e->n_ready++, (struct kva__ready_ent){kva__grant(r)->queue_seq, r});
-}
-
-static void ready_remove(kva_engine *e, struct kva__req *r)
-{
-	uint32_t at = r->ready_at;
-	struct kva__ready_ent last = e->ready[--e->n_ready];
-	if (at == e->n_ready)
-		return;
-	if (at > 0 && e->ready[(at - 1) / 2].seq > last.seq)
-		ready_sift_up(e, at, last);
-	else
-		ready_sift_down(e, at, last);
-}
-
-void kva__admit_forget_ready(kva_engine *e, struct kva__req *r)
-{
-	ready_remove(e, r);
-}
-
 /* ---- admission ------------------------------------------------------------------------ */
 
 /* A cancel in whatever state r is in now (admit.h). */
@@ -409,13 +158,13 @@ bool kva__admit_cancel(kva_engine *e, struct kva__req *r)
 			r->flags |= KVA__F_CANCEL_EARLY;
 			return true;
 		}
-		kva__admit_forget_waiting(e, r);
+		kva__waiting_queue_forget(e, r);
 		break;
 	case KVA_STATE_IMPORTING:
 		kva__copy_cancel(e, r);
 		break;
 	case KVA_STATE_READY:
-		kva__admit_forget_ready(e, r);
+		kva__ready_heap_remove(e, r);
 		kva__rec_give_back(e, r, 0, true);
 		break;
 	case KVA_STATE_RUNNING: {
@@ -493,7 +242,7 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 	if (!(r->flags & KVA__F_DECIDED)) {
 		p->head_blocked = true; /* FCFS: an undecided head holds the line */
 		if (e->head_req != r) /* a restore's timers stay with the head */
-			head_forget(e, e->head_req);
+			kva__head_timers_forget(e, e->head_req);
 		return 0;
 	}
 	uint32_t prompt_pages = kva__pages_for(e, r->prompt_tokens);
@@ -501,7 +250,7 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 	if (r->flags & KVA__F_RESTORE) {
 		const kva_checkpoint *c = kva__selected_checkpoint(r);
 		bool local = c->location == KVA_LOC_LOCAL;
-		if (local && budget_spent(e))
+		if (local && kva__token_budget_spent(e))
 			return -1; /* it would prefill now; an import would not */
 		/* cannot wrap: every path to a selection checks rule
 		 * too-large-at-once, so
@@ -524,7 +273,7 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 			 * preemption or reset too)
 			 * gets the whole retry budget; the grant outlives them */
 			kva__grant(r)->retries = 0;
-			kva__admit_forget_waiting(e, r);
+			kva__waiting_queue_forget(e, r);
 			if (local) {
 				plan_admit(e, r, KVA_ADMIT_LOCAL, c->position, 0);
 			} else {
@@ -540,7 +289,7 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 		 * imports; a local prefix hit waited for capacity there too. A
 		 * contended word waits too (the step says backlog). */
 		if (e->cfg.policy != KVA_POLICY_LEGACY || local || got < 0) {
-			head_block(e, r, true);
+			kva__head_timers_block(e, r, true);
 			return 0;
 		}
 		/* rule legacy-decides-at-admission: legacy decides at admission —
@@ -549,10 +298,10 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 		 * the restore first again next time */
 		legacy = true;
 	}
-	if (budget_spent(e))
+	if (kva__token_budget_spent(e))
 		return -1;
 	/* the first credit grant covers the first chunk, cut to the budget */
-	uint32_t first = kva__pages_for(e, budget_cut(e, first_chunk(e, r->prompt_tokens, 0)));
+	uint32_t first = kva__pages_for(e, kva__token_budget_first_chunk(e, r->prompt_tokens, 0));
 	if (first > e->usable_pages)
 		first = e->usable_pages; /* a first chunk larger than the pool could never start */
 	if (!plan_fits(e, r, first, "admission pages"))
@@ -562,16 +311,16 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 	kva__alloc_ok(e);
 	struct kva_credits want = {first, 0, 1};
 	if (reserve(e, want) <= 0) {
-		head_block(e, r, false);
+		kva__head_timers_block(e, r, false);
 		return 0;
 	}
 	if (!take_pages(e, kva__grant(r), first, first))
 		return pages_missing(e, r, want);
 	if (legacy) {
-		head_forget(e, r);
+		kva__head_timers_forget(e, r);
 		kva__fallback(e, r, KVA_REASON_LEGACY);
 	}
-	kva__admit_forget_waiting(e, r);
+	kva__waiting_queue_forget(e, r);
 	plan_admit(e, r, KVA_ADMIT_RECOMPUTE, 0, 0);
 	return 1;
 }
@@ -613,14 +362,14 @@ static bool take_more(kva_engine *e, struct kva__req *r, uint32_t tokens)
 static int admit_ready(kva_engine *e, struct kva__req *r)
 {
 	if ((r->flags & KVA__F_RESTORE) && kva__held_gone(&e->held, kva__selected_checkpoint(r))) {
-		ready_remove(e, r);
+		kva__ready_heap_remove(e, r);
 		kva__st_add_single_writer(e, ST_REVALIDATIONS, 1);
 		kva__rec_give_back(e, r, 0, true);
-		kva__admit_requeue_front(e, r, false);
+		kva__waiting_queue_requeue_front(e, r, false);
 		e->admit_asked = true; /* its callback answer is handled in this step */
 		return -1;
 	}
-	if (budget_spent(e))
+	if (kva__token_budget_spent(e))
 		return false;
 	struct kva__grant *g = kva__grant(r);
 	if (!plan_fits(e, r, atomic_load_explicit(&g->npages, memory_order_relaxed), "imported pages"))
@@ -638,13 +387,13 @@ static int admit_ready(kva_engine *e, struct kva__req *r)
 		 * have stated a longer one since the pages were taken) */
 		if (q >= c->position && !take_more(e, r, q))
 			return false;
-		ready_remove(e, r);
+		kva__ready_heap_remove(e, r);
 		if (q >= c->position)
 			plan_admit(e, r, KVA_ADMIT_LOCAL, q, 0);
 		else
 			plan_admit(e, r, KVA_ADMIT_RESTORE, q, c->position - q);
 	} else {
-		ready_remove(e, r);
+		kva__ready_heap_remove(e, r);
 		plan_admit(e, r, KVA_ADMIT_RECOMPUTE, 0, 0);
 	}
 	return true;
@@ -654,7 +403,7 @@ static void make_ready(kva_engine *e, struct kva__req *r)
 {
 	kva_capacity_release(&e->cap, (struct kva_credits){0, 1, 0}); /* the copy slot */
 	kva__rec_set_state(e, r, KVA_STATE_READY);
-	ready_push(e, r);
+	kva__ready_heap_push(e, r);
 }
 
 void kva__admit_on_copy(kva_engine *e, struct kva__req *r, struct kva__event *ev)
@@ -664,17 +413,11 @@ void kva__admit_on_copy(kva_engine *e, struct kva__req *r, struct kva__event *ev
 		make_ready(e, r);
 		break;
 	case KVA__COPY_REQUEUE:
-		kva__admit_requeue_front(e, r, false);
+		kva__waiting_queue_requeue_front(e, r, false);
 		break;
 	default:
 		break;
 	}
-}
-
-static int ready_by_seq(const void *a, const void *b)
-{
-	uint64_t x = ((const struct kva__ready_ent *)a)->seq, y = ((const struct kva__ready_ent *)b)->seq;
-	return x < y ? -1 : x > y;
 }
 
 void kva__admit_reset_ready(kva_engine *e)
@@ -682,13 +425,13 @@ void kva__admit_reset_ready(kva_engine *e)
 	e->reset_epoch++; /* imports still copying requeue when they drain */
 	/* last READY first, each pushed to the front: relative order kept.
 	 * Sorted in place (reset is rare), the heap is emptied from its end. */
-	qsort(e->ready, e->n_ready, sizeof(*e->ready), ready_by_seq);
-	while (e->n_ready) {
-		struct kva__req *r = e->ready[--e->n_ready].r;
+	kva__ready_heap_sort(e);
+	struct kva__req *r;
+	while ((r = kva__ready_heap_pop_last(e))) {
 		kva__touched(e);
 		/* rule reset-returns-ready: pages back, to the front */
 		kva__rec_give_back(e, r, 0, true);
-		kva__admit_requeue_front(e, r, false);
+		kva__waiting_queue_requeue_front(e, r, false);
 	}
 }
 
@@ -742,12 +485,6 @@ bool kva__admit_revalidate_front(kva_engine *e)
 	return asked;
 }
 
-void kva__admit_start(kva_engine *e)
-{
-	kva_plan *plan = e->plan;
-	e->budget_left = plan->token_budget ? plan->token_budget : UINT64_MAX;
-}
-
 uint32_t kva__admit_run(kva_engine *e)
 {
 	kva_plan *plan = e->plan;
@@ -755,11 +492,11 @@ uint32_t kva__admit_run(kva_engine *e)
 	if (plan->hold_admissions)
 		return 0; /* the host preempted this step: nothing new starts */
 	/* rule fcfs-ready-bypass: restores that own their capacity go first, past the head */
-	while (e->n_ready) {
+	for (struct kva__req *r; (r = kva__ready_heap_first(e));) {
 		plan->records_touched++;
-		if (cancelled_meanwhile(e, e->ready[0].r))
+		if (cancelled_meanwhile(e, r))
 			continue;
-		int rc = admit_ready(e, e->ready[0].r);
+		int rc = admit_ready(e, r);
 		if (!rc)
 			break;
 		left += rc > 0;
@@ -786,7 +523,7 @@ uint32_t kva__admit_run(kva_engine *e)
 				lead++;
 				kva__rec_prefetch(kva__req_of_wq(x));
 			}
-			prefetch_ahead(e, kva__req_of_wq(n));
+			kva__waiting_queue_prefetch_ahead(e, kva__req_of_wq(n));
 		}
 		if (cancelled_meanwhile(e, kva__req_of_wq(n)))
 			continue; /* it left the queue, as an admitted head does */
@@ -796,3 +533,4 @@ uint32_t kva__admit_run(kva_engine *e)
 	}
 	return left;
 }
+

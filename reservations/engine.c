@@ -10,10 +10,10 @@
  * The top of reservations/: calls admit.c, copy.c, evict_walk.c, lookup.c
  * and the files below them.
  * One step's data flow: intake's events (inbox) -> handlers here, which hand
- * each to its owner (submit -> record id map + admit queue + lookup; answer
+ * each to its owner (submit -> record id map + waiting queue + lookup; answer
  * -> lookup; eviction -> evict_walk; copy report -> admit -> copy; cancel ->
  * whichever list holds the request, then record) -> timers (lookup
- * deadlines, admit's head timers) -> terminal reports (record retirement)
+ * deadlines, the head's timers) -> terminal reports (record retirement)
  * -> admit.c's admission run -> copy.c's dispatch.
  *
  * Never blocks: the inbox (one lane per producer thread) is spliced without
@@ -38,10 +38,13 @@
 #include "copy.h"
 #include "event_queue.h"
 #include "evict_walk.h"
+#include "head_timers.h"
 #include "held.h"
 #include "lifecycle.h"
 #include "lookup.h"
 #include "stats.h"
+#include "token_budget.h"
+#include "waiting_queue.h"
 
 #define MS 1000000ull
 #define SEC (1000 * MS)
@@ -318,7 +321,7 @@ static int handle_submit(kva_engine *e, struct kva__req *r)
 	r->flags |= KVA__F_INGESTED | KVA__F_HELD;
 	kva__held_hold_all(&e->held, r);
 	kva__st_add_single_writer(e, ST_WAITING, 1);
-	kva__admit_enqueue(e, r);
+	kva__waiting_queue_enqueue(e, r);
 	return 0;
 }
 
@@ -341,7 +344,7 @@ static void handle_life_event(kva_engine *e, struct kva__req *r, uint8_t type)
 		kva__rec_end(e, r, KVA_STATE_CANCELLED);
 		return;
 	}
-	kva__admit_requeue_front(e, r, true);
+	kva__waiting_queue_requeue_front(e, r, true);
 }
 
 static struct kva__req *embedded_req(kva_engine *e, struct kva__event *ev)
@@ -601,7 +604,7 @@ static void timer_fired(struct kva_timer *t, void *arg)
 	e->plan->timers_fired++;
 	e->plan->records_touched++;
 	if (t >= &e->head_timer[0] && t < &e->head_timer[HT_COUNT]) {
-		kva__admit_head_timer(e, (int)(t - e->head_timer));
+		kva__head_timers_fired(e, (int)(t - e->head_timer));
 		return;
 	}
 	kva__lookup_on_deadline(e, caa_container_of(t, struct kva__req, deadline));
@@ -681,7 +684,7 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	if (asked)
 		handle_local(e); /* answers to lookups the timers or the recheck issued */
 	emit_ended(e);
-	kva__admit_start(e);
+	kva__token_budget_start(e);
 	kva__admit_run(e);
 	if (e->head_recheck || e->admit_asked)
 		admit_again(e);

@@ -59,7 +59,7 @@ struct kva_engine {
 	struct kva_inbox_batch local_batch; /* spliced from local, not yet handled */
 	struct kva_inbox deferred;          /* cancels retried next step */
 	struct kva__event *stalled;         /* needed memory: handled first next step */
-	/* READY restores, a min-heap on the order they left the queue (admit.c).
+	/* READY restores, a min-heap on the order they left the queue (ready_heap.c).
 	 * Room for max_running: each holds a running credit. */
 	struct kva__ready_ent {
 		uint64_t seq; /* the grant's queue_seq, here so a sift reads no record */
@@ -95,13 +95,13 @@ struct kva_engine {
 	struct kva_timerwheel wheel;
 	/* The last KVA__AHEAD requests pushed to the back of the queue (a
 	 * ring), so each push can leave its slot as the `ahead` hint of the
-	 * one pushed KVA__AHEAD before it (admit.c). */
+	 * one pushed KVA__AHEAD before it (waiting_queue.c). */
 	struct kva__pushed {
 		uint32_t slot, gen;
 	} pushed[KVA__AHEAD];
 	uint32_t n_pushed;
-	struct kva__req *head_req; /* request the head timers belong to */
-	struct kva__req *refresh_req; /* the last refresh went to it (admit.c) */
+	struct kva__req *head_req; /* request the head timers belong to (head_timers.c) */
+	struct kva__req *refresh_req; /* the last refresh went to it (head_timers.c) */
 	uint64_t refresh_sent;        /* ... at this step clock */
 	uint32_t reset_epoch;      /* bumped by each prefix-cache reset */
 	bool head_recheck;         /* admission stopped at a head whose host
@@ -109,7 +109,7 @@ struct kva_engine {
 	/* admission issued lookups (rule eviction-revalidates, admit.c) */
 	bool admit_asked;
 	uint64_t import_seq;       /* imports started from the head, in queue order */
-	uint64_t budget_left;      /* prefill tokens this step may still start (admit.c) */
+	uint64_t budget_left;      /* prefill tokens this step may still start (token_budget.c) */
 	struct kva_timer head_timer[HT_COUNT];
 	uint64_t now;
 	kva_plan *plan; /* the plan of the step in progress */

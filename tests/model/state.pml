@@ -99,7 +99,7 @@ inline handle_cancel(ok)
 {
 	s = state; /* admit.c kva__admit_cancel: acquire load */
 	if
-	:: s == WAITING -> rec_end(CANCELLED); ok = 1 /* admit.c kva__admit_forget_waiting */
+	:: s == WAITING -> rec_end(CANCELLED); ok = 1 /* waiting_queue.c kva__waiting_queue_forget */
 	:: s == IMPORTING || s == READY ->
 		/* copy.c kva__copy_cancel (IMPORTING) / admit.c kva__admit_cancel:
 		 * grant.c kva__rec_give_back (READY) */
@@ -139,7 +139,7 @@ active proctype scheduler()
 			:: cancel_requested -> rec_end(CANCELLED) /* engine.c handle_life_event: cancelled */
 			:: else ->
 #endif
-				state = WAITING /* admit.c kva__admit_requeue_front */
+				state = WAITING /* waiting_queue.c kva__waiting_queue_requeue_front */
 #ifndef MUTANT_PREEMPT_DROPS_CANCEL
 			fi
 #endif

@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The FCFS waiting queue (e->waitq): requests join at the back, come back to
+ * the front (preemption, reset, a failed or stale copy: rule
+ * reset-returns-ready) and leave when admitted or cancelled; each push to the
+ * back leaves a prefetch hint (`ahead`) in the request pushed KVA__AHEAD
+ * before it. Calls head_timers.c and lookup.c. Scheduler thread only.
+ */
+#include "head_timers.h"
+#include "lifecycle.h"
+#include "lookup.h"
+#include "waiting_queue.h"
+
+/* r goes to the back: it becomes the `ahead` hint of the request pushed
+ * KVA__AHEAD pushes ago, if that one still waits unblocked (then its
+ * record, touched that recently, is still in the cache). */
+static void leave_hint(kva_engine *e, struct kva__req *r)
+{
+	uint32_t slot = kva__rec_slot(r);
+	r->ahead = 0;
+	struct kva__pushed *p = &e->pushed[e->n_pushed++ % KVA__AHEAD];
+	struct kva__req *behind = kva_slab_lookup(&e->slab, p->slot, p->gen);
+	if (behind && !(behind->flags & KVA__F_BLOCKED) &&
+	    atomic_load_explicit(&behind->state, memory_order_relaxed) == KVA_STATE_WAITING)
+		behind->ahead = slot + 1;
+	p->slot = slot;
+	p->gen = atomic_load_explicit(&r->hdr.gen, memory_order_relaxed);
+}
+
+/* Starts the cache misses of the request KVA__AHEAD places behind r. */
+void kva__waiting_queue_prefetch_ahead(kva_engine *e, const struct kva__req *r)
+{
+	if ((r->flags & KVA__F_BLOCKED) || !r->ahead)
+		return;
+	const struct kva__req *x = kva_slab_get(&e->slab, r->ahead - 1);
+	if (x)
+		kva__rec_prefetch(x);
+}
+
+void kva__waiting_queue_enqueue(kva_engine *e, struct kva__req *r)
+{
+	kva__rec_wait_begins(r, e->now);
+	leave_hint(e, r);
+	kva_waitq_push_back(&e->waitq, &r->wq);
+	kva__lookup_begin(e, r, false);
+}
+
+void kva__waiting_queue_requeue_front(kva_engine *e, struct kva__req *r, bool preempted)
+{
+	/* the host's local checkpoint stays, also after a reset: one stated
+	 * before it is ignored by its mark (lookup.c), one stated after holds */
+	kva__lookup_requeue(e, r, true);
+	r->flags &= (uint16_t) ~(KVA__F_DECIDED | KVA__F_RESTORE | KVA__F_REFRESH | KVA__F_BLOCKED);
+	r->reason = KVA_REASON_NONE;
+	atomic_store_explicit(&r->pub_reason, 0, memory_order_relaxed);
+	kva_timer_init(&r->deadline); /* the union held a list link until now */
+	r->ahead = 0;                 /* and this one a time or a stale hint */
+	kva__rec_set_state(e, r, KVA_STATE_WAITING);
+	kva__rec_wait_begins(r, e->now);
+	kva_waitq_push_front(&e->waitq, &r->wq);
+	kva__lookup_begin(e, r, preempted);
+}
+
+void kva__waiting_queue_forget(kva_engine *e, struct kva__req *r)
+{
+	kva_waitq_unlink(&e->waitq, &r->wq);
+	kva__head_timers_forget(e, r);
+	kva__lookup_forget(e, r);
+}
