@@ -7,15 +7,16 @@
  * admission decision. Files: main.c (flags, main), scenario.c (defaults and
  * checks), workload.c (seeded agent turns), clock.c (event queue, failure record), store.c
  * (directory, checkpoint store, local cache, importer), gpu.c (step-time
- * model), serving.c (the serving loop), timeline.c (the run over time, its pictures),
- * report.c (metrics, the full table, JSON), headline.c (the demo's screen), fleetdir.c
- * (--directory fleet: the real fleet directory). Everything is single-threaded (but for
- * the fleet directory's own threads) and deterministic: same flags and seed, same output
- * (wall time aside).
+ * model), serving.c (the serving loop; its parts: serving_*.c), timeline.c (the run over
+ * time, its pictures), report.c (metrics, the full table, JSON), headline.c (the demo's
+ * screen), fleetdir.c (--directory fleet: the real fleet directory). Everything is
+ * single-threaded (but for the fleet directory's own threads) and deterministic: same flags
+ * and seed, same output (wall time aside).
  */
 #ifndef KVA_SIM_H
 #define KVA_SIM_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -404,6 +405,19 @@ struct sim {
 static inline struct sim_node *sim_node_of(struct sim *s, const struct sim_agent *a)
 {
 	return &s->nodes[a->node];
+}
+
+/* Simulated seconds as a clock delay, at least 1 ns. */
+static inline uint64_t sim_ns_of(double sec)
+{
+	double ns = ceil(sec * SIM_NS_PER_S);
+	return ns < 1 ? 1 : (uint64_t)ns;
+}
+
+/* The pages that hold `tokens` tokens. */
+static inline uint32_t sim_pages_for(const struct sim *s, uint64_t tokens)
+{
+	return (uint32_t)((tokens + s->sc->page_tokens - 1) / s->sc->page_tokens);
 }
 
 int sim_run_policy(const struct sim_scenario *sc, int policy, struct sim_result *res);
