@@ -33,12 +33,6 @@ uint64_t sim_local_id(const struct sim_agent *a)
 	return (uint64_t)(a->index + 1) << 32 | LOCAL_LOW;
 }
 
-static uint64_t ns_of(double s)
-{
-	double ns = ceil(s * SIM_NS_PER_S);
-	return ns < 1 ? 1 : (uint64_t)ns;
-}
-
 /* ---- directory ------------------------------------------------------------ */
 
 /* Called by the engine inside kva_step: the answer arrives after the
@@ -55,7 +49,7 @@ void sim_dir_lookup_cb(void *ctx, uint64_t key, uint32_t prompt, kva_lookup_toke
 	if (idx < s->sc->w.agents)
 		jitter = 0.5 + sim_uniform(s->sc->w.seed ^ 0x100C0B5ull, idx + 1,
 					   (uint64_t)1 << 63 | s->agents[idx].dir_draws++, 0);
-	struct sim_event ev = {.t_ns = s->now_ns + ns_of(s->sc->m.lookup_latency_s * jitter),
+	struct sim_event ev = {.t_ns = s->now_ns + sim_ns_of(s->sc->m.lookup_latency_s * jitter),
 			       .kind = SIM_EV_ANSWER};
 	ev.u.lookup.token = t;
 	ev.u.lookup.key = key;
@@ -135,7 +129,7 @@ int sim_import_cb(void *ctx, kva_engine *e, const struct kva_copy_job *job)
 	uint32_t r = job->rank;
 	double bytes = (double)job->position * sc->m.kv_bytes_per_token / job->world_size;
 	uint64_t start = n->import_free_ns[r] > s->now_ns ? n->import_free_ns[r] : s->now_ns;
-	uint64_t done = start + ns_of(sc->m.copy_setup_s + bytes / sc->m.import_bytes_s);
+	uint64_t done = start + sim_ns_of(sc->m.copy_setup_s + bytes / sc->m.import_bytes_s);
 	n->import_free_ns[r] = done;
 	/* drawn per agent, not from the token's generation (see
 	 * sim_dir_lookup_cb); request ids are agent index + 1 */
@@ -167,7 +161,7 @@ void sim_store_write(struct sim *s, struct sim_agent *a, uint32_t position)
 	for (uint32_t r = 0; r < sc->world_size; r++) {
 		uint64_t start = n->write_free_ns[r] > s->now_ns ? n->write_free_ns[r] : s->now_ns;
 		n->write_free_ns[r] =
-		    start + ns_of(sc->m.copy_setup_s + bytes / sc->m.write_bytes_s);
+		    start + sim_ns_of(sc->m.copy_setup_s + bytes / sc->m.write_bytes_s);
 		if (n->write_free_ns[r] > done)
 			done = n->write_free_ns[r];
 	}
