@@ -153,7 +153,7 @@ bool kva__admit_cancel(kva_engine *e, struct kva__req *r)
 	case KVA_STATE_WAITING:
 		/* Not ingested yet: its submit came from another thread's lane and
 		 * is later in this batch, not spliced yet, or stalled. It ends at
-		 * its ingest (engine.c handle_submit): nothing is retried. */
+		 * its ingest (step_events.c handle_submit): nothing is retried. */
 		if (!(r->flags & KVA__F_INGESTED)) {
 			r->flags |= KVA__F_CANCEL_EARLY;
 			return true;

@@ -257,7 +257,7 @@ int kva_reset_prefix_cache(kva_engine *e)
 	 * (kva__host_mark; relaxed: a count, ordered by coherence). */
 	atomic_fetch_add_explicit(&e->reset_calls, 1, memory_order_relaxed);
 	/* One queued reset covers every request made before it is handled;
-	 * pairs with the scheduler's release store in engine.c. */
+	 * pairs with R1 of step_events.c. */
 	if (!atomic_exchange_explicit(&e->reset_requested, 1, memory_order_acq_rel))
 		kva__event_push(e, &e->reset_ev);
 	return 0;

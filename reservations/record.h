@@ -91,7 +91,7 @@ enum kva__req_flag {
 	KVA__F_COUNTED = 1u << 7,  /* counted in ST_RESTORES_WAITING (lookup.c) */
 	KVA__F_HOSTLOCAL = 1u << 8, /* the manifest holds a KVA__CK_HOST entry */
 	KVA__F_EV_PENDING = 1u << 9, /* ended before its own queued ev_main was
-	                              * handled: retired only after that (engine.c) */
+	                              * handled: retired only after that (step_events.c) */
 	KVA__F_GRANTED = 1u << 10,   /* has a grant (from its first reservation on):
 	                              * the record's grant pointer is a line the
 	                              * step need not read otherwise */

@@ -177,7 +177,7 @@ proctype host()
 	byte m, l, h, t, old, node, nx, got;
 	bit moved, e;
 	do
-	:: /* one kva_step: engine.c handle_events calls
+	:: /* one kva_step: step_events.c kva__step_events_handle calls
 	    * fanin.c kva_fanin_splice_nonblocking */
 		if
 		:: mask == 0 -> skip /* fanin.c kva_fanin_splice_nonblocking: relaxed hint, nothing marked */
@@ -218,7 +218,7 @@ proctype host()
 			atomic { mask = mask & ~m }
 #endif
 		fi;
-		/* engine.c handle_batch: pop until NULL (empty or WOULDBLOCK) */
+		/* step_events.c handle_batch: pop until NULL (empty or WOULDBLOCK) */
 		do
 		:: pop(got);
 			if

@@ -9,7 +9,7 @@
  * kva_lookup_answer do: inside an RCU read-side section they look the slot up
  * (bounds, generation, id), then read and write the record they matched, and
  * may hand the scheduler an event naming the handle, which the step looks up
- * again (engine.c dispatch_event, lifecycle.c kva__rec_find).
+ * again (step_events.c dispatch_event, lifecycle.c kva__rec_find).
  *
  * Properties:
  *   - a stale handle never touches a later incarnation: whatever a reader
@@ -131,7 +131,7 @@ active proctype owner()
 		do
 		:: pending > 0 ->
 			pending--;
-			lookup(h1gen, found); /* engine.c dispatch_event: lifecycle.c kva__rec_find */
+			lookup(h1gen, found); /* step_events.c dispatch_event: lifecycle.c kva__rec_find */
 			if
 			:: found -> assert(inc == 1) /* admit.c kva__admit_cancel on the named record */
 			:: else -> skip

@@ -130,13 +130,13 @@ active proctype scheduler()
 	byte s, t, ev;
 	bit ok, won;
 	do
-	:: host_lane ? ev -> /* engine.c handle_life_event */
+	:: host_lane ? ev -> /* step_events.c handle_life_event */
 		if
-		:: ev == FINISHED -> rec_end(FINISHED) /* engine.c handle_life_event: EV_FINISHED */
+		:: ev == FINISHED -> rec_end(FINISHED) /* step_events.c handle_life_event: EV_FINISHED */
 		:: else ->
 #ifndef MUTANT_PREEMPT_DROPS_CANCEL
 			if
-			:: cancel_requested -> rec_end(CANCELLED) /* engine.c handle_life_event: cancelled */
+			:: cancel_requested -> rec_end(CANCELLED) /* step_events.c handle_life_event: cancelled */
 			:: else ->
 #endif
 				state = WAITING /* waiting_queue.c kva__waiting_queue_requeue_front */
@@ -144,13 +144,13 @@ active proctype scheduler()
 			fi
 #endif
 		fi
-	:: cancel_lane ? ev -> /* engine.c dispatch_event: KVA__EV_CANCEL */
+	:: cancel_lane ? ev -> /* step_events.c dispatch_event: KVA__EV_CANCEL */
 		handle_cancel(ok);
 		if
-		:: !ok -> deferred = 1 /* engine.c dispatch_event: pushed on e->deferred */
+		:: !ok -> deferred = 1 /* step_events.c dispatch_event: pushed on e->deferred */
 		:: else -> skip
 		fi
-	:: deferred -> /* engine.c handle_events: the deferred cancel, once per step */
+	:: deferred -> /* step_events.c kva__step_events_handle: the deferred cancel, once per step */
 		deferred = 0;
 		handle_cancel(ok);
 		if
