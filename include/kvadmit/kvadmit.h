@@ -26,8 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvadmit/export.h"  /* KVA_API */
-#include "kvadmit/version.h" /* KVA_VERSION_*, generated from project(VERSION) */
+#include <kvadmit/export.h>  /* KVA_API */
+#include <kvadmit/version.h> /* KVA_VERSION_*, generated from project(VERSION) */
 
 #ifdef __cplusplus
 extern "C" {

@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvadmit/kvadmit.h"
+#include <kvadmit/kvadmit.h>
 
 #ifdef __cplusplus
 extern "C" {
