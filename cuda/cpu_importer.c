@@ -22,12 +22,13 @@
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
-#include <signal.h>
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <kvadmit/lockfree/thread_start.h>
 
 #include "import_common.h"
 
@@ -267,15 +268,10 @@ kva_cpu_importer *kva_cpu_importer_create(const kva_cpu_importer_config *cfg, in
 	if (kva__idle_init(&imp->idle) != 0)
 		goto out_sleep_cv;
 
-	/* Workers inherit a full signal mask: the host's signals go to its own
-	 * threads, never to ours. */
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
+	/* Workers block every signal: the host's go to its own threads. */
 	for (; imp->started < cfg->threads; imp->started++)
-		if (pthread_create(&imp->threads[imp->started], NULL, worker_main, imp) != 0)
+		if (kva_thread_start(&imp->threads[imp->started], NULL, worker_main, imp) != 0)
 			break;
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (imp->started < cfg->threads) {
 		rc = -EAGAIN;
 		stop_workers(imp);

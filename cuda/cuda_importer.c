@@ -50,11 +50,12 @@
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <kvadmit/lockfree/thread_start.h>
 
 #include "cuda_completion.h"
 #include "cuda_context.h"
@@ -283,12 +284,8 @@ kva_cuda_importer *kva_cuda_importer_create(const kva_cuda_importer_config *cfg,
 		goto out_mtx;
 	}
 	if (!cfg->manual_progress) {
-		sigset_t all, old;
-		sigfillset(&all);
-		pthread_sigmask(SIG_SETMASK, &all, &old);
-		int prc = pthread_create(&imp->progress_thread, NULL,
-					 kva__cuda_progress_thread_main, imp);
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		int prc = kva_thread_start(&imp->progress_thread, NULL,
+					   kva__cuda_progress_thread_main, imp);
 		if (prc != 0) {
 			rc = kva__cuda_create_fail(-EAGAIN, cudaSuccess,
 						   "cannot start the progress thread");

@@ -9,6 +9,8 @@
 #define _GNU_SOURCE
 #include "fleet_state.h"
 
+#include <kvadmit/lockfree/thread_start.h>
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -237,6 +239,8 @@ static void local_media_init(kva_fleet *f, const char *names)
 	}
 }
 
+static kva_fleet *create_signals_blocked(const kva_fleet_config *cfg, int *err);
+
 kva_fleet *kva_fleet_create(const kva_fleet_config *cfg, int *err)
 {
 	int rc = config_valid(cfg), dummy;
@@ -246,6 +250,19 @@ kva_fleet *kva_fleet_create(const kva_fleet_config *cfg, int *err)
 		*err = rc;
 		return NULL;
 	}
+	/* Every thread that create starts blocks every signal: the I/O thread, and
+	 * ZeroMQ's own threads, which its context starts at the first socket
+	 * (kvf_pub_init) and which inherit this thread's mask. */
+	sigset_t old;
+	kva_signals_block_all(&old);
+	kva_fleet *f = create_signals_blocked(cfg, err);
+	kva_signals_restore(&old);
+	return f;
+}
+
+static kva_fleet *create_signals_blocked(const kva_fleet_config *cfg, int *err)
+{
+	int rc;
 	kva_fleet *f = calloc(1, sizeof(*f));
 	if (!f) {
 		*err = -ENOMEM;

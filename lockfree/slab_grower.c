@@ -9,9 +9,10 @@
 #include <kvadmit/lockfree/slab_grower.h>
 
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <time.h>
+
+#include <kvadmit/lockfree/thread_start.h>
 
 #define POLL_BUSY_NS 1000000L   /* after a pass that did work */
 #define POLL_IDLE_NS 16000000L  /* backed off to, doubling, while none is needed */
@@ -76,15 +77,11 @@ static void start(void)
 	if (pthread_attr_init(&attr) != 0)
 		return;
 	(void)pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old); /* a host's handler never runs on it */
 	pthread_t t;
-	if (pthread_create(&t, &attr, grower_main, NULL) == 0) {
+	if (kva_thread_start(&t, &attr, grower_main, NULL) == 0) {
 		g.started = true;
 		(void)pthread_setname_np(t, "kvadmit-grow");
 	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	pthread_attr_destroy(&attr);
 }
 

@@ -25,6 +25,7 @@
 
 #include "fleet_pub.h"
 #include "kvadmit/fleet.h"
+#include "thread_signals.h"
 
 extern char **environ;
 
@@ -300,6 +301,34 @@ static void several_publishers_longest_first_and_removal_reaches_waiting(void **
 	assert_int_equal(s.blocks, 5 + 4 + 2 + 5);
 	assert_int_equal(s.answered, 2);
 	fx_free(x);
+}
+
+/* Every thread the fleet starts, its I/O thread and ZeroMQ's own (started
+ * at the first socket), blocks every signal, although the thread that
+ * creates the fleet does not: a host's SIGINT handler never runs on them. */
+static void fleet_threads_block_every_signal(void **st)
+{
+	(void)st;
+	sigset_t none, old;
+	sigemptyset(&none);
+	pthread_sigmask(SIG_SETMASK, &none, &old);
+	int before = 0;
+	assert_int_equal(threads_taking_signals(&before), 0); /* no ZeroMQ context of ours left */
+	/* Its own context (none given): nobody listens there; connects are
+	 * asynchronous, so create still succeeds. */
+	kva_fleet_publisher pub = {.endpoint = "tcp://127.0.0.1:9"};
+	kva_fleet_config fc;
+	kva_fleet_config_default(&fc);
+	fc.publishers = &pub;
+	fc.npublishers = 1;
+	int err = 1, others = 0;
+	kva_fleet *f = kva_fleet_create(&fc, &err);
+	assert_int_equal(err, 0);
+	assert_int_equal(threads_taking_signals(&others), 0);
+	/* the I/O thread, ZeroMQ's reaper and its I/O thread */
+	assert_true(others >= before + 3);
+	kva_fleet_destroy(f);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 /* A batch the subscriber never saw (sent only into the replay buffer) is
@@ -1332,6 +1361,7 @@ int main(void)
 		cmocka_unit_test(publisher_restart_drops_its_entries),
 		cmocka_unit_test(cleared_publisher_reaches_waiting_request),
 		cmocka_unit_test(vanished_publisher_is_dropped_and_reaches_waiting),
+		cmocka_unit_test(fleet_threads_block_every_signal),
 		cmocka_unit_test(publisher_added_and_removed_after_create),
 		cmocka_unit_test(publishers_churn_from_other_threads),
 		cmocka_unit_test(malformed_and_oversized_are_counted_and_dropped),
