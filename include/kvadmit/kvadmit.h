@@ -165,7 +165,7 @@ typedef struct kva_importer_ref {
 
 /* Valid ranges are given per field; kva_engine_create refuses anything outside. */
 typedef struct kva_config {
-	uint32_t total_pages;          /* 1..UINT32_MAX (4 bytes a page for the page-id array) */
+	uint32_t total_pages;          /* 1..UINT32_MAX (the free pool is a bitmap: a bit a page) */
 	uint32_t page_tokens;          /* tokens per page, 1..UINT32_MAX */
 	uint32_t decode_reserve_pages; /* decode watermark, 0..total_pages - 1: reservations
 	                                * keep this many free */

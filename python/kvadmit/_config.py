@@ -36,8 +36,8 @@ class Config:
     plan_sizes: the step's array sizes (PlanSizes); None: kva_plan_min_sizes,
         with at least 256 admissions, fallbacks and ended, 64 copy jobs a rank.
     """
-    total_pages: int = 0
-    page_tokens: int = 0
+    total_pages: int = _DEFAULTS.total_pages
+    page_tokens: int = _DEFAULTS.page_tokens
     decode_reserve_pages: int = _DEFAULTS.decode_reserve_pages
     decode_headroom_pages: int = _DEFAULTS.decode_headroom_pages
     prefill_chunk_tokens: int = _DEFAULTS.prefill_chunk_tokens

@@ -212,6 +212,18 @@ def test_config_covers_every_numeric_field():
     assert set(kvadmit.Config.NUMERIC) == fields - callbacks
 
 
+def test_config_defaults_are_kva_config_default():
+    """Every numeric default is kva_config_default()'s own value (page_tokens
+    once defaulted to 0 here against C's 16, and Engine(total_pages=1024)
+    raised)."""
+    c = ffi.new("kva_config *")
+    lib.kva_config_default(c)
+    py = kvadmit.Config()
+    for name in kvadmit.Config.NUMERIC:
+        assert int(getattr(py, name)) == int(getattr(c, name)), name
+    kvadmit.Engine(total_pages=1024).close()
+
+
 def test_stats_dataclass_has_every_field():
     import dataclasses
     assert [f.name for f in dataclasses.fields(kvadmit.Stats)] == [
