@@ -8,6 +8,12 @@
  * slab_cache.c's; the tickets and the call_rcu thread that carry retired
  * batches, slab_reclaim.c's.
  *
+ * Why the free stacks and the never-used slots stay here (475 lines):
+ * kva_slab_alloc and retirement call into both, and both work on struct
+ * kva_slab and the inline lookups of slab.h, this file's header; in files of
+ * their own, they and this one would depend on each other. The Spin models
+ * (fresh.pml, freelist.pml) name their functions by this file.
+ *
  * Memory-order labels:
  *   R1/A1  chunk published (its zeroed memory) -> kva_slab_get, fresh_extend
  *   R2/A2  slot filled, generation made odd -> kva_slab_lookup
