@@ -12,6 +12,8 @@
  * (kva__evict_revalidate_sel), so none is admitted from a lost checkpoint.
  * Calls lookup.c (a sharer looks up again), checkpoint_index.c and held.c.
  */
+#include <errno.h>
+
 #include "alloc.h"
 #include "checkpoint_index.h"
 #include "evict_walk.h"
