@@ -11,12 +11,9 @@
 #define _GNU_SOURCE 1
 #include "scenario.h"
 
-#include <dirent.h>
-#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,33 +21,11 @@
 
 #include "kvadmit/importer.h"
 #include "kva_test.h"
+#include "thread_signals.h"
 
 int kva__alloc_thread_tcache(void); /* reservations/alloc.h */
 
 /* ---- item 11: signals ---------------------------------------------------- */
-
-static uint64_t sig_bit(int sig)
-{
-	return 1ull << (sig - 1);
-}
-
-/* SigBlk of thread tid, from /proc; false when it cannot be read. */
-static bool thread_sigblk(long tid, uint64_t *blk)
-{
-	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/self/task/%ld/status", tid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return false;
-	bool found = false;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "SigBlk: %" SCNx64, blk) == 1) {
-			found = true;
-			break;
-		}
-	fclose(f);
-	return found;
-}
 
 static int no_resolve(void *ctx, uint64_t id, uint64_t epoch, uint32_t rank, const void **src,
 		      size_t *bytes)
@@ -83,29 +58,8 @@ static void threads_kvadmit_starts_block_every_signal(void **st)
 	sc_step(s, 0);
 	sc_step(s, 0);
 
-	const uint64_t want = sig_bit(SIGINT) | sig_bit(SIGTERM) | sig_bit(SIGHUP) |
-			      sig_bit(SIGQUIT) | sig_bit(SIGUSR1) | sig_bit(SIGUSR2) |
-			      sig_bit(SIGALRM) | sig_bit(SIGCHLD) | sig_bit(SIGPIPE) |
-			      sig_bit(SIGWINCH) | sig_bit(SIGRTMIN + 1);
-	long me = syscall(SYS_gettid);
-	DIR *d = opendir("/proc/self/task");
-	assert_non_null(d);
 	int others = 0;
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		long tid = strtol(de->d_name, NULL, 10);
-		if (tid <= 0 || tid == me)
-			continue;
-		uint64_t blk = 0;
-		if (!thread_sigblk(tid, &blk))
-			continue; /* exited meanwhile */
-		others++;
-		if ((blk & want) != want)
-			fprintf(stderr, "thread %ld blocks %#" PRIx64 ", not %#" PRIx64 "\n", tid,
-				blk, want);
-		assert_true((blk & want) == want);
-	}
-	closedir(d);
+	assert_int_equal(threads_taking_signals(&others), 0);
 	assert_true(others >= 3); /* two workers and the call_rcu thread */
 	sc_free(s);
 	kva_cpu_importer_destroy(imp);
