@@ -43,30 +43,18 @@ commit 40 "docs/design, tests: move the rule table
 The why, and the numbers."
 expect 0 "2 commit(s) .*, 0 with"
 
-commit 3 "engine: $(printf 'x%.0s' $(seq 70))"
-expect 1 "subject is 78 characters"
-git reset -q --hard HEAD^
-
-commit 3 "Fix the thing"
-expect 1 "not 'area: imperative summary'"
-git reset -q --hard HEAD^
-
-commit 3 "engine: Fix the thing"
-expect 1 "not 'area: imperative summary'"
-git reset -q --hard HEAD^
-
-commit 3 "engine: fix the thing."
-expect 1 "not 'area: imperative summary'"
-git reset -q --hard HEAD^
-
-commit 3 "engine: fix the thing
-the body without a blank line"
-expect 1 "second line is not blank"
-git reset -q --hard HEAD^
-
-commit 40 "engine: fix the thing"
-expect 1 "no body, for 40 changed lines"
-git reset -q --hard HEAD^
+rejects() { # rejects LINES MESSAGE PATTERN: that commit alone fails the check
+	commit "$1" "$2"
+	expect 1 "$3"
+	git reset -q --hard HEAD^
+}
+rejects 3 "engine: $(printf 'x%.0s' $(seq 70))" "subject is 78 characters"
+rejects 3 "Fix the thing" "not 'area: imperative summary'"
+rejects 3 "engine: Fix the thing" "not 'area: imperative summary'"
+rejects 3 "engine: fix the thing." "not 'area: imperative summary'"
+rejects 3 "engine: fix the thing
+the body without a blank line" "second line is not blank"
+rejects 40 "engine: fix the thing" "no body, for 40 changed lines"
 
 expect 0 ", 0 with"
 echo "test_check_commits: all cases behaved"
