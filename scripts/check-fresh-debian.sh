@@ -63,8 +63,9 @@ echo "check-fresh-debian: root ready in $(($(date +%s) - t0)) s; installed packa
 
 # The working tree as a new user would have it: no build outputs.
 mkdir "$root/src"
-git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} sh -c '[ -e "{}" ] && printf "%s\0" "{}"' |
-	tar --null -T - -cf - | tar -xf - -C "$root/src"
+# (--ignore-failed-read: a tracked file deleted in the working tree is skipped)
+git ls-files -z --cached --others --exclude-standard |
+	tar --null -T - --ignore-failed-read -cf - 2>/dev/null | tar -xf - -C "$root/src"
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
 for m in proc sys dev dev/pts; do
 	case $m in
