@@ -30,6 +30,8 @@
 #include "held.h"
 #include "lifecycle.h"
 #include "lookup.h"
+#include "priority_levels.h"
+#include "run_heap.h"
 #include "stats.h"
 #include "step_events.h"
 #include "token_budget.h"
@@ -67,6 +69,9 @@ static int config_check(const kva_config *c)
 	if (c->policy != KVA_POLICY_WAIT && c->policy != KVA_POLICY_LEGACY)
 		return -EINVAL;
 	if (c->log_level < KVA_LOG_DEBUG || c->log_level > KVA_LOG_ERROR)
+		return -EINVAL;
+	if ((c->order != KVA_ORDER_FCFS && c->order != KVA_ORDER_PRIORITY) ||
+	    c->preempt_threshold < 0)
 		return -EINVAL;
 	bool first = c->importers[0].submit != NULL; /* all ranks or none */
 	for (uint32_t i = 1; i < c->world_size; i++)
@@ -121,7 +126,7 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 		goto fail_free;
 	/* Records from zeroed chunks: a fresh slot has no grant and no manifest.
 	 * -EAGAIN from it: no pthread key for threads' exit hooks. */
-	rc = kva_slab_init(&e->slab, sizeof(struct kva__req), offsetof(struct kva__req, rcu),
+	rc = kva_slab_init(&e->slab, kva__levels_slot_size(cfg), offsetof(struct kva__req, rcu),
 	                   kva__calloc_big, kva__free_big);
 	if (rc)
 		goto fail_pool;
@@ -142,6 +147,13 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	e->ready = kva__alloc(cfg->max_running * sizeof(*e->ready));
 	if (!e->ready)
 		goto fail_cancels;
+	if (kva__levels_init(e) != 0)
+		goto fail_ready;
+	if (kva__run_heap_init(e) != 0) {
+		kva__levels_fini(e);
+	kva__run_heap_fini(e);
+		goto fail_ready;
+	}
 	kva_slab_set_warm(&e->slab, kva__warm);
 	kva_slab_set_warm(&e->cancels, kva__warm);
 	kva_slab_grower_add(&e->slab_ahead, &e->slab, RECORDS_AHEAD);
@@ -164,6 +176,8 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	if (err)
 		*err = 0;
 	return e;
+fail_ready:
+	kva__free(e->ready, cfg->max_running * sizeof(*e->ready));
 fail_cancels:
 	kva_slab_fini(&e->cancels);
 fail_evictions:
@@ -196,6 +210,8 @@ static void discard_event(struct kva__event *ev)
 		kva__free(ev, sizeof(struct kva__evict));
 	else if (ev->type == KVA__EV_LOCAL)
 		kva__local_free(caa_container_of(ev, struct kva__local, ev));
+	else if (ev->type == KVA__EV_PRIORITY)
+		kva__free(ev, sizeof(struct kva__priority));
 }
 
 static void discard_queue(struct kva_inbox *q, struct kva_inbox_batch *b)
@@ -239,6 +255,7 @@ void kva_engine_destroy(kva_engine *e)
 	kva_slab_fini(&e->slab);
 	kva_slab_fini(&e->cancels); /* after the queues above: they held some */
 	kva__free(e->ready, e->cfg.max_running * sizeof(*e->ready));
+	kva__levels_fini(e);
 	kva__ckpt_walks_free(e);
 	kva_idmap_fini(&e->live_ids);
 	kva_idmap_fini(&e->ckpt);
@@ -259,6 +276,7 @@ static void plan_clear(kva_plan *p)
 	p->head_blocked = false;
 	p->backlog = false;
 	p->too_small = false;
+	p->preempt_hint = false;
 }
 
 /* A NULL array must not claim room: the step would write through it. */
@@ -328,6 +346,7 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	kva__admit_run(e);
 	if (e->head_recheck || e->admit_asked)
 		admit_again(e);
+	kva__run_heap_hint(e);
 	kva__copy_dispatch_pending(e); /* refused ranks: handled next step */
 	kva__rec_ids_settle(e);        /* the ended ids' map misses, last */
 	kva__rec_flush_retired(e);

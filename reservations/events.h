@@ -27,6 +27,7 @@ enum kva__event_type {
 	KVA__EV_FINISHED,  /* kva_finish released a running request */
 	KVA__EV_PREEMPTED, /* kva_preempt released a running request */
 	KVA__EV_LOCAL,     /* kva_local_checkpoint (rule host-local-checkpoints) */
+	KVA__EV_PRIORITY,  /* kva_set_priority (struct kva__priority) */
 };
 
 struct kva__event {
@@ -85,6 +86,14 @@ struct kva__cancel {
 };
 
 _Static_assert(sizeof(struct kva__cancel) == 64, "one cancel event per cache line");
+
+/* kva_set_priority: ev.slot is the handle's, so the step's scouts fetch
+ * the record as for an event embedded in it. */
+struct kva__priority {
+	struct kva__event ev;
+	kva_handle h;
+	int32_t priority;
+};
 
 struct kva__evict {
 	struct kva__event ev;

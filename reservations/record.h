@@ -99,6 +99,7 @@ enum kva__req_flag {
 	                              * the held map (held.c): from its ingest */
 	KVA__F_CANCEL_EARLY = 1u << 12, /* its cancel was handled before its submit
 	                                 * (another lane): it ends at ingest */
+	KVA__F_RUNHEAP = 1u << 13,   /* in the run heap (run_heap.c, PRIORITY order) */
 };
 
 /* How far behind a waiting request the one its `ahead` hint names was

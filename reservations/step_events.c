@@ -25,12 +25,14 @@
 #include <errno.h>
 
 #include "admit.h"
+#include "alloc.h"
 #include "event_queue.h"
 #include "evict_walk.h"
 #include "head_timers.h"
 #include "held.h"
 #include "lifecycle.h"
 #include "lookup.h"
+#include "priority_levels.h"
 #include "stats.h"
 #include "step_events.h"
 #include "waiting_queue.h"
@@ -63,6 +65,9 @@ static bool end_departing(kva_engine *e, uint64_t id)
 /* 0, or -ENOMEM: nothing changed, the event is retried next step. */
 static int handle_submit(kva_engine *e, struct kva__req *r)
 {
+	/* its priority level's room, so that joining it cannot fail */
+	if (e->lv && kva__levels_ingest(e, r) != 0)
+		return -ENOMEM;
 	/* the host's checkpoint it may carry is held from its ingest on
 	 * (held.c): room first, so that nothing fails halfway */
 	if (r->nents && kva__held_reserve(&e->held, r->nents) != 0)
@@ -164,6 +169,14 @@ static int dispatch_event(kva_engine *e, struct kva__event *ev)
 		if (r && kva__lookup_on_local(e, r, &l->cp, &l->spare) != 0)
 			return -ENOMEM;
 		kva__local_free(l);
+		break;
+	}
+	case KVA__EV_PRIORITY: {
+		struct kva__priority *p = caa_container_of(ev, struct kva__priority, ev);
+		struct kva__req *r = kva__rec_find(e, p->h.slot, p->h.gen, p->h.id);
+		if (r && kva__waiting_queue_set_priority(e, r, p->priority) != 0)
+			return -ENOMEM;
+		kva__free(p, sizeof(*p));
 		break;
 	}
 	case KVA__EV_RESET:

@@ -1,14 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The FCFS waiting queue (e->waitq): requests join at the back, come back to
+ * The waiting queue (e->waitq): requests join at the back, come back to
  * the front (preemption, reset, a failed or stale copy: rule
  * reset-returns-ready) and leave when admitted or cancelled; each push to the
  * back leaves a prefetch hint (`ahead`) in the request pushed KVA__AHEAD
- * before it. Calls head_timers.c and lookup.c. Scheduler thread only.
+ * before it. Under PRIORITY order, the back and the front are those of the
+ * request's priority level (priority_levels.c). Calls head_timers.c, lookup.c
+ * and priority_levels.c. Scheduler thread only.
  */
 #include "head_timers.h"
 #include "lifecycle.h"
 #include "lookup.h"
+#include "priority_levels.h"
+#include "run_heap.h"
 #include "waiting_queue.h"
 
 /* r goes to the back: it becomes the `ahead` hint of the request pushed
@@ -41,7 +45,10 @@ void kva__waiting_queue_enqueue(kva_engine *e, struct kva__req *r)
 {
 	kva__rec_wait_begins(r, e->now);
 	leave_hint(e, r);
-	kva_waitq_push_back(&e->waitq, &r->wq);
+	if (e->lv)
+		kva__levels_join(e, r, false); /* room reserved at ingest (step_events.c) */
+	else
+		kva_waitq_push_back(&e->waitq, &r->wq);
 	kva__lookup_begin(e, r, false);
 }
 
@@ -57,13 +64,49 @@ void kva__waiting_queue_requeue_front(kva_engine *e, struct kva__req *r, bool pr
 	r->ahead = 0;                 /* and this one a time or a stale hint */
 	kva__rec_set_state(e, r, KVA_STATE_WAITING);
 	kva__rec_wait_begins(r, e->now);
-	kva_waitq_push_front(&e->waitq, &r->wq);
+	if (e->lv) {
+		/* the front of its level; a new level that finds no memory
+		 * borrows a neighbour's (kva__levels_join) */
+		(void)kva__levels_reserve(e, r);
+		kva__levels_join(e, r, true);
+	} else
+		kva_waitq_push_front(&e->waitq, &r->wq);
 	kva__lookup_begin(e, r, preempted);
+}
+
+int kva__waiting_queue_set_priority(kva_engine *e, struct kva__req *r, int32_t p)
+{
+	struct kva__prio *pr = kva__prio(r);
+	int32_t old = pr->priority;
+	/* Not in the queue (not ingested yet, admitted, preempted): the
+	 * priority counts when it joins it. */
+	if (!(r->flags & KVA__F_INGESTED) ||
+	    atomic_load_explicit(&r->state, memory_order_relaxed) != KVA_STATE_WAITING) {
+		pr->priority = p;
+		kva__run_heap_update(e, r); /* a running one: the victim choice */
+		return 0;
+	}
+	int64_t key = kva__levels_key(e, r);
+	pr->priority = p;
+	if (kva__levels_key(e, r) == key)
+		return 0; /* same level: its place stays */
+	if (kva__levels_reserve(e, r) != 0) {
+		pr->priority = old;
+		return -ENOMEM;
+	}
+	pr->priority = old; /* leaves the level it is counted in */
+	kva__levels_leave(e, r);
+	pr->priority = p;
+	kva__levels_join(e, r, false);
+	return 0;
 }
 
 void kva__waiting_queue_forget(kva_engine *e, struct kva__req *r)
 {
-	kva_waitq_unlink(&e->waitq, &r->wq);
+	if (e->lv)
+		kva__levels_leave(e, r);
+	else
+		kva_waitq_unlink(&e->waitq, &r->wq);
 	kva__head_timers_forget(e, r);
 	kva__lookup_forget(e, r);
 }
