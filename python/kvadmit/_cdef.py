@@ -55,6 +55,7 @@ bool kva_has_feature(int feature);
 const char *kva_strerror(int err);
 
 enum kva_policy { KVA_POLICY_WAIT = 0, KVA_POLICY_LEGACY = 1 };
+enum kva_order { KVA_ORDER_FCFS = 0, KVA_ORDER_PRIORITY = 1 };
 enum kva_log_level { KVA_LOG_DEBUG = 0, KVA_LOG_INFO = 1, KVA_LOG_WARN = 2, KVA_LOG_ERROR = 3 };
 enum kva_location { KVA_LOC_EXTERNAL = 0, KVA_LOC_LOCAL = 1 };
 
@@ -123,6 +124,9 @@ typedef struct kva_config {
     kva_log_record_fn log_record;
     void *log_record_ctx;
     int log_level;
+    int order;
+    int32_t preempt_threshold;
+    uint64_t aging_interval_ns;
 } kva_config;
 
 void kva_config_default(kva_config *cfg);
@@ -153,6 +157,9 @@ typedef struct kva_request {
     uint32_t flags;
     void *user;
     struct kva_checkpoint local;
+    int32_t priority;
+    uint32_t reserved_;
+    uint64_t arrival_ns;
 } kva_request;
 
 enum kva_state {
@@ -255,6 +262,7 @@ typedef struct kva_plan {
     bool head_blocked;
     bool backlog;
     bool too_small;
+    bool preempt_hint;
 } kva_plan;
 
 typedef struct kva_plan_sizes {
@@ -266,6 +274,8 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan);
 
 int kva_grow(kva_engine *e, kva_handle h, uint32_t pages, uint32_t *ids_out);
 int kva_preempt(kva_engine *e, kva_handle h);
+int kva_set_priority(kva_engine *e, kva_handle h, int32_t p);
+int kva_preempt_candidate(kva_engine *e, kva_handle *out);
 int kva_finish(kva_engine *e, kva_handle h);
 int kva_reset_prefix_cache(kva_engine *e);
 

@@ -6,7 +6,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from ._errors import CONVERSION, arg_error, error
 from ._lib import ffi, lib
-from ._types import LogLevel, LogRecord, LookupToken, PlanSizes, Policy
+from ._types import LogLevel, LogRecord, LookupToken, Order, PlanSizes, Policy
 
 _DEFAULTS = ffi.new("kva_config *")
 lib.kva_config_default(_DEFAULTS)
@@ -52,6 +52,9 @@ class Config:
     policy: Policy = Policy(_DEFAULTS.policy)
     start_ns: int = _DEFAULTS.start_ns
     log_level: LogLevel = LogLevel(_DEFAULTS.log_level)
+    order: Order = Order(_DEFAULTS.order)
+    preempt_threshold: int = _DEFAULTS.preempt_threshold
+    aging_interval_ns: int = _DEFAULTS.aging_interval_ns
     lookup: Optional[Callable[[int, int, LookupToken], None]] = None
     log: Optional[Callable[[LogLevel, str], None]] = None
     log_record: Optional[Callable[[LogRecord], None]] = None
@@ -65,7 +68,7 @@ class Config:
                "prefill_chunk_tokens", "copy_slots", "max_running", "world_size",
                "max_copy_retries", "lookup_timeout_ns", "max_restore_wait_ns",
                "wait_log_interval_ns", "lookup_refresh_ns", "policy", "start_ns",
-               "log_level")
+               "log_level", "order", "preempt_threshold", "aging_interval_ns")
 
     def to_c(self):
         """A kva_config with the numeric fields (callbacks NULL)."""

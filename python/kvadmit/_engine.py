@@ -161,12 +161,16 @@ class Engine:
 
     # -- any thread --------------------------------------------------------------------
     def submit(self, id: int, prompt_tokens: int, prefix_key: int = 0, user: int = 0,
-               local: Optional[Checkpoint] = None) -> Handle:
+               local: Optional[Checkpoint] = None, priority: int = 0,
+               arrival_ns: int = 0) -> Handle:
         """kva_submit. prefix_key 0: no lookup. user: an integer handed back
         in plans and queries (an index into the host's own table). local: the
-        longest checkpoint the host's own prefix cache holds (rule host-local-checkpoints)."""
+        longest checkpoint the host's own prefix cache holds (rule host-local-checkpoints).
+        priority, arrival_ns: the order under Order.PRIORITY (smaller first; arrival 0: the
+        ingesting step's clock)."""
         t = self._tls
-        self._call("kva_submit", lib.kva_submit, (t, id, prompt_tokens, prefix_key, user, local),
+        self._call("kva_submit", lib.kva_submit,
+                   (t, id, prompt_tokens, prefix_key, user, local, priority, arrival_ns),
                    _request_of)
         h = t.h
         return _new_tuple(Handle, (id, h.gen, h.slot))
@@ -217,6 +221,18 @@ class Engine:
     def preempt(self, handle: Handle) -> None:
         """kva_preempt: RUNNING -> front of the waiting queue; pages back at once."""
         self._call("kva_preempt", lib.kva_preempt, (handle,))
+
+    def set_priority(self, handle: Handle, priority: int) -> None:
+        """kva_set_priority (Order.PRIORITY): a waiting request moves at the next step; a
+        running one's priority counts when it is preempted."""
+        self._call("kva_set_priority", lib.kva_set_priority, (handle, priority))
+
+    def preempt_candidate(self) -> Handle:
+        """kva_preempt_candidate (Order.PRIORITY): the running request with the largest
+        (priority, arrival) as of the last step. Scheduler thread."""
+        h = ffi.new("kva_handle *")
+        self._call("kva_preempt_candidate", lib.kva_preempt_candidate, (h,))
+        return _new_tuple(Handle, (h.id, h.gen, h.slot))
 
     def finish(self, handle: Handle) -> None:
         """kva_finish: RUNNING -> FINISHED; pages back at once."""
@@ -325,7 +341,7 @@ class Engine:
 def _request_of(args):
     """kva_submit's request and handle, t's own (one pair per thread: submit
     from any thread), filled in."""
-    t, id, prompt_tokens, prefix_key, user, local = args
+    t, id, prompt_tokens, prefix_key, user, local, priority, arrival_ns = args
     try:
         req, h = t.req, t.h
     except AttributeError:
@@ -334,6 +350,8 @@ def _request_of(args):
     req.id = id
     req.prefix_key = prefix_key
     req.prompt_tokens = prompt_tokens
+    req.priority = priority
+    req.arrival_ns = arrival_ns
     if user or local is not None:
         # dirty first: if filling user or local fails half-way, the next
         # plain submit on this thread still clears them

@@ -28,6 +28,7 @@ def _int_enum(name, ctype, prefix, doc, skip=("COUNT",)):
 Feature = _int_enum("Feature", "enum kva_feature", "KVA_FEATURE_",
                     "enum kva_feature (rule capabilities)")
 Policy = _int_enum("Policy", "enum kva_policy", "KVA_POLICY_", "enum kva_policy")
+Order = _int_enum("Order", "enum kva_order", "KVA_ORDER_", "enum kva_order: the waiting order")
 LogLevel = _int_enum("LogLevel", "enum kva_log_level", "KVA_LOG_", "enum kva_log_level")
 Location = _int_enum("Location", "enum kva_location", "KVA_LOC_", "enum kva_location")
 LogEvent = _int_enum("LogEvent", "enum kva_log_event", "KVA_LOGEV_",
@@ -39,7 +40,7 @@ How = _int_enum("How", "enum kva_how", "KVA_ADMIT_", "enum kva_how: how a reques
 MetricsFormat = _int_enum("MetricsFormat", "enum kva_metrics_format", "KVA_METRICS_",
                           "enum kva_metrics_format")
 
-ENUMS = (Feature, Policy, LogLevel, Location, LogEvent, State, Reason, How, MetricsFormat)
+ENUMS = (Feature, Policy, Order, LogLevel, Location, LogEvent, State, Reason, How, MetricsFormat)
 
 
 def _lookup_table(cls):
