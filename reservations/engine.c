@@ -151,7 +151,6 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 		goto fail_ready;
 	if (kva__run_heap_init(e) != 0) {
 		kva__levels_fini(e);
-	kva__run_heap_fini(e);
 		goto fail_ready;
 	}
 	kva_slab_set_warm(&e->slab, kva__warm);
@@ -256,6 +255,7 @@ void kva_engine_destroy(kva_engine *e)
 	kva_slab_fini(&e->cancels); /* after the queues above: they held some */
 	kva__free(e->ready, e->cfg.max_running * sizeof(*e->ready));
 	kva__levels_fini(e);
+	kva__run_heap_fini(e);
 	kva__ckpt_walks_free(e);
 	kva_idmap_fini(&e->live_ids);
 	kva_idmap_fini(&e->ckpt);

@@ -10,12 +10,15 @@
  * kept sorted largest first so that the level admission empties, the
  * head's, is the array's last and leaves without a memmove.
  *
- * Within a level, requests are in arrival order; a request preempted or
- * returned by a reset goes to its level's front (rules reset-returns-ready,
- * preemption) whatever its arrival. Joining the back walks back past the
- * requests that arrived later (none, when the host's arrivals come in
- * order, or the host gives none: then the arrival is the ingest step's
- * clock, which never goes back).
+ * Within a level, the requests preempted or returned by a reset come first,
+ * the last returned first (each joined the level's front: rules
+ * reset-returns-ready, preemption), then the others in (arrival, join)
+ * order: joining the back walks back past the requests that arrived later,
+ * never past one that joined the front (none to walk past when the host's
+ * arrivals come in order, or the host gives none: then the arrival is the
+ * ingest step's clock, which never goes back). A priority change joins the
+ * back of its new level that way, as vLLM's (priority, arrival) heap places
+ * it.
  */
 #include <errno.h>
 #include <string.h>
@@ -217,6 +220,7 @@ void kva__levels_join(kva_engine *e, struct kva__req *r, bool front)
 		i = neighbour(e, t, key, &front);
 	struct kva__level *l = &t->lv[i];
 	p->at = i;
+	r->flags = front ? (uint16_t)(r->flags | KVA__F_FRONT) : (uint16_t)(r->flags & ~KVA__F_FRONT);
 	if (!l->count) {
 		struct kva__req *at = after_smaller(t, l->key, i);
 		kva_waitq_insert_after(&e->waitq, wq(at), &r->wq);
@@ -225,14 +229,15 @@ void kva__levels_join(kva_engine *e, struct kva__req *r, bool front)
 	} else if (front) {
 		kva_waitq_insert_after(&e->waitq, wq(prev_req(e, l->first)), &r->wq);
 		l->first = r;
-	} else if (p->arrival >= l->last_arrival) {
+	} else if (p->arrival >= l->last_arrival || (l->last->flags & KVA__F_FRONT)) {
 		kva_waitq_insert_after(&e->waitq, &l->last->wq, &r->wq);
 		l->last = r;
 		l->last_arrival = p->arrival;
 	} else {
-		/* an earlier arrival than the last's: back past the later ones */
+		/* an earlier arrival than the last's: back past the later ones,
+		 * never past one that joined the front */
 		struct kva__req *at = l->last;
-		while (at && kva__prio(at)->arrival > p->arrival)
+		while (at && !(at->flags & KVA__F_FRONT) && kva__prio(at)->arrival > p->arrival)
 			at = at == l->first ? NULL : prev_req(e, at);
 		if (!at) {
 			kva_waitq_insert_after(&e->waitq, wq(prev_req(e, l->first)), &r->wq);

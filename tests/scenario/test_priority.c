@@ -217,6 +217,11 @@ static void test_preempted_front_of_level(void **state)
 	step_held(s, SC_MS);
 	const uint64_t want[] = {10, 1, 11, 12, 13, 2, 14};
 	expect_order(s, want, 7);
+	/* an earlier host arrival joining q's level stops behind it */
+	submit_p(s, 16, 0, 16, 3, 5);
+	step_held(s, SC_MS);
+	const uint64_t then[] = {10, 1, 11, 12, 13, 2, 16, 14};
+	expect_order(s, then, 8);
 	sc_free(s);
 }
 
