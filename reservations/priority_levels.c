@@ -17,8 +17,7 @@
  * never past one that joined the front (none to walk past when the host's
  * arrivals come in order, or the host gives none: then the arrival is the
  * ingest step's clock, which never goes back). A priority change joins the
- * back of its new level that way, as vLLM's (priority, arrival) heap places
- * it.
+ * back of its new level as an arrival of the step that handles it.
  */
 #include <errno.h>
 #include <string.h>

@@ -86,17 +86,23 @@ int kva__waiting_queue_set_priority(kva_engine *e, struct kva__req *r, int32_t p
 		kva__run_heap_update(e, r); /* a running one: the victim choice */
 		return 0;
 	}
+	/* It joins its new level's back as a new arrival: O(1), no walk past
+	 * the level's later arrivals (with aging, its aging starts again). */
 	int64_t key = kva__levels_key(e, r);
+	uint64_t arrival = pr->arrival;
 	pr->priority = p;
-	if (kva__levels_key(e, r) == key)
-		return 0; /* same level: its place stays */
+	if (pr->arrival < e->now)
+		pr->arrival = e->now;
+	if (kva__levels_key(e, r) == key) {
+		pr->arrival = arrival; /* same level: its place stays */
+		return 0;
+	}
 	if (kva__levels_reserve(e, r) != 0) {
 		pr->priority = old;
+		pr->arrival = arrival;
 		return -ENOMEM;
 	}
-	pr->priority = old; /* leaves the level it is counted in */
-	kva__levels_leave(e, r);
-	pr->priority = p;
+	kva__levels_leave(e, r); /* the level it is counted in (its index) */
 	kva__levels_join(e, r, false);
 	return 0;
 }

@@ -399,6 +399,8 @@ static void ref_event(const struct ref_ev *ev)
 	case EV_PRIORITY: {
 		int64_t was = level_of(q);
 		q->priority = ev->priority;
+		/* it becomes an arrival of the step's clock unless it arrived
+		 * later: the clock is 0 here, so its arrival stays */
 		/* a waiting request whose level changed joins its new one */
 		if (q->state == R_WAITING && level_of(q) != was) {
 			list_remove(m->waitq, &m->nwait, ev->r);

@@ -305,6 +305,31 @@ static void test_set_priority(void **state)
 	sc_free(s);
 }
 
+/* A priority change is a new arrival at the back of the new level: behind
+ * requests that arrived after it, O(1) whatever the level's size. */
+static void test_set_priority_joins_back(void **state)
+{
+	(void)state;
+	kva_config c = prio_config();
+	struct sc *s = sc_new(&c);
+	kva_handle y = submit_p(s, 1, 0, 16, 7, 0);
+	step_held(s, SC_MS);
+	submit_p(s, 2, 0, 16, 4, 0);
+	submit_p(s, 3, 0, 16, 4, 0);
+	step_held(s, SC_MS);
+	assert_int_equal(kva_set_priority(s->e, y, 4), 0);
+	step_held(s, SC_MS);
+	const uint64_t want[] = {2, 3, 1};
+	expect_order(s, want, 3);
+	/* the same priority again: it keeps its place */
+	assert_int_equal(kva_set_priority(s->e, y, 4), 0);
+	submit_p(s, 4, 0, 16, 4, 0);
+	step_held(s, SC_MS);
+	const uint64_t then[] = {2, 3, 1, 4};
+	expect_order(s, then, 4);
+	sc_free(s);
+}
+
 /* FCFS ignores priorities: submit order. */
 static void test_fcfs_ignores_priority(void **state)
 {
@@ -479,6 +504,7 @@ int main(void)
 		cmocka_unit_test(test_preempted_front_of_level),
 		cmocka_unit_test(test_reset_front_of_level),
 		cmocka_unit_test(test_set_priority),
+		cmocka_unit_test(test_set_priority_joins_back),
 		cmocka_unit_test(test_fcfs_ignores_priority),
 		cmocka_unit_test(test_bad_input),
 		cmocka_unit_test(test_aging_bound),
