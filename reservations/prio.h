@@ -14,7 +14,7 @@ struct kva__prio {
 	uint64_t arrival; /* ns: the host's, or the step clock at ingest */
 	int32_t priority; /* the current one (kva_set_priority) */
 	uint32_t at;      /* WAITING: its level's index (priority_levels.c);
-	                   * RUNNING: its index in the run heap (run_heap.c) */
+	                   * RUNNING: its run stamp (run_heap.c) */
 };
 
 static inline struct kva__prio *kva__prio(const struct kva__req *r)
