@@ -32,6 +32,9 @@ struct kva__level {
 	uint64_t last_arrival; /* the last one's: a join compares without reading it */
 	uint32_t count;
 	uint32_t next_free; /* on the free list: index + 1, 0 = none */
+	/* admission's prefetch hints within the level (waiting_queue.c) */
+	uint32_t n_pushed;
+	struct kva__pushed pushed[KVA__AHEAD];
 };
 
 struct kva__levels {
@@ -246,6 +249,18 @@ void kva__levels_join(kva_engine *e, struct kva__req *r, bool front)
 		}
 	}
 	l->count++;
+}
+
+struct kva__pushed *kva__levels_ring(kva_engine *e, const struct kva__req *r, uint32_t **n)
+{
+	uint32_t i = kva__prio(r)->at;
+	if (i == KVA_IDMAP_NONE) { /* in no level (priority_levels.c, no memory) */
+		*n = &e->n_pushed;
+		return e->pushed;
+	}
+	struct kva__level *l = &e->lv->lv[i];
+	*n = &l->n_pushed;
+	return l->pushed;
 }
 
 void kva__levels_leave(kva_engine *e, struct kva__req *r)

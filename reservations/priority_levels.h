@@ -33,6 +33,9 @@ int kva__levels_ingest(kva_engine *e, struct kva__req *r);
  * room kva__levels_reserve would have made, r joins a neighbouring level at
  * its place in the order (counted and logged as an allocation failure). */
 void kva__levels_join(kva_engine *e, struct kva__req *r, bool front);
+/* The ring of the last KVA__AHEAD requests pushed to the back of r's level
+ * (waiting_queue.c's prefetch hints), and its push count in *n. */
+struct kva__pushed *kva__levels_ring(kva_engine *e, const struct kva__req *r, uint32_t **n);
 /* r leaves the queue. O(1); O(L) when its level empties and is not the
  * first. */
 void kva__levels_leave(kva_engine *e, struct kva__req *r);

@@ -16,13 +16,14 @@
 #include "waiting_queue.h"
 
 /* r goes to the back: it becomes the `ahead` hint of the request pushed
- * KVA__AHEAD pushes ago, if that one still waits unblocked (then its
- * record, touched that recently, is still in the cache). */
-static void leave_hint(kva_engine *e, struct kva__req *r)
+ * KVA__AHEAD pushes ago (into its priority level, under PRIORITY order: the
+ * level's own ring), if that one still waits unblocked (then its record,
+ * touched that recently, is still in the cache). */
+static void leave_hint(kva_engine *e, struct kva__req *r, struct kva__pushed *ring, uint32_t *n)
 {
 	uint32_t slot = kva__rec_slot(r);
 	r->ahead = 0;
-	struct kva__pushed *p = &e->pushed[e->n_pushed++ % KVA__AHEAD];
+	struct kva__pushed *p = &ring[(*n)++ % KVA__AHEAD];
 	struct kva__req *behind = kva_slab_lookup(&e->slab, p->slot, p->gen);
 	if (behind && !(behind->flags & KVA__F_BLOCKED) &&
 	    atomic_load_explicit(&behind->state, memory_order_relaxed) == KVA_STATE_WAITING)
@@ -44,11 +45,15 @@ void kva__waiting_queue_prefetch_ahead(kva_engine *e, const struct kva__req *r)
 void kva__waiting_queue_enqueue(kva_engine *e, struct kva__req *r)
 {
 	kva__rec_wait_begins(r, e->now);
-	leave_hint(e, r);
-	if (e->lv)
+	if (e->lv) {
 		kva__levels_join(e, r, false); /* room reserved at ingest (step_events.c) */
-	else
+		uint32_t *n;
+		struct kva__pushed *ring = kva__levels_ring(e, r, &n);
+		leave_hint(e, r, ring, n);
+	} else {
+		leave_hint(e, r, e->pushed, &e->n_pushed);
 		kva_waitq_push_back(&e->waitq, &r->wq);
+	}
 	kva__lookup_begin(e, r, false);
 }
 
