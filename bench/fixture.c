@@ -107,9 +107,16 @@ static void directory(void *ctx, uint64_t key, uint32_t prompt, kva_lookup_token
 
 struct bx *bx_new(void)
 {
+	return bx_new_levels(0);
+}
+
+struct bx *bx_new_levels(uint32_t levels)
+{
 	struct bx *b = xcalloc(1, sizeof(*b));
+	b->levels = levels;
 	kva_config c;
 	kva_config_default(&c);
+	c.order = levels ? KVA_ORDER_PRIORITY : KVA_ORDER_FCFS;
 	c.total_pages = BX_TOTAL_PAGES;
 	c.page_tokens = BX_PAGE_TOKENS;
 	c.decode_reserve_pages = 0;
@@ -185,7 +192,8 @@ int bx_step(struct bx *b)
 kva_handle bx_submit(struct bx *b, bool restore)
 {
 	uint64_t id = ++b->next_id;
-	kva_request r = {.id = id, .prefix_key = restore ? id : 0, .prompt_tokens = BX_PROMPT};
+	kva_request r = {.id = id, .prefix_key = restore ? id : 0, .prompt_tokens = BX_PROMPT,
+	                 .priority = b->levels ? (int32_t)(id % b->levels) : 0};
 	kva_handle h;
 	bx_check(kva_submit(b->e, &r, &h), "kva_submit");
 	return h;
@@ -266,9 +274,10 @@ kva_handle bx_waiting_take_random(struct bx *b, uint64_t *rng)
 	}
 }
 
-static struct bx *build_blocked(size_t n)
+struct bx *bx_blocked_levels(size_t n, uint32_t levels)
 {
-	struct bx *b = bx_new();
+	n = bx_cap(n);
+	struct bx *b = bx_new_levels(levels);
 	kva_stats st;
 	for (uint32_t i = 0; i < BX_RUNNERS; i++)
 		b->running[i] = bx_submit(b, false);
@@ -311,7 +320,7 @@ struct bx *bx_blocked(size_t n)
 	for (int i = 0; i < CACHE_SLOTS; i++)
 		if (!cache[i].b) {
 			cache[i].n = n;
-			cache[i].b = build_blocked(n);
+			cache[i].b = bx_blocked_levels(n, 0);
 			return cache[i].b;
 		}
 	bx_check(-ENOSPC, "fixture cache");

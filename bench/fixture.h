@@ -37,6 +37,8 @@
 
 struct bx {
 	kva_engine *e;
+	/* 0: FCFS; else KVA_ORDER_PRIORITY with submit id's priority id % levels */
+	uint32_t levels;
 	uint64_t now;
 	uint64_t next_id;
 	kva_plan plan;
@@ -76,6 +78,11 @@ int bx_cmp_u64(const void *a, const void *b);
 
 /* A standard engine with all capacity free and nothing in it. Not cached. */
 struct bx *bx_new(void);
+/* The same under KVA_ORDER_PRIORITY over `levels` priorities (0: FCFS). */
+struct bx *bx_new_levels(uint32_t levels);
+/* The blocked state with n waiting restores over `levels` priorities (0:
+ * FCFS); not cached: the caller frees it (bx_free). */
+struct bx *bx_blocked_levels(size_t n, uint32_t levels);
 void bx_free(struct bx *b);
 
 /* The cached blocked engine with n waiting restores (n is taken through
