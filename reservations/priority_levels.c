@@ -60,18 +60,28 @@ static void free_range(struct kva__levels *t, uint32_t from, uint32_t to)
 	}
 }
 
+/* Both arrays twice as large, or neither (then nothing changed). */
 static int grow(struct kva__levels *t)
 {
 	uint32_t cap = t->cap ? t->cap * 2 : LEVELS_INITIAL;
 	if (cap < t->cap)
 		return -ENOMEM;
-	struct kva__level *lv = kva__realloc(t->lv, t->cap * sizeof(*lv), cap * sizeof(*lv));
-	if (!lv)
+	struct kva__level *lv = kva__alloc(cap * sizeof(*lv));
+	uint32_t *order = kva__alloc(cap * sizeof(*order));
+	if (!lv || !order) {
+		if (lv)
+			kva__free(lv, cap * sizeof(*lv));
+		if (order)
+			kva__free(order, cap * sizeof(*order));
 		return -ENOMEM;
+	}
+	if (t->cap) {
+		memcpy(lv, t->lv, t->cap * sizeof(*lv));
+		memcpy(order, t->order, t->n_order * sizeof(*order));
+		kva__free(t->lv, t->cap * sizeof(*lv));
+		kva__free(t->order, t->cap * sizeof(*order));
+	}
 	t->lv = lv;
-	uint32_t *order = kva__realloc(t->order, t->cap * sizeof(*order), cap * sizeof(*order));
-	if (!order)
-		return -ENOMEM; /* lv is larger already: harmless, used at the next growth */
 	t->order = order;
 	free_range(t, t->cap, cap);
 	t->cap = cap;

@@ -260,6 +260,10 @@ static void run(uint64_t k, bool sticky)
 	A.cfg.wait_log_interval_ns = 0;
 	A.cfg.lookup_refresh_ns = 0;
 	A.cfg.lookup = on_lookup;
+	/* the priority order's levels and run heap allocate too (ctest runs
+	 * this sweep a second time with it: tests/CMakeLists.txt) */
+	if (getenv("KVA_TEST_ORDER_PRIORITY"))
+		A.cfg.order = KVA_ORDER_PRIORITY;
 	A.dir[1] = (kva_manifest){2, {ckpt(64, 11, 0), ckpt(128, 12, 0)}};
 	A.dir[2] = (kva_manifest){1, {ckpt(96, 20, 1)}};
 	A.dir[3] = (kva_manifest){1, {ckpt(160, 30, 0)}};
