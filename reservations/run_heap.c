@@ -68,10 +68,13 @@ static void sift_down(struct kva__run_ent *h, uint32_t n, uint32_t i, struct kva
 	h[i] = x;
 }
 
+/* The generation first: a retired record's body belongs to the slab (its
+ * free batches are written on the reclaim thread), and only the scheduler,
+ * this thread, retires records, so the generation it reads is its own. */
 static bool live(const struct kva__run_ent *x)
 {
-	return (x->r->flags & KVA__F_RUNHEAP) && kva__prio(x->r)->at == x->stamp &&
-	       atomic_load_explicit(&x->r->hdr.gen, memory_order_relaxed) == x->gen;
+	return atomic_load_explicit(&x->r->hdr.gen, memory_order_relaxed) == x->gen &&
+	       (x->r->flags & KVA__F_RUNHEAP) && kva__prio(x->r)->at == x->stamp;
 }
 
 /* Only the live entries stay, heapified (Floyd: O(R)). */

@@ -8,6 +8,8 @@
  * request's priority level (priority_levels.c). Calls head_timers.c, lookup.c
  * and priority_levels.c. Scheduler thread only.
  */
+#include <errno.h>
+
 #include "head_timers.h"
 #include "lifecycle.h"
 #include "lookup.h"

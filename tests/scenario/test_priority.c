@@ -7,6 +7,8 @@
  * request (also while its lookup is out) and waits for a running one's
  * preemption, and aging bounds a low priority's wait. FCFS ignores priorities.
  */
+#include <pthread.h>
+
 #include "scenario.h"
 
 #define KEY_R 7 /* a restore the directory answers at once */
@@ -493,6 +495,81 @@ static void test_preempt_hint(void **state)
 	sc_free(s);
 }
 
+/* Producers on other threads submit and change priorities while the
+ * scheduler steps (and walks the queue after each step): afterwards it is
+ * in order of every request's last priority. Run under TSan too. */
+#define PRODUCERS 2
+#define PER_PRODUCER 300
+
+struct producer {
+	struct sc *s;
+	uint64_t base;
+	int32_t last[PER_PRODUCER];
+};
+
+static void *produce(void *arg)
+{
+	struct producer *p = arg;
+	kva_handle h[PER_PRODUCER];
+	for (uint32_t i = 0; i < PER_PRODUCER; i++) {
+		kva_request r = {.id = p->base + i, .prompt_tokens = 16,
+		                 .priority = (int32_t)(i % 7)};
+		assert_int_equal(kva_submit(p->s->e, &r, &h[i]), 0);
+		p->last[i] = r.priority;
+	}
+	for (uint32_t i = 0; i < PER_PRODUCER; i += 2) {
+		p->last[i] = (int32_t)((i * 5) % 11) - 3;
+		assert_int_equal(kva_set_priority(p->s->e, h[i], p->last[i]), 0);
+	}
+	return NULL;
+}
+
+static struct producer *prods;
+
+static int check_sorted(void *ctx, const kva_waiting_info *w)
+{
+	int32_t *prev = ctx;
+	const struct producer *p = &prods[(w->handle.id - 1) / 1000 - 1];
+	int32_t pr = p->last[(w->handle.id - 1) % 1000];
+	assert_true(pr >= *prev);
+	*prev = pr;
+	return 0;
+}
+
+static int count_cb(void *ctx, const kva_waiting_info *w)
+{
+	(void)w;
+	(*(uint32_t *)ctx)++;
+	return 0;
+}
+
+static void test_threads_submit_and_change(void **state)
+{
+	(void)state;
+	kva_config c = prio_config();
+	struct sc *s = sc_new(&c);
+	struct producer p[PRODUCERS];
+	pthread_t t[PRODUCERS];
+	prods = p;
+	for (uint32_t k = 0; k < PRODUCERS; k++) {
+		p[k].s = s;
+		p[k].base = 1000 * (k + 1) + 1;
+		assert_int_equal(pthread_create(&t[k], NULL, produce, &p[k]), 0);
+	}
+	for (int i = 0; i < 50; i++) { /* steps while they produce; a walk each */
+		uint32_t n = 0;
+		step_held(s, SC_MS);
+		assert_true(kva_waiting_foreach(s->e, count_cb, &n, 0) >= 0);
+	}
+	for (uint32_t k = 0; k < PRODUCERS; k++)
+		assert_int_equal(pthread_join(t[k], NULL), 0);
+	step_held(s, SC_MS);
+	int32_t prev = INT32_MIN;
+	assert_int_equal(kva_waiting_foreach(s->e, check_sorted, &prev, 0),
+	                 PRODUCERS * PER_PRODUCER);
+	sc_free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -511,6 +588,7 @@ int main(void)
 		cmocka_unit_test(test_no_aging_starves),
 		cmocka_unit_test(test_preempt_candidate),
 		cmocka_unit_test(test_preempt_hint),
+		cmocka_unit_test(test_threads_submit_and_change),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
