@@ -347,6 +347,8 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	if (e->head_recheck || e->admit_asked)
 		admit_again(e);
 	kva__run_heap_hint(e);
+	if (e->lv)
+		kva__levels_publish(e);
 	kva__copy_dispatch_pending(e); /* refused ranks: handled next step */
 	kva__rec_ids_settle(e);        /* the ended ids' map misses, last */
 	kva__rec_flush_retired(e);

@@ -273,6 +273,37 @@ struct kva__pushed *kva__levels_ring(kva_engine *e, const struct kva__req *r, ui
 	return l->pushed;
 }
 
+static void gauge(kva_engine *e, enum kva__stat s, uint64_t v)
+{
+	/* relaxed: a gauge kva_stats_get reads with no order to anything */
+	atomic_store_explicit(&e->st[s], v, memory_order_relaxed);
+}
+
+/* A level's key, count and its first request's wait into three gauges. */
+static void publish_level(kva_engine *e, const struct kva__level *l, enum kva__stat key,
+                          enum kva__stat count, enum kva__stat wait)
+{
+	uint64_t since;
+	memcpy(&since, &l->first->ev_main.node, sizeof(since)); /* kva__rec_wait_begins */
+	gauge(e, key, (uint64_t)l->key);
+	gauge(e, count, l->count);
+	gauge(e, wait, e->now > since ? e->now - since : 0);
+}
+
+void kva__levels_publish(kva_engine *e)
+{
+	struct kva__levels *t = e->lv;
+	gauge(e, ST_PRIO_LEVELS, t->n_order);
+	if (!t->n_order) {
+		for (enum kva__stat s = ST_URGENT_LEVEL; s <= ST_LAX_WAIT_NS; s++)
+			gauge(e, s, 0);
+		return;
+	}
+	publish_level(e, &t->lv[t->order[t->n_order - 1]], ST_URGENT_LEVEL, ST_URGENT_WAITING,
+	              ST_URGENT_WAIT_NS);
+	publish_level(e, &t->lv[t->order[0]], ST_LAX_LEVEL, ST_LAX_WAITING, ST_LAX_WAIT_NS);
+}
+
 void kva__levels_leave(kva_engine *e, struct kva__req *r)
 {
 	struct kva__levels *t = e->lv;

@@ -36,6 +36,9 @@ void kva__levels_join(kva_engine *e, struct kva__req *r, bool front);
 /* The ring of the last KVA__AHEAD requests pushed to the back of r's level
  * (waiting_queue.c's prefetch hints), and its push count in *n. */
 struct kva__pushed *kva__levels_ring(kva_engine *e, const struct kva__req *r, uint32_t **n);
+/* At the step's end: kva_stats' priority gauges (levels in use; the most and
+ * the least urgent level's key, count and first request's wait). O(1). */
+void kva__levels_publish(kva_engine *e);
 /* r leaves the queue. O(1); O(L) when its level empties and is not the
  * first. */
 void kva__levels_leave(kva_engine *e, struct kva__req *r);

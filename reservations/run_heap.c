@@ -10,13 +10,15 @@
  * (KVA__F_RUNHEAP clear) or has a newer stamp. Stale entries leave when they
  * reach the top, and when the heap holds twice max_running entries it keeps
  * only the live ones (a rebuild in O(R), after at least R starts or
- * changes: O(1) amortized). Calls alloc.c only.
+ * changes: O(1) amortized). Each start counts the admission by priority
+ * class. Calls alloc.c and stats.c.
  */
 #include <errno.h>
 
 #include "alloc.h"
 #include "prio.h"
 #include "run_heap.h"
+#include "stats.h"
 
 static uint32_t heap_cap(const kva_engine *e)
 {
@@ -36,6 +38,16 @@ void kva__run_heap_fini(kva_engine *e)
 	if (e->run)
 		kva__free(e->run, heap_cap(e) * sizeof(*e->run));
 	e->run = NULL;
+}
+
+/* kva_stats.admitted_by_priority's classes: < 0, 0, 1, 2-3, 4-7, 8-15, 16-255, 256+. */
+static unsigned priority_class(int32_t p)
+{
+	if (p < 0)
+		return 0;
+	if (p < 16)
+		return 1 + (p ? 32u - (unsigned)__builtin_clz((unsigned)p) : 0u);
+	return p < 256 ? 6 : 7;
 }
 
 static bool above(const struct kva__run_ent *a, const struct kva__run_ent *b)
@@ -103,9 +115,12 @@ static void push(kva_engine *e, struct kva__req *r)
 void kva__run_heap_on_state(kva_engine *e, struct kva__req *r, uint32_t to)
 {
 	bool in = r->flags & KVA__F_RUNHEAP;
-	if (to == KVA_STATE_RUNNING && !in) {
+	if (to == KVA_STATE_RUNNING && !in) { /* an admission (kva__rec_set_state) */
 		r->flags |= KVA__F_RUNHEAP;
 		push(e, r);
+		kva__st_add_single_writer(e, (enum kva__stat)(ST_ADMIT_PRIO0 +
+		                                              priority_class(kva__prio(r)->priority)),
+		                          1);
 	} else if (to != KVA_STATE_RUNNING && in) {
 		r->flags &= (uint16_t)~KVA__F_RUNHEAP; /* its entry is stale from now on */
 	}

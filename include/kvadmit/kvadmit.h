@@ -476,6 +476,7 @@ KVA_API int kva_reset_prefix_cache(kva_engine *e);
  * histograms: buckets[i] counts observations <= kva_histogram_bounds()[i] ns; the last bucket
  * is +Inf (== count). */
 #define KVA_HIST_BUCKETS 14
+#define KVA_PRIORITY_CLASSES 8 /* kva_stats.admitted_by_priority */
 typedef struct kva_histogram {
 	uint64_t count, sum_ns;
 	uint64_t buckets[KVA_HIST_BUCKETS];
@@ -517,6 +518,15 @@ typedef struct kva_stats {
 	 * with lookup_timeout_ns, whose deadline marks its start); a copy attempt until its last
 	 * rank reported; ingest (or requeue) to admission. */
 	kva_histogram capacity_wait, lookup_latency, copy_duration, time_to_admission;
+	/* KVA_ORDER_PRIORITY (0 under FCFS), as of the last step: priority levels in use, and of the
+	 * most and the least urgent level its key (the priority, aged: docs/design.md), its waiting
+	 * requests and how long its first one has waited. */
+	uint64_t priority_levels;
+	int64_t urgent_level, lax_level;
+	uint64_t urgent_waiting, lax_waiting, urgent_wait_ns, lax_wait_ns;
+	/* Admissions by priority class, a bounded label set: [0] < 0, [1] 0, [2] 1, [3] 2-3, [4] 4-7,
+	 * [5] 8-15, [6] 16-255, [7] >= 256. */
+	uint64_t admitted_by_priority[KVA_PRIORITY_CLASSES];
 } kva_stats;
 
 /* kva_stats_get - a snapshot of the counters.  Thread: any; atomics only, never blocks. */

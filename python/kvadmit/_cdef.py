@@ -15,6 +15,7 @@ CDEF = r"""
 #define KVA_MAX_CHECKPOINTS 8
 #define KVA_MAX_WORLD 32
 #define KVA_HIST_BUCKETS 14
+#define KVA_PRIORITY_CLASSES 8
 
 typedef struct kva_engine kva_engine;
 
@@ -303,6 +304,10 @@ typedef struct kva_stats {
     uint64_t plan_too_small, alloc_failures;
     uint64_t logs_suppressed;
     kva_histogram capacity_wait, lookup_latency, copy_duration, time_to_admission;
+    uint64_t priority_levels;
+    int64_t urgent_level, lax_level;
+    uint64_t urgent_waiting, lax_waiting, urgent_wait_ns, lax_wait_ns;
+    uint64_t admitted_by_priority[KVA_PRIORITY_CLASSES];
 } kva_stats;
 
 void kva_stats_get(const kva_engine *e, kva_stats *out);

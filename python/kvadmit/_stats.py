@@ -15,6 +15,8 @@ def _make_stats_class():
             fields.append((name, dict))
         elif f.type.kind == "struct":
             fields.append((name, Histogram))
+        elif f.type.kind == "array":
+            fields.append((name, tuple))
         else:
             fields.append((name, int))
     cls = dataclasses.make_dataclass("Stats", fields, frozen=True)
@@ -48,6 +50,8 @@ def stats_from_c(s):
             values[name] = {_REASON.get(i, i): v[i] for i in range(len(v))}
         elif f.type.kind == "struct":
             values[name] = Histogram(v.count, v.sum_ns, tuple(v.buckets), bounds)
+        elif f.type.kind == "array":
+            values[name] = tuple(v)  # admitted_by_priority: a copy, not the C array
         else:
             values[name] = v
     return Stats(**values)

@@ -109,6 +109,9 @@ def test_priority_order_set_priority_and_candidate(make_engine):
     e.finish(mid)
     e.step(4 * MS)
     assert e.preempt_candidate() == high
+    st = e.stats()
+    # priorities -5 (set), -1 and 2: classes < 0 (two) and 2-3 (one)
+    assert st.admitted_by_priority == (2, 0, 0, 1, 0, 0, 0, 0) and st.priority_levels == 0
     with pytest.raises(kvadmit.InvalidArgument):
         make_engine().set_priority(high, 0)
 

@@ -495,6 +495,45 @@ static void test_preempt_hint(void **state)
 	sc_free(s);
 }
 
+/* Stats by priority: levels in use, the most and least urgent level's key,
+ * count and wait as of the last step, and admissions by priority class
+ * (bounded: eight classes whatever priorities the host uses). */
+static void test_stats_by_level(void **state)
+{
+	(void)state;
+	kva_config c = prio_config();
+	struct sc *s = sc_new(&c);
+	submit_p(s, 1, 0, 16, 3, 0);
+	submit_p(s, 2, 0, 16, 3, 0);
+	step_held(s, SC_MS);
+	submit_p(s, 3, 0, 16, -7, 0);
+	submit_p(s, 4, 0, 16, 9, 0);
+	submit_p(s, 5, 0, 16, 9, 0);
+	submit_p(s, 6, 0, 16, 9, 0);
+	step_held(s, 2 * SC_MS);
+	kva_stats st = sc_stats(s);
+	assert_int_equal(st.priority_levels, 3);
+	assert_int_equal(st.urgent_level, -7);
+	assert_int_equal(st.urgent_waiting, 1);
+	assert_int_equal(st.urgent_wait_ns, 0); /* ingested in this step */
+	assert_int_equal(st.lax_level, 9);
+	assert_int_equal(st.lax_waiting, 3);
+	step_held(s, 5 * SC_MS);
+	st = sc_stats(s);
+	assert_int_equal(st.urgent_wait_ns, 5 * SC_MS);
+	assert_int_equal(sc_step(s, SC_MS), 6);
+	st = sc_stats(s);
+	assert_int_equal(st.priority_levels, 0);
+	assert_int_equal(st.urgent_waiting + st.lax_waiting, 0);
+	const uint64_t want[KVA_PRIORITY_CLASSES] = {1, 0, 0, 2, 0, 3, 0, 0};
+	for (int i = 0; i < KVA_PRIORITY_CLASSES; i++)
+		assert_int_equal(st.admitted_by_priority[i], want[i]);
+	char text[16384];
+	assert_true(kva_stats_format(&st, text, sizeof(text)) < sizeof(text));
+	assert_non_null(strstr(text, "kvadmit_admissions_by_priority_total{priority=\"8-15\"} 3"));
+	sc_free(s);
+}
+
 /* Producers on other threads submit and change priorities while the
  * scheduler steps (and walks the queue after each step): afterwards it is
  * in order of every request's last priority. Run under TSan too. */
@@ -589,6 +628,7 @@ int main(void)
 		cmocka_unit_test(test_preempt_candidate),
 		cmocka_unit_test(test_preempt_hint),
 		cmocka_unit_test(test_threads_submit_and_change),
+		cmocka_unit_test(test_stats_by_level),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
