@@ -20,7 +20,7 @@
 #include "event_queue.h"
 #include "grant.h"
 #include "lifecycle.h"
-#include "priority_levels.h"
+#include "prio.h"
 #include "stats.h"
 
 /* The calling thread's producer-counter shard: its inbox lane's. */

@@ -337,25 +337,6 @@ size_t kva_stats_format_as(const kva_stats *s, int format, char *buf, size_t len
 				     {"local", s->admitted_local},
 				     {"recompute", s->admitted_recompute},
 				     {NULL, 0}});
-	const uint64_t *ap = s->admitted_by_priority;
-	labelled(&o, om, "kvadmit_admissions_by_priority", COUNTER,
-		 "Admissions by priority class (priority order).", "priority",
-		 (const struct lv[]){{"negative", ap[0]}, {"0", ap[1]}, {"1", ap[2]},
-				     {"2-3", ap[3]}, {"4-7", ap[4]}, {"8-15", ap[5]},
-				     {"16-255", ap[6]}, {"256+", ap[7]}, {NULL, 0}});
-	single(&o, om, "kvadmit_priority_levels", GAUGE,
-	       "Priority levels in use in the waiting queue.", s->priority_levels);
-	labelled(&o, om, "kvadmit_priority_waiting", GAUGE,
-		 "Waiting requests of the most and the least urgent priority level.", "level",
-		 (const struct lv[]){{"most_urgent", s->urgent_waiting},
-				     {"least_urgent", s->lax_waiting},
-				     {NULL, 0}});
-	family(&o, om, "kvadmit_priority_wait_seconds", GAUGE,
-	       "How long the first request of the most and the least urgent level has waited.");
-	emit(&o, "kvadmit_priority_wait_seconds{level=\"most_urgent\"} %.9f\n",
-	     (double)s->urgent_wait_ns / 1e9);
-	emit(&o, "kvadmit_priority_wait_seconds{level=\"least_urgent\"} %.9f\n",
-	     (double)s->lax_wait_ns / 1e9);
 	single(&o, om, "kvadmit_prompt_tokens_admitted", COUNTER,
 	       "Prompt tokens of admitted requests.", s->prompt_tokens_admitted);
 	labelled(&o, om, "kvadmit_prompt_tokens", COUNTER,
@@ -424,6 +405,26 @@ size_t kva_stats_format_as(const kva_stats *s, int format, char *buf, size_t len
 		  &s->copy_duration);
 	histogram(&o, om, "kvadmit_time_to_admission_seconds",
 		  "Time from ingest (or requeue) to admission.", &s->time_to_admission);
+	/* priority order (zeros under FCFS): last, so that the families before keep their place */
+	const uint64_t *ap = s->admitted_by_priority;
+	labelled(&o, om, "kvadmit_admissions_by_priority", COUNTER,
+		 "Admissions by priority class (priority order).", "priority",
+		 (const struct lv[]){{"negative", ap[0]}, {"0", ap[1]}, {"1", ap[2]},
+				     {"2-3", ap[3]}, {"4-7", ap[4]}, {"8-15", ap[5]},
+				     {"16-255", ap[6]}, {"256+", ap[7]}, {NULL, 0}});
+	single(&o, om, "kvadmit_priority_levels", GAUGE,
+	       "Priority levels in use in the waiting queue.", s->priority_levels);
+	labelled(&o, om, "kvadmit_priority_waiting", GAUGE,
+		 "Waiting requests of the most and the least urgent priority level.", "level",
+		 (const struct lv[]){{"most_urgent", s->urgent_waiting},
+				     {"least_urgent", s->lax_waiting},
+				     {NULL, 0}});
+	family(&o, om, "kvadmit_priority_wait_seconds", GAUGE,
+	       "How long the first request of the most and the least urgent level has waited.");
+	emit(&o, "kvadmit_priority_wait_seconds{level=\"most_urgent\"} %.9f\n",
+	     (double)s->urgent_wait_ns / 1e9);
+	emit(&o, "kvadmit_priority_wait_seconds{level=\"least_urgent\"} %.9f\n",
+	     (double)s->lax_wait_ns / 1e9);
 	if (om)
 		emit(&o, "# EOF\n");
 	/* end after the last whole line written: the bytes behind it were
