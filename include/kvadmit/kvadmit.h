@@ -10,7 +10,8 @@
  *
  * Synchronisation:
  *   kva_engine_create, kva_engine_destroy[_with]  nothing else may run on the engine
- *   kva_step                                      the scheduler thread only
+ *   kva_step                                      the scheduler thread only (a second,
+ *                                                 concurrent caller gets -EBUSY)
  *   kva_submit, kva_cancel, kva_lookup_answer, kva_copy_done, kva_checkpoint_evicted,
  *   kva_local_checkpoint, kva_reset_prefix_cache, kva_stats_get, kva_query,
  *   kva_waiting_foreach                           any thread, lock-free
@@ -411,9 +412,12 @@ typedef struct kva_plan_sizes {
 KVA_API int kva_plan_min_sizes(const kva_config *cfg, kva_plan_sizes *out);
 
 /* kva_step - handle events, expire timers, admit, dispatch copies; fill plan.
- * Thread: the scheduler only.  Cost: never blocks; bounded by the events enqueued before it
- * began, the expired timers and the plan (rule step-never-walks-queue).
- * Returns: admissions, -EINVAL (also re-entrant), -ENOTSUP (a forked child that only destroys). */
+ * Thread: the scheduler only: one kva_step at a time per engine, from any thread in turn (each
+ * step sees everything the one before it did).  Cost: never blocks; bounded by the events enqueued
+ * before it began, the expired timers and the plan (rule step-never-walks-queue).
+ * Returns: admissions, -EINVAL (also re-entrant, from a callback of the step), -EBUSY (another
+ * thread's kva_step runs on e now: nothing done, plan untouched), -ENOTSUP (a forked child that
+ * only destroys). */
 KVA_API int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan);
 
 /* ---- running requests -------------------------------------------------- */
