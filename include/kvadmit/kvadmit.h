@@ -74,6 +74,7 @@ enum kva_feature {
 	KVA_FEATURE_RESET_RELEASES_READY = 5,
 	KVA_FEATURE_CUDA_IMPORTER = 6, /* libkvadmit-cuda, built with CUDA, is in the process */
 	KVA_FEATURE_HOST_LOCAL = 7,    /* kva_request.local, kva_local_checkpoint */
+	KVA_FEATURE_EXACT_BUDGET = 8,  /* kva_plan.token_budget_exact */
 };
 /* KVA_VERSION_NUMBER of the library actually loaded. */
 KVA_API uint32_t kva_version(void);
@@ -369,6 +370,8 @@ typedef struct kva_ended {
 /* Caller-owned arrays; the step fills at most *_cap entries of each and leaves the rest for the
  * next step, except `fallbacks` (informational: stats count every one) and a NULL `ended` (ended
  * requests then retire unlisted). */
+#define KVA_TOKEN_BUDGET_UNLIMITED UINT32_MAX /* kva_plan.token_budget: no budget */
+
 typedef struct kva_plan {
 	kva_admission *admitted;
 	uint32_t admitted_cap, n_admitted;
@@ -381,12 +384,18 @@ typedef struct kva_plan {
 	kva_ended *ended;
 	uint32_t ended_cap, n_ended;
 	/* inputs about the step (left as they are by kva_step) */
-	/* Prefill tokens this step may start (vLLM's max_num_batched_tokens); 0 = unlimited. An
-	 * admission costs its first chunk after its cached prefix, at least 1; an import started
-	 * from the head costs nothing until admitted from READY (docs/design.md: per-step budget). */
+	/* Prefill tokens this step may start (vLLM's max_num_batched_tokens less what running
+	 * requests use). KVA_TOKEN_BUDGET_UNLIMITED: no budget. 0: no budget too, unless
+	 * token_budget_exact. An admission costs its first chunk after its cached prefix, at least
+	 * 1; an import started from the head costs nothing until admitted from READY
+	 * (docs/design.md: per-step budget). */
 	uint32_t token_budget;
 	/* The host preempted in this step: admit nothing new, READY restores included. */
 	bool hold_admissions;
+	/* true: token_budget is what is left, 0 included (0 tokens left: nothing that prefills is
+	 * admitted). false (a zeroed plan, 0.2.0's first meaning): 0 = unlimited. Sits in what
+	 * was padding: the struct's size and layout are those of 0.2.0 before it. */
+	bool token_budget_exact;
 	/* outputs about the step itself */
 	uint32_t events;          /* inbox events drained */
 	uint32_t timers_fired;

@@ -48,6 +48,7 @@ enum kva_feature {
     KVA_FEATURE_RESET_RELEASES_READY = 5,
     KVA_FEATURE_CUDA_IMPORTER = 6,
     KVA_FEATURE_HOST_LOCAL = 7,
+    KVA_FEATURE_EXACT_BUDGET = 8,
 };
 uint32_t kva_version(void);
 const char *kva_version_string(void);
@@ -249,6 +250,7 @@ typedef struct kva_plan {
     uint32_t ended_cap, n_ended;
     uint32_t token_budget;
     bool hold_admissions;
+    bool token_budget_exact;
     uint32_t events;
     uint32_t timers_fired;
     uint32_t records_touched;
