@@ -2,6 +2,7 @@
 """Config (kva_config, with Python callables for its callbacks) and
 plan_min_sizes."""
 import dataclasses
+import operator
 from typing import Any, Callable, Optional, Sequence
 
 from ._errors import CONVERSION, arg_error, error
@@ -68,16 +69,43 @@ class Config:
                "log_level")
 
     def to_c(self):
-        """A kva_config with the numeric fields (callbacks NULL)."""
+        """A kva_config with the numeric fields (callbacks NULL). A field of
+        the wrong type raises InvalidType, one outside its range (kvadmit.h)
+        InvalidRange or InvalidArgument, naming the field."""
         c = ffi.new("kva_config *")
         lib.kva_config_default(c)
         for name in self.NUMERIC:
             v = getattr(self, name)
             try:
-                setattr(c, name, int(v))
+                setattr(c, name, operator.index(v))  # not int(): "5" and 2.5 are no ints
             except CONVERSION as exc:
                 raise arg_error(f"kva_config.{name}", exc) from exc
+        problem = _config_problem(c)
+        if problem:
+            raise error(-22, f"kva_config.{problem}")
         return c
+
+
+def _config_problem(c):
+    """kva_engine_create's checks (engine.c config_check), naming the field:
+    the first one c fails, or None."""
+    for name in ("total_pages", "page_tokens", "prefill_chunk_tokens", "copy_slots",
+                 "max_running", "world_size"):
+        if getattr(c, name) == 0:
+            return f"{name}: 0, must be at least 1"
+    if c.world_size > len(c.importers):
+        return f"world_size: {c.world_size} > {len(c.importers)} (KVA_MAX_WORLD)"
+    if c.decode_reserve_pages >= c.total_pages:
+        return (f"decode_reserve_pages: {c.decode_reserve_pages}, must be below total_pages "
+                f"({c.total_pages})")
+    if c.decode_headroom_pages > c.total_pages:
+        return (f"decode_headroom_pages: {c.decode_headroom_pages} > total_pages "
+                f"({c.total_pages})")
+    if c.policy not in (int(Policy.WAIT), int(Policy.LEGACY)):
+        return f"policy: {c.policy}, not a Policy"
+    if not int(LogLevel.DEBUG) <= c.log_level <= int(LogLevel.ERROR):
+        return f"log_level: {c.log_level}, not a LogLevel"
+    return None
 
 
 def plan_min_sizes(config):

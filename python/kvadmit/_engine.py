@@ -9,6 +9,7 @@ the class convert one call's Python arguments into C.
 """
 import array
 import dataclasses
+import itertools
 import operator
 import threading
 import weakref
@@ -32,6 +33,12 @@ def _closed():
     return error(-22, "engine is closed")
 
 
+_SERIALS = itertools.count(1)  # Engine.serial: what its handles carry
+_UINT64 = 1 << 64
+_BUDGET_UNLIMITED = 0xFFFFFFFF  # KVA_TOKEN_BUDGET_UNLIMITED
+_TOUCHED_UNSET = 0xFFFFFFFF  # plan.records_touched before kva_step (it clears it)
+
+
 _new_tuple = tuple.__new__
 
 
@@ -53,13 +60,18 @@ class Engine:
         elif fields:
             config = dataclasses.replace(config, **fields)
         self.config = config
+        self.serial = next(_SERIALS)
         self._e = None
         self._stepping = 0         # ident of the thread inside step(), 0: none
+        # The calls in flight (thread ident -> depth), under _gate: close()
+        # refuses while another thread is inside one, a call after close()
+        # finds the engine closed; a second thread's step() is refused.
+        self._gate = threading.Lock()
+        self._inflight = {}
         self._close_pending = None  # (on_unfinished,): close() ran inside step()
-        self._pending = None
-        self._inputs_set = False
         self._tls = threading.local()
         st = self._st = EngineState()
+        st.serial = self.serial
         c = config.to_c()
         self._total_pages = c.total_pages
         try:
@@ -70,7 +82,7 @@ class Engine:
                 sizes = PlanSizes(max(m.admitted, 256), m.pages,
                                   max(m.copies, 64 * config.world_size),
                                   max(m.fallbacks, 256), max(m.ended, 256))
-            self._plan = Plan(sizes)
+            self._plan = Plan(sizes, self.serial)
             err = ffi.new("int *")
             e = lib.kva_engine_create(c, err)
             if e == ffi.NULL:
@@ -86,8 +98,7 @@ class Engine:
 
     def _keep_interrupt(self, exc):
         """KeyboardInterrupt / SystemExit inside a callback is re-raised by step()."""
-        if not isinstance(exc, Exception) and self._pending is None:
-            self._pending = exc
+        self._st.keep_interrupt(exc)
 
     # -- lifetime --------------------------------------------------------------------
     def close(self, on_unfinished: Optional[Callable[[Ended], None]] = None):
@@ -117,12 +128,20 @@ class Engine:
         if st in callbacks_running():
             raise error(-16, "Engine.close: inside this engine's own wake or waiting callback; "
                              "close once that call has returned")
-        # _e before _stepping: step() writes them in the other order, so a step
-        # that starts after this point finds the engine closed.
-        e, self._e = self._e, None
-        if self._stepping:
-            self._e = e
-            raise error(-16, "Engine.close: step() is running on another thread; stop it first")
+        me = get_ident()
+        with self._gate:  # no call starts or ends while this looks
+            if self._stepping:
+                raise error(-16, "Engine.close: step() is running on another thread; stop it "
+                                 "first")
+            if any(n for t, n in list(self._inflight.items()) if t != me):
+                raise error(-16, "Engine.close: other threads are inside calls of this engine; "
+                                 "stop them first")
+            if self._inflight.get(me):
+                raise error(-16, "Engine.close: inside a call of this engine (a signal "
+                                 "handler?); close once it has returned")
+            e, self._e = self._e, None
+        if e is None:
+            return
         self._finalizer.detach()
         st.destroy_safely(on_unfinished)
 
@@ -146,15 +165,36 @@ class Engine:
         (errno_of(args), if given, names another errno); a negative result
         raises its KvadmitError (check=False: fn returns nothing, or the
         caller checks it later, as step() does). Returns fn's result."""
-        e = self._e
-        if e is None:
-            raise _closed()
+        me = get_ident()
+        gate, inflight = self._gate, self._inflight
+        entered = False
         try:
-            rc = fn(e, *(args if convert is None else convert(args)))
-        except KvadmitError:
-            raise
-        except CONVERSION as exc:
-            raise arg_error(call, exc, -22 if errno_of is None else errno_of(args)) from exc
+            with gate:
+                e = self._e
+                if e is None:
+                    raise _closed()
+                inflight[me] = inflight.get(me, 0) + 1
+                entered = True
+            try:
+                rc = fn(e, *(args if convert is None else convert(args)))
+            except KvadmitError:
+                raise
+            except CONVERSION as exc:
+                raise arg_error(call, exc, -22 if errno_of is None else errno_of(args)) from exc
+        finally:
+            if entered:
+                # Only this thread writes its own key, and close() reads a copy:
+                # no lock, and no call between here and the store, so no signal
+                # handler can run in between (CPython checks at calls and jumps).
+                n = inflight[me] - 1
+                if n:
+                    inflight[me] = n
+                else:
+                    del inflight[me]
+        if self._st.interrupted and self._stepping != me:
+            exc = self._st.take_interrupt()  # a wake callback inside this call
+            if exc is not None:
+                raise exc
         if check and rc < 0:
             raise error(rc, call)
         return rc
@@ -169,11 +209,11 @@ class Engine:
         self._call("kva_submit", lib.kva_submit, (t, id, prompt_tokens, prefix_key, user, local),
                    _request_of)
         h = t.h
-        return _new_tuple(Handle, (id, h.gen, h.slot))
+        return _new_tuple(Handle, (id, h.gen, h.slot, self.serial))
 
     def cancel(self, handle: Handle) -> None:
         """kva_cancel: takes effect at the next step."""
-        self._call("kva_cancel", lib.kva_cancel, (handle,))
+        self._call("kva_cancel", lib.kva_cancel, (handle,), self._handle_args)
 
     def answer(self, token: LookupToken, checkpoints=()) -> None:
         """kva_lookup_answer: the directory's answer, up to 8 Checkpoints (in
@@ -188,7 +228,7 @@ class Engine:
         `checkpoint` (a Checkpoint, or (position, id[, epoch])) of h's prompt;
         its location is LOCAL and it is compatible."""
         self._call("kva_local_checkpoint", lib.kva_local_checkpoint, (handle, checkpoint),
-                   _local_checkpoint_of)
+                   self._local_checkpoint_of)
 
     def copy_done(self, token: CopyToken, rank: int = 0, status: int = 0) -> None:
         """kva_copy_done: one rank of a copy attempt finished (status 0: ok)."""
@@ -211,22 +251,23 @@ class Engine:
         OutOfRange for pages outside 0..total_pages, checked before the id
         array is allocated."""
         ids = [out]  # _grow_of puts the id array it allocates here
-        self._call("kva_grow", lib.kva_grow, (handle, pages, ids, self._total_pages), _grow_of)
+        self._call("kva_grow", lib.kva_grow, (handle, pages, ids, self._total_pages),
+                   self._grow_of)
         return None if out is False else ids[0]
 
     def preempt(self, handle: Handle) -> None:
         """kva_preempt: RUNNING -> front of the waiting queue; pages back at once."""
-        self._call("kva_preempt", lib.kva_preempt, (handle,))
+        self._call("kva_preempt", lib.kva_preempt, (handle,), self._handle_args)
 
     def finish(self, handle: Handle) -> None:
         """kva_finish: RUNNING -> FINISHED; pages back at once."""
-        self._call("kva_finish", lib.kva_finish, (handle,))
+        self._call("kva_finish", lib.kva_finish, (handle,), self._handle_args)
 
     def query(self, handle: Handle) -> RequestInfo:
         """kva_query."""
         q = ffi.new("kva_request_info *")
-        self._call("kva_query", lib.kva_query, (handle, q))
-        return _request_info_of(q)
+        self._call("kva_query", lib.kva_query, (handle, q), self._handle_args)
+        return _request_info_of(q, self.serial)
 
     def stats(self):
         """kva_stats_get, as a Stats dataclass."""
@@ -244,10 +285,11 @@ class Engine:
         """kva_waiting_foreach: the waiting queue in admission order (at most
         `max`, 0 = all), a live view (kvadmit.h)."""
         out = []
+        serial = self.serial
 
         def fn(ctx, w):
             h = w.handle
-            out.append(WaitingInfo(Handle(h.id, h.gen, h.slot), user_of(w.user), w.position,
+            out.append(WaitingInfo(handle_of(h, serial), user_of(w.user), w.position,
                                    w.prompt_tokens))
             return 0
         cb = ffi.callback("kva_waiting_fn", fn, onerror=onerror("waiting"))
@@ -259,49 +301,109 @@ class Engine:
         return out
 
     # -- scheduler thread ---------------------------------------------------------------
-    def step(self, now_ns: int, token_budget: int = 0, hold_admissions: bool = False) -> Plan:
+    def step(self, now_ns: int, token_budget: Optional[int] = None,
+             hold_admissions: bool = False) -> Plan:
         """kva_step: events, timers, admissions. Returns the engine's Plan
         (the same object every time: valid until the next step). Runs the
         lookup, log and importer callbacks on this thread.
 
         token_budget: prefill tokens this step may start (vLLM's
-        max_num_batched_tokens less what running requests use); 0 = no limit.
+        max_num_batched_tokens less what running requests use), exactly: 0
+        admits nothing that prefills. None: no budget.
         hold_admissions: the host preempted in this step, admit nothing new.
 
-        A close() reached inside the step destroys the engine once kva_step
-        has returned; the step then raises InvalidArgument."""
-        prev = self._stepping
-        # _stepping before _e (read by _call): close() reads them in the other order
-        self._stepping = get_ident()
+        One step at a time: a step() while another thread's runs raises
+        Busy (and changes nothing). A KeyboardInterrupt (any BaseException
+        that is not an Exception) raised while kvadmit ran a callback, or
+        once kva_step returned, is raised by step() after the step
+        completed; its `plan` attribute is this step's Plan (None if the
+        step never ran; absent if it landed on this method's first line,
+        before any of its code ran: read it with getattr(exc, "plan", None)). A close() reached inside the step destroys the
+        engine once kva_step has returned; the step then raises
+        InvalidArgument."""
+        me = get_ident()
+        c = self._plan._c
+        prev = None  # not claimed yet
+        unset = False  # records_touched holds the mark: whether kva_step ran tells
         try:
+            with self._gate:
+                s = self._stepping
+                if s and s != me:
+                    raise error(-16, "Engine.step: step() is running on another thread")
+                prev = s  # first: an interrupt after it is undone by _step_over(prev)
+                # _stepping before _e (read by _call): close() reads them in the other order
+                self._stepping = me
+            if not prev:
+                c.records_touched = _TOUCHED_UNSET  # kva_step clears it: tells it ran
+                unset = True
             # kva_step's own error waits for the close and interrupt below
             rc = self._call("kva_step", lib.kva_step, (now_ns, token_budget, hold_admissions),
                             self._step_inputs, check=False)
-        except BaseException:
-            self._step_over(prev)
-            raise
-        self._stepping = prev
-        if self._close_pending is not None and self._step_over(prev):
-            if self._pending is None:
+            self._stepping = prev
+            pending = None if prev else self._st.take_interrupt()
+            if self._close_pending is not None and self._step_over(prev) and pending is None:
                 raise error(-22, "kva_step: the engine was closed during this step")
-        if self._pending is not None:
-            exc, self._pending = self._pending, None
-            raise exc
-        if rc < 0:
-            raise error(rc, "kva_step")
-        return self._plan
+            if pending is not None:
+                raise pending
+            if rc < 0:
+                raise error(rc, "kva_step")
+            return self._plan
+        except BaseException as exc:
+            # Also an interrupt that landed in this method's own lines: it
+            # gets the plan whenever kva_step ran.
+            if prev is not None:
+                self._step_over(prev)  # idempotent
+            if not isinstance(exc, Exception):
+                ran = unset and c.records_touched != _TOUCHED_UNSET
+                if prev == 0:  # the outermost step: one interrupt stands for all of it
+                    self._st.take_interrupt()
+                exc.plan = self._plan if ran else None
+            raise
 
     def _step_inputs(self, args):
         """kva_step's arguments after the engine: the plan, with the step's
         token budget and hold flag written into it."""
         now_ns, token_budget, hold_admissions = args
         c = self._plan._c
-        if token_budget or hold_admissions or self._inputs_set:
-            self._inputs_set = True  # reset by the next step if this fails half-way
-            c.token_budget = token_budget
-            c.hold_admissions = hold_admissions
-            self._inputs_set = bool(token_budget or hold_admissions)
+        if token_budget is None:
+            token_budget = _BUDGET_UNLIMITED
+        else:
+            if type(token_budget) is not int:
+                token_budget = operator.index(token_budget)  # TypeError: not an int
+            if not 0 <= token_budget < _BUDGET_UNLIMITED:
+                raise OverflowError(f"token_budget {token_budget} outside "
+                                    f"0..{_BUDGET_UNLIMITED - 1}")
+        if type(hold_admissions) is not bool:
+            raise TypeError(f"hold_admissions: a bool, not {type(hold_admissions).__name__}")
+        c.token_budget = token_budget
+        c.hold_admissions = hold_admissions
+        c.token_budget_exact = True
         return now_ns, c
+
+    def _handle(self, h):
+        """A handle argument as kva_handle's (id, gen, slot): a Handle of this
+        engine (or made by hand), or a plain 3-tuple."""
+        if type(h) is Handle:
+            eng = h[3]
+            if eng and eng != self.serial:
+                raise error(-22, f"a handle of another engine (serial {eng}, this one "
+                                 f"{self.serial})")
+            return h[:3]
+        if isinstance(h, tuple) and len(h) == 3:
+            return h
+        raise TypeError(f"a Handle, not {type(h).__name__}"
+                        + (f" of {len(h)}" if isinstance(h, tuple) else ""))
+
+    def _handle_args(self, args):
+        return (self._handle(args[0]),) + args[1:]
+
+    def _local_checkpoint_of(self, args):
+        handle, checkpoint = args
+        return self._handle(handle), local_checkpoint_of(checkpoint)
+
+    def _grow_of(self, args):
+        handle, pages, ids, total_pages = args
+        return _grow_of((self._handle(handle), pages, ids, total_pages))
 
     def _step_over(self, prev):
         """This thread's step has ended (prev: the step it ran inside, 0:
@@ -334,6 +436,10 @@ def _request_of(args):
     req.id = id
     req.prefix_key = prefix_key
     req.prompt_tokens = prompt_tokens
+    if type(user) is not int:
+        user = operator.index(user)  # TypeError: not an integer
+    if not 0 <= user < _UINT64:
+        raise OverflowError(f"user {user} outside 0..2**64-1")
     if user or local is not None:
         # dirty first: if filling user or local fails half-way, the next
         # plain submit on this thread still clears them
@@ -353,11 +459,6 @@ def _request_of(args):
 def _answer_of(args):
     token, checkpoints = args
     return token, manifest_of(checkpoints)
-
-
-def _local_checkpoint_of(args):
-    handle, checkpoint = args
-    return handle, local_checkpoint_of(checkpoint)
 
 
 def _rank_errno(args):
@@ -384,9 +485,9 @@ def _grow_of(args):
     return handle, pages, buf
 
 
-def _request_info_of(q):
+def _request_info_of(q, serial):
     """The RequestInfo of a kva_request_info."""
-    return RequestInfo(handle_of(q.handle), user_of(q.user), _STATE.get(q.state, q.state),
+    return RequestInfo(handle_of(q.handle, serial), user_of(q.user), _STATE.get(q.state, q.state),
                        _REASON.get(q.reason, q.reason),
                        _LOCATION.get(q.selected_location, q.selected_location),
                        bool(q.has_selection), q.prompt_tokens, q.selected_position,

@@ -6,6 +6,8 @@ from ._lib import ffi
 from ._types import (_HOW, _REASON, _STATE, Admission, CopyJob, CopyToken, Ended, Fallback,
                      Handle, handle_of, user_of)
 
+_new_tuple = tuple.__new__
+
 class Plan:
     """What one Engine.step() decided, read from the engine's preallocated
     buffers. Valid until the next step of the same engine (the next step
@@ -17,9 +19,10 @@ class Plan:
     page array, and pages_of(admission) a slice of it (numpy.frombuffer
     works on both)."""
 
-    __slots__ = ("_c", "_keep", "_pages_mv", "_ffi")
+    __slots__ = ("_c", "_keep", "_pages_mv", "_ffi", "_serial")
 
-    def __init__(self, sizes):
+    def __init__(self, sizes, serial=0):
+        self._serial = serial  # the Engine.serial its handles carry
         self._c = c = ffi.new("kva_plan *")
         self._keep = []
         for name, ctype, cap in (("admitted", "kva_admission[]", sizes.admitted),
@@ -68,10 +71,12 @@ class Plan:
         c = self._c
         a = c.admitted
         out = []
+        serial = self._serial
         for i in range(c.n_admitted):
             x = a[i]
             h = x.handle
-            out.append(Admission(Handle(h.id, h.gen, h.slot), user_of(x.user),
+            out.append(Admission(_new_tuple(Handle, (h.id, h.gen, h.slot, serial)),
+                                 user_of(x.user),
                                  _HOW.get(x.how, x.how), _REASON.get(x.reason, x.reason),
                                  x.local_tokens, x.restored_tokens, x.recompute_tokens,
                                  x.pages_off, x.npages, x.reserved_pages))
@@ -80,20 +85,20 @@ class Plan:
     @property
     def copies(self):
         c = self._c
-        return [copy_job_of(c.copies[i]) for i in range(c.n_copies)]
+        return [copy_job_of(c.copies[i], self._serial) for i in range(c.n_copies)]
 
     @property
     def fallbacks(self):
         c = self._c
         f = c.fallbacks
-        return [Fallback(handle_of(f[i].handle), _REASON.get(f[i].reason, f[i].reason))
+        return [Fallback(handle_of(f[i].handle, self._serial), _REASON.get(f[i].reason, f[i].reason))
                 for i in range(c.n_fallbacks)]
 
     @property
     def ended(self):
         c = self._c
         e = c.ended
-        return [Ended(handle_of(e[i].handle), user_of(e[i].user), _STATE.get(e[i].state,
+        return [Ended(handle_of(e[i].handle, self._serial), user_of(e[i].user), _STATE.get(e[i].state,
                                                                                 e[i].state))
                 for i in range(c.n_ended)]
 
@@ -105,11 +110,11 @@ class Plan:
                 f"too_small={bool(c.too_small)})")
 
 
-def copy_job_of(j):
+def copy_job_of(j, serial=0):
     t, h = j.token, j.handle
     pages = memoryview(ffi.buffer(j.pages, 4 * j.npages)).cast("I") if j.npages else \
         memoryview(b"").cast("I")
-    return CopyJob(CopyToken(t.id, t.gen, t.attempt, t.slot), Handle(h.id, h.gen, h.slot),
+    return CopyJob(CopyToken(t.id, t.gen, t.attempt, t.slot), handle_of(h, serial),
                    j.rank, j.world_size, j.checkpoint_id, j.checkpoint_epoch, j.position,
                    j.npages, pages)
 

@@ -58,10 +58,13 @@ _LOCATION = _lookup_table(Location)
 
 # ---- value types ------------------------------------------------------------
 class Handle(NamedTuple):
-    """kva_handle: one incarnation of a request. Hashable; pass it back as is."""
+    """kva_handle: one incarnation of a request. Hashable; pass it back as is.
+    engine: the Engine.serial of the engine that made it; another engine
+    refuses it (InvalidArgument). 0 (a Handle made by hand): not checked."""
     id: int
     gen: int
     slot: int
+    engine: int = 0
 
 
 class LookupToken(NamedTuple):
@@ -181,12 +184,16 @@ class Histogram:
     bounds_ns: tuple
 
 
-def handle_of(c):
-    return Handle(c.id, c.gen, c.slot)
+_new_tuple = tuple.__new__
 
 
-def handle_or_none(c):
-    return None if c.id == 0 and c.gen == 0 else Handle(c.id, c.gen, c.slot)
+def handle_of(c, engine=0):
+    """The Handle of kva_handle c, made by the engine of serial `engine`."""
+    return _new_tuple(Handle, (c.id, c.gen, c.slot, engine))
+
+
+def handle_or_none(c, engine=0):
+    return None if c.id == 0 and c.gen == 0 else handle_of(c, engine)
 
 
 def user_of(p):
