@@ -162,7 +162,7 @@ def main():
                     continue
                 i += 1
             # 2. kvadmit admits within what is left of the budget
-            plan = engine.step(now, token_budget=max(budget, 1), hold_admissions=preempted_now)
+            plan = engine.step(now, token_budget=budget, hold_admissions=preempted_now)
             for a in plan.admissions:
                 r = by_rid[a.user]
                 r.state = "running"
