@@ -13,7 +13,7 @@ import itertools
 import operator
 import threading
 import weakref
-from typing import Callable, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._callback_context import callbacks_running, enter_callback, get_ident, onerror
 from ._checkpoints import fill_local, local_checkpoint_of, manifest_of
@@ -23,7 +23,7 @@ from ._errors import CONVERSION, KvadmitError, arg_error, error
 from ._lib import ffi, lib
 from ._lifetime import EngineState, finalize
 from ._plan import Plan
-from ._stats import metrics_text, stats_from_c
+from ._stats import Stats, metrics_text, stats_from_c
 from ._types import (_LOCATION, _REASON, _STATE, Checkpoint, CopyToken, Ended, Handle,
                      LookupToken, MetricsFormat, PlanSizes, RequestInfo, WaitingInfo, handle_of,
                      user_of)
@@ -54,7 +54,7 @@ class Engine:
     finish from any thread, one handle at a time. Errors raise a
     KvadmitError subclass (errno, errno_name, strerror)."""
 
-    def __init__(self, config: Optional[Config] = None, **fields):
+    def __init__(self, config: Optional[Config] = None, **fields: Any) -> None:
         if config is None:
             config = Config(**fields)
         elif fields:
@@ -67,8 +67,9 @@ class Engine:
         # refuses while another thread is inside one, a call after close()
         # finds the engine closed; a second thread's step() is refused.
         self._gate = threading.Lock()
-        self._inflight = {}
-        self._close_pending = None  # (on_unfinished,): close() ran inside step()
+        self._inflight: Dict[int, int] = {}
+        # (on_unfinished,): close() ran inside step()
+        self._close_pending: Optional[Tuple[Optional[Callable[[Ended], None]]]] = None
         self._tls = threading.local()
         st = self._st = EngineState()
         st.serial = self.serial
@@ -101,7 +102,7 @@ class Engine:
         self._st.keep_interrupt(exc)
 
     # -- lifetime --------------------------------------------------------------------
-    def close(self, on_unfinished: Optional[Callable[[Ended], None]] = None):
+    def close(self, on_unfinished: Optional[Callable[[Ended], None]] = None) -> None:
         """Shuts down: attached importers first (each reports what it accepted),
         then kva_engine_destroy. With on_unfinished, kva_engine_destroy_with:
         it is called with an Ended for every request whose terminal report
@@ -153,7 +154,7 @@ class Engine:
         return False
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._e is None
 
     # -- the guard ---------------------------------------------------------------------
@@ -192,9 +193,9 @@ class Engine:
                 else:
                     del inflight[me]
         if self._st.interrupted and self._stepping != me:
-            exc = self._st.take_interrupt()  # a wake callback inside this call
-            if exc is not None:
-                raise exc
+            kept = self._st.take_interrupt()  # a wake callback inside this call
+            if kept is not None:
+                raise kept
         if check and rc < 0:
             raise error(rc, call)
         return rc
@@ -215,7 +216,7 @@ class Engine:
         """kva_cancel: takes effect at the next step."""
         self._call("kva_cancel", lib.kva_cancel, (handle,), self._handle_args)
 
-    def answer(self, token: LookupToken, checkpoints=()) -> None:
+    def answer(self, token: LookupToken, checkpoints: Any = ()) -> None:
         """kva_lookup_answer: the directory's answer, up to 8 Checkpoints (in
         ascending position); empty: a miss. Any thread."""
         self._call("kva_lookup_answer", lib.kva_lookup_answer, (token, checkpoints),
@@ -223,7 +224,7 @@ class Engine:
 
     lookup_answer = answer
 
-    def local_checkpoint(self, handle: Handle, checkpoint) -> None:
+    def local_checkpoint(self, handle: Handle, checkpoint: Any) -> None:
         """kva_local_checkpoint (rule host-local-checkpoints): the host's prefix cache now holds
         `checkpoint` (a Checkpoint, or (position, id[, epoch])) of h's prompt;
         its location is LOCAL and it is compatible."""
@@ -243,7 +244,7 @@ class Engine:
         """kva_reset_prefix_cache (rule reset-returns-ready)."""
         self._call("kva_reset_prefix_cache", lib.kva_reset_prefix_cache)
 
-    def grow(self, handle: Handle, pages: int, out=None):
+    def grow(self, handle: Handle, pages: int, out: Any = None) -> Any:
         """kva_grow: `pages` more pages for a RUNNING request. Returns their
         ids as array('I'), or writes them into `out` (a writable buffer of
         at least `pages` uint32) and returns it; out=False: ids not wanted
@@ -269,7 +270,7 @@ class Engine:
         self._call("kva_query", lib.kva_query, (handle, q), self._handle_args)
         return _request_info_of(q, self.serial)
 
-    def stats(self):
+    def stats(self) -> Stats:
         """kva_stats_get, as a Stats dataclass."""
         s = ffi.new("kva_stats *")
         self._call("kva_stats_get", lib.kva_stats_get, (s,), check=False)
@@ -281,7 +282,7 @@ class Engine:
         self._call("kva_stats_get", lib.kva_stats_get, (s,), check=False)
         return metrics_text(s, format)
 
-    def waiting(self, max: int = 0):
+    def waiting(self, max: int = 0) -> List[WaitingInfo]:
         """kva_waiting_foreach: the waiting queue in admission order (at most
         `max`, 0 = all), a live view (kvadmit.h)."""
         out = []
@@ -344,7 +345,7 @@ class Engine:
             if self._close_pending is not None and self._step_over(prev) and pending is None:
                 raise error(-22, "kva_step: the engine was closed during this step")
             if pending is not None:
-                raise pending
+                raise pending  # its plan is set by the except below
             if rc < 0:
                 raise error(rc, "kva_step")
             return self._plan
@@ -357,7 +358,7 @@ class Engine:
                 ran = unset and c.records_touched != _TOUCHED_UNSET
                 if prev == 0:  # the outermost step: one interrupt stands for all of it
                     self._st.take_interrupt()
-                exc.plan = self._plan if ran else None
+                setattr(exc, "plan", self._plan if ran else None)
             raise
 
     def _step_inputs(self, args):

@@ -2,29 +2,80 @@
 """Stats (kva_stats as a frozen dataclass built from the C declaration),
 histogram_bounds, and the metrics text (kva_stats_format_as)."""
 import dataclasses
+from typing import Dict, Union
 
 from ._errors import CONVERSION, KvadmitError, arg_error, error
 from ._lib import ffi, lib
-from ._types import _REASON, Histogram
+from ._types import _REASON, Histogram, Reason
 
 
-def _make_stats_class():
-    fields = []
-    for name, f in ffi.typeof("kva_stats").fields:
-        if f.type.kind == "array" and f.type.item.cname == "uint64_t" and name == "fallbacks":
-            fields.append((name, dict))
-        elif f.type.kind == "struct":
-            fields.append((name, Histogram))
-        else:
-            fields.append((name, int))
-    cls = dataclasses.make_dataclass("Stats", fields, frozen=True)
-    cls.__module__ = __name__
-    cls.__doc__ = ("kva_stats (fields in kvadmit.h order). fallbacks: {Reason: count}; "
-                   "histograms: Histogram.")
-    return cls
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    """kva_stats (fields in kvadmit.h order). fallbacks: {Reason: count};
+    histograms: Histogram. Written out for type checkers; _check_stats holds
+    it to the C declaration at import."""
+    total_pages: int
+    free_pages: int
+    reserved_pages: int
+    in_use_pages: int
+    draining_pages: int
+    free_copy_slots: int
+    free_run_slots: int
+    submitted: int
+    ingested: int
+    rejected: int
+    finished: int
+    cancelled: int
+    preempted: int
+    waiting: int
+    importing: int
+    ready: int
+    running: int
+    admitted_restore: int
+    admitted_local: int
+    admitted_recompute: int
+    prompt_tokens_admitted: int
+    tokens_local: int
+    tokens_restored: int
+    tokens_recomputed: int
+    lookups_issued: int
+    lookups_answered: int
+    lookups_timed_out: int
+    late_answers: int
+    refreshes: int
+    revalidations: int
+    copy_jobs: int
+    copy_attempts_failed: int
+    copy_retries: int
+    shorter_fallbacks: int
+    stale_copy_reports: int
+    fallbacks: Dict[Union[Reason, int], int]
+    restore_blocked_steps: int
+    wait_logs: int
+    wait_expired: int
+    steps: int
+    events: int
+    restores_waiting: int
+    capacity_wait_ns: int
+    local_stated: int
+    local_upgrades: int
+    plan_too_small: int
+    alloc_failures: int
+    logs_suppressed: int
+    capacity_wait: Histogram
+    lookup_latency: Histogram
+    copy_duration: Histogram
+    time_to_admission: Histogram
 
 
-Stats = _make_stats_class()
+def _check_stats():
+    names = [name for name, _ in ffi.typeof("kva_stats").fields]
+    have = [f.name for f in dataclasses.fields(Stats)]
+    if names != have:
+        raise ImportError(f"kvadmit: Stats does not match kva_stats: {have} != {names}")
+
+
+_check_stats()
 _BOUNDS = None
 
 

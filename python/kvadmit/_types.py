@@ -12,32 +12,113 @@ from typing import NamedTuple, Optional
 from ._lib import ffi
 
 
-def _int_enum(name, ctype, prefix, doc, skip=("COUNT",)):
-    members = {}
-    for cname, value in sorted(ffi.typeof(ctype).relements.items(), key=lambda kv: kv[1]):
-        short = cname[len(prefix):]
-        if short not in skip:
-            members[short] = value
-    cls = enum.IntEnum(name, members, module=__name__)
-    cls.__doc__ = doc
+# Written out so that type checkers see the members (mypy: How.RESTORE);
+# _check_enum holds each to its C declaration in _cdef.py at import.
+class Feature(enum.IntEnum):
+    """enum kva_feature (rule capabilities)"""
+    RESTORE_RESERVATION = 1
+    BOUNDED_WAIT = 2
+    COLLECTIVE_COPY = 3
+    LOCAL_REVALIDATION = 4
+    RESET_RELEASES_READY = 5
+    CUDA_IMPORTER = 6
+    HOST_LOCAL = 7
+    EXACT_BUDGET = 8
+
+
+class Policy(enum.IntEnum):
+    """enum kva_policy"""
+    WAIT = 0
+    LEGACY = 1
+
+
+class LogLevel(enum.IntEnum):
+    """enum kva_log_level"""
+    DEBUG = 0
+    INFO = 1
+    WARN = 2
+    ERROR = 3
+
+
+class Location(enum.IntEnum):
+    """enum kva_location"""
+    EXTERNAL = 0
+    LOCAL = 1
+
+
+class LogEvent(enum.IntEnum):
+    """enum kva_log_event: what a structured log line is about"""
+    WAIT_STARTED = 1
+    WAIT_ONGOING = 2
+    WAIT_EXPIRED = 3
+    FALLBACK = 4
+    LOOKUP_TIMEOUT = 5
+    COPY_FAILED = 6
+    COPY_RETRY = 7
+    SHORTER = 8
+    DUPLICATE_ID = 9
+    PLAN_TOO_SMALL = 10
+    NO_MEMORY = 11
+    INVARIANT = 12
+    IMPORTER_REFUSED = 13
+
+
+class State(enum.IntEnum):
+    """enum kva_state"""
+    WAITING = 1
+    IMPORTING = 2
+    READY = 3
+    RUNNING = 4
+    FINISHED = 5
+    CANCELLED = 6
+    REJECTED = 7
+
+
+class Reason(enum.IntEnum):
+    """enum kva_reason: why a request takes the ordinary (recompute) path"""
+    NONE = 0
+    NO_KEY = 1
+    MISS = 2
+    INCOMPATIBLE = 3
+    LOOKUP_TIMEOUT = 4
+    RETRIES_EXHAUSTED = 5
+    WAIT_EXPIRED = 6
+    TOO_LARGE = 7
+    LEGACY = 8
+
+
+class How(enum.IntEnum):
+    """enum kva_how: how a request was admitted"""
+    RESTORE = 1
+    LOCAL = 2
+    RECOMPUTE = 3
+
+
+class MetricsFormat(enum.IntEnum):
+    """enum kva_metrics_format"""
+    PROMETHEUS = 0
+    OPENMETRICS = 1
+
+
+def _check_enum(cls, ctype, prefix, skip=("COUNT",)):
+    """cls must be exactly the C enum `ctype` (names less `prefix`, values),
+    else ImportError: the binding would pass wrong numbers."""
+    c = {cname[len(prefix):]: value for cname, value in ffi.typeof(ctype).relements.items()
+         if cname[len(prefix):] not in skip}
+    py = {m.name: int(m) for m in cls}
+    if c != py:
+        raise ImportError(f"kvadmit: {cls.__name__} does not match {ctype}: {py} != {c}")
     cls._ctype = ctype
     cls._prefix = prefix
-    return cls
 
 
-Feature = _int_enum("Feature", "enum kva_feature", "KVA_FEATURE_",
-                    "enum kva_feature (rule capabilities)")
-Policy = _int_enum("Policy", "enum kva_policy", "KVA_POLICY_", "enum kva_policy")
-LogLevel = _int_enum("LogLevel", "enum kva_log_level", "KVA_LOG_", "enum kva_log_level")
-Location = _int_enum("Location", "enum kva_location", "KVA_LOC_", "enum kva_location")
-LogEvent = _int_enum("LogEvent", "enum kva_log_event", "KVA_LOGEV_",
-                     "enum kva_log_event: what a structured log line is about")
-State = _int_enum("State", "enum kva_state", "KVA_STATE_", "enum kva_state")
-Reason = _int_enum("Reason", "enum kva_reason", "KVA_REASON_",
-                   "enum kva_reason: why a request takes the ordinary (recompute) path")
-How = _int_enum("How", "enum kva_how", "KVA_ADMIT_", "enum kva_how: how a request was admitted")
-MetricsFormat = _int_enum("MetricsFormat", "enum kva_metrics_format", "KVA_METRICS_",
-                          "enum kva_metrics_format")
+for _cls, _ctype, _prefix in (
+        (Feature, "enum kva_feature", "KVA_FEATURE_"), (Policy, "enum kva_policy", "KVA_POLICY_"),
+        (LogLevel, "enum kva_log_level", "KVA_LOG_"), (Location, "enum kva_location", "KVA_LOC_"),
+        (LogEvent, "enum kva_log_event", "KVA_LOGEV_"), (State, "enum kva_state", "KVA_STATE_"),
+        (Reason, "enum kva_reason", "KVA_REASON_"), (How, "enum kva_how", "KVA_ADMIT_"),
+        (MetricsFormat, "enum kva_metrics_format", "KVA_METRICS_")):
+    _check_enum(_cls, _ctype, _prefix)
 
 ENUMS = (Feature, Policy, LogLevel, Location, LogEvent, State, Reason, How, MetricsFormat)
 

@@ -440,7 +440,10 @@ def test_register_at_fork_child_runs_an_engine():
             assert e.step(MS).n_admitted == 1
         print("ok")
     """)
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    # the child imports the kvadmit under test, also when pytest alone put it on sys.path
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(kvadmit.__file__)))
+    path = os.pathsep.join(p for p in (pkg, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=path)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=60, env=env)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
