@@ -73,6 +73,10 @@ static int config_check(const kva_config *c)
 		return -EINVAL;
 	if (c->policy != KVA_POLICY_WAIT && c->policy != KVA_POLICY_LEGACY)
 		return -EINVAL;
+	if (c->flags & ~(uint32_t)KVA_CONFIG_CREDITS_ONLY)
+		return -EINVAL; /* bits kept for later meanings */
+	if ((c->flags & KVA_CONFIG_CREDITS_ONLY) && c->importers[0].submit)
+		return -EINVAL; /* importers copy into kvadmit's page ids */
 	if (c->log_level < KVA_LOG_DEBUG || c->log_level > KVA_LOG_ERROR)
 		return -EINVAL;
 	bool first = c->importers[0].submit != NULL; /* all ranks or none */
@@ -88,7 +92,8 @@ int kva_plan_min_sizes(const kva_config *cfg, kva_plan_sizes *out)
 		return -EINVAL;
 	*out = (kva_plan_sizes){
 		.admitted = 1,
-		.pages = cfg->total_pages - cfg->decode_reserve_pages,
+		.pages = (cfg->flags & KVA_CONFIG_CREDITS_ONLY) ? 0
+		                                                : cfg->total_pages - cfg->decode_reserve_pages,
 		.copies = cfg->importers[0].submit ? 0 : cfg->world_size,
 		.fallbacks = 0,
 		.ended = 1,

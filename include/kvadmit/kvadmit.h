@@ -75,6 +75,7 @@ enum kva_feature {
 	KVA_FEATURE_CUDA_IMPORTER = 6, /* libkvadmit-cuda, built with CUDA, is in the process */
 	KVA_FEATURE_HOST_LOCAL = 7,    /* kva_request.local, kva_local_checkpoint */
 	KVA_FEATURE_EXACT_BUDGET = 8,  /* kva_plan.token_budget_exact */
+	KVA_FEATURE_CREDITS_ONLY = 9,  /* KVA_CONFIG_CREDITS_ONLY */
 };
 /* KVA_VERSION_NUMBER of the library actually loaded. */
 KVA_API uint32_t kva_version(void);
@@ -103,6 +104,18 @@ enum kva_policy {
 enum kva_log_level { KVA_LOG_DEBUG = 0, KVA_LOG_INFO = 1, KVA_LOG_WARN = 2, KVA_LOG_ERROR = 3 };
 
 enum kva_location { KVA_LOC_EXTERNAL = 0, KVA_LOC_LOCAL = 1 };
+
+/* kva_config.flags */
+enum kva_config_flag {
+	/* Credits only: kvadmit reserves, counts and orders pages but hands out no page ids. The
+	 * host keeps its own block pool (vLLM's BlockPool, SGLang's token pool ...): an admission's
+	 * npages, a kva_grow's pages and a copy job's npages say how many pages to take from it,
+	 * and the host names its own pages when it runs the copy. Plans need no page array
+	 * (kva_plan_min_sizes: pages 0), kva_admission.pages_off is 0, kva_copy_job.pages is NULL,
+	 * kva_grow writes no ids. Importers are refused (-EINVAL): they copy into kvadmit's ids;
+	 * the host runs plan->copies itself and reports kva_copy_done. */
+	KVA_CONFIG_CREDITS_ONLY = 1u << 0,
+};
 
 struct kva_copy_job;
 
@@ -186,6 +199,9 @@ typedef struct kva_config {
 	uint64_t lookup_refresh_ns;     /* the blocked head restore refreshes its
 	                                 * lookup this often; 0 = never */
 	int policy;                     /* enum kva_policy: WAIT or LEGACY */
+	/* enum kva_config_flag bits; 0 (kva_config_default): kvadmit hands out page ids. Sits in
+	 * what was padding: the struct keeps 0.2.0's size and layout. */
+	uint32_t flags;
 	kva_lookup_fn lookup;           /* NULL: every request is a miss */
 	void *lookup_ctx;
 	/* one per rank (index = rank): all of ranks 0..world_size-1 set, or none */
@@ -319,7 +335,8 @@ typedef struct kva_copy_job {
 	uint64_t checkpoint_epoch;
 	uint32_t position;      /* checkpoint tokens */
 	uint32_t npages;        /* destination pages = ceil(position / page_tokens) */
-	const uint32_t *pages;  /* destination page ids; valid until every rank reported */
+	const uint32_t *pages;  /* destination page ids; valid until every rank reported.
+	                         * NULL with KVA_CONFIG_CREDITS_ONLY: the host's own npages */
 } kva_copy_job;
 
 /* kva_copy_done - one rank's result of copy attempt t (status 0: success).  Thread: any.
@@ -430,8 +447,8 @@ KVA_API int kva_plan_min_sizes(const kva_config *cfg, kva_plan_sizes *out);
 KVA_API int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan);
 
 /* ---- running requests -------------------------------------------------- */
-/* kva_grow - add pages to a RUNNING request, ids to ids_out (may be NULL): its reservation
- * first, then free credits, even below the watermark.  Thread: any, one call per handle at a time.
+/* kva_grow - add pages to a RUNNING request, ids to ids_out (may be NULL; not written with
+ * KVA_CONFIG_CREDITS_ONLY): its reservation first, then free credits, even below the watermark.  Thread: any, one call per handle at a time.
  * Returns: 0, -EINVAL (NULL engine, 0 pages), -ENOSPC (nothing changed), -ENOENT, -EBUSY (not
  * running, or cancelling), -ERANGE, -ENOMEM. */
 KVA_API int kva_grow(kva_engine *e, kva_handle h, uint32_t pages, uint32_t *ids_out);
