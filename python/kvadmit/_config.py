@@ -34,6 +34,11 @@ class Config:
     importers: one per rank, each a CpuImporter or a callable
         submit(job: CopyJob) -> int (scheduler thread, must not block; report
         with Engine.copy_done); empty: the host runs plan.copies itself.
+    credits_only: KVA_CONFIG_CREDITS_ONLY: kvadmit reserves, counts and
+        orders pages but hands out no page ids; admissions, grow() and copy
+        jobs say how many pages the host takes from its own pool (vLLM's
+        BlockPool ...), and the host runs plan.copies into its own pages (no
+        importers). flags: the raw kva_config.flags (credits_only ORs in).
     plan_sizes: the step's array sizes (PlanSizes); None: kva_plan_min_sizes,
         with at least 256 admissions, fallbacks and ended, 64 copy jobs a rank.
     """
@@ -60,13 +65,15 @@ class Config:
     wake: Optional[Callable[[], None]] = None
     importers: Sequence[Any] = ()
     plan_sizes: Optional[PlanSizes] = None
+    flags: int = _DEFAULTS.flags
+    credits_only: bool = False
 
     # the kva_config fields set from the numeric attributes above
     NUMERIC = ("total_pages", "page_tokens", "decode_reserve_pages", "decode_headroom_pages",
                "prefill_chunk_tokens", "copy_slots", "max_running", "world_size",
                "max_copy_retries", "lookup_timeout_ns", "max_restore_wait_ns",
                "wait_log_interval_ns", "lookup_refresh_ns", "policy", "start_ns",
-               "log_level")
+               "log_level", "flags")
 
     def to_c(self):
         """A kva_config with the numeric fields (callbacks NULL). A field of
@@ -80,6 +87,8 @@ class Config:
                 setattr(c, name, operator.index(v))  # not int(): "5" and 2.5 are no ints
             except CONVERSION as exc:
                 raise arg_error(f"kva_config.{name}", exc) from exc
+        if self.credits_only:
+            c.flags |= lib.KVA_CONFIG_CREDITS_ONLY
         problem = _config_problem(c)
         if problem:
             raise error(-22, f"kva_config.{problem}")
@@ -105,6 +114,8 @@ def _config_problem(c):
         return f"policy: {c.policy}, not a Policy"
     if not int(LogLevel.DEBUG) <= c.log_level <= int(LogLevel.ERROR):
         return f"log_level: {c.log_level}, not a LogLevel"
+    if c.flags & ~lib.KVA_CONFIG_CREDITS_ONLY:
+        return f"flags: {c.flags:#x} has unknown bits"
     return None
 
 

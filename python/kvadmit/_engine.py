@@ -13,7 +13,7 @@ import itertools
 import operator
 import threading
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from ._callback_context import callbacks_running, enter_callback, get_ident, onerror
 from ._checkpoints import fill_local, local_checkpoint_of, manifest_of
@@ -25,7 +25,8 @@ from ._lifetime import EngineState, finalize
 from ._plan import Plan
 from ._stats import Stats, metrics_text, stats_from_c
 from ._types import (_LOCATION, _REASON, _STATE, Checkpoint, CopyToken, Ended, Handle,
-                     LookupToken, MetricsFormat, PlanSizes, RequestInfo, WaitingInfo, handle_of,
+                     LookupToken, MetricsFormat, PlanSizes, RequestIds, RequestInfo, WaitingInfo,
+                     handle_of,
                      user_of)
 
 
@@ -35,6 +36,7 @@ def _closed():
 
 _SERIALS = itertools.count(1)  # Engine.serial: what its handles carry
 _UINT64 = 1 << 64
+_STR_IDS = RequestIds.FIRST
 _BUDGET_UNLIMITED = 0xFFFFFFFF  # KVA_TOKEN_BUDGET_UNLIMITED
 _TOUCHED_UNSET = 0xFFFFFFFF  # plan.records_touched before kva_step (it clears it)
 
@@ -73,6 +75,9 @@ class Engine:
         self._tls = threading.local()
         st = self._st = EngineState()
         st.serial = self.serial
+        self._ids = RequestIds()
+        st.names = self._ids.to_host
+        self._big_int_ids = False  # an int id >= 2**63 was submitted: no string ids then
         c = config.to_c()
         self._total_pages = c.total_pages
         try:
@@ -83,7 +88,10 @@ class Engine:
                 sizes = PlanSizes(max(m.admitted, 256), m.pages,
                                   max(m.copies, 64 * config.world_size),
                                   max(m.fallbacks, 256), max(m.ended, 256))
-            self._plan = Plan(sizes, self.serial)
+            self._plan = Plan(sizes, self.serial, self._ids.to_host, config.credits_only)
+            if config.credits_only and config.importers:
+                raise error(-22, "kva_config.flags: credits_only with importers (they copy "
+                                 "into kvadmit's page ids; the host runs plan.copies)")
             err = ffi.new("int *")
             e = lib.kva_engine_create(c, err)
             if e == ffi.NULL:
@@ -201,13 +209,28 @@ class Engine:
         return rc
 
     # -- any thread --------------------------------------------------------------------
-    def submit(self, id: int, prompt_tokens: int, prefix_key: int = 0, user: int = 0,
-               local: Optional[Checkpoint] = None) -> Handle:
-        """kva_submit. prefix_key 0: no lookup. user: an integer handed back
-        in plans and queries (an index into the host's own table). local: the
-        longest checkpoint the host's own prefix cache holds (rule host-local-checkpoints)."""
+    def submit(self, id: Union[int, str], prompt_tokens: int, prefix_key: int = 0,
+               user: int = 0, local: Optional[Checkpoint] = None) -> Handle:
+        """kva_submit. id: an int (0..2**64-1), or a str (vLLM's request_id:
+        the binding maps it to an engine id of its own, RequestIds; handles
+        then carry the str). An engine takes int ids >= 2**63 or str ids,
+        not both (InvalidArgument). prefix_key 0: no lookup. user: an
+        integer handed back in plans and queries (an index into the host's
+        own table). local: the longest checkpoint the host's own prefix
+        cache holds (rule host-local-checkpoints)."""
         t = self._tls
-        self._call("kva_submit", lib.kva_submit, (t, id, prompt_tokens, prefix_key, user, local),
+        if type(id) is str:
+            if self._big_int_ids:
+                raise error(-22, "kva_submit: str ids on an engine that took int ids >= 2**63")
+            eid = self._ids.engine_id(id)
+        else:
+            eid = id
+            if type(id) is int and id >= _STR_IDS and not self._big_int_ids:
+                if self._ids.to_engine or self._ids.next != _STR_IDS:
+                    raise error(-22, "kva_submit: int ids >= 2**63 are the str ids' on this "
+                                     "engine")
+                self._big_int_ids = True
+        self._call("kva_submit", lib.kva_submit, (t, eid, prompt_tokens, prefix_key, user, local),
                    _request_of)
         h = t.h
         return _new_tuple(Handle, (id, h.gen, h.slot, self.serial))
@@ -248,13 +271,14 @@ class Engine:
         """kva_grow: `pages` more pages for a RUNNING request. Returns their
         ids as array('I'), or writes them into `out` (a writable buffer of
         at least `pages` uint32) and returns it; out=False: ids not wanted
-        (returns None). NoSpace when no credits are free (nothing changed);
+        (returns None). Credits-only mode: None (the host takes `pages`
+        pages from its own pool). NoSpace when no credits are free (nothing changed);
         OutOfRange for pages outside 0..total_pages, checked before the id
         array is allocated."""
         ids = [out]  # _grow_of puts the id array it allocates here
         self._call("kva_grow", lib.kva_grow, (handle, pages, ids, self._total_pages),
                    self._grow_of)
-        return None if out is False else ids[0]
+        return None if ids[0] is False else ids[0]
 
     def preempt(self, handle: Handle) -> None:
         """kva_preempt: RUNNING -> front of the waiting queue; pages back at once."""
@@ -268,7 +292,7 @@ class Engine:
         """kva_query."""
         q = ffi.new("kva_request_info *")
         self._call("kva_query", lib.kva_query, (handle, q), self._handle_args)
-        return _request_info_of(q, self.serial)
+        return _request_info_of(q, self.serial, self._ids.to_host)
 
     def stats(self) -> Stats:
         """kva_stats_get, as a Stats dataclass."""
@@ -286,11 +310,11 @@ class Engine:
         """kva_waiting_foreach: the waiting queue in admission order (at most
         `max`, 0 = all), a live view (kvadmit.h)."""
         out = []
-        serial = self.serial
+        serial, names = self.serial, self._ids.to_host
 
         def fn(ctx, w):
             h = w.handle
-            out.append(WaitingInfo(handle_of(h, serial), user_of(w.user), w.position,
+            out.append(WaitingInfo(handle_of(h, serial, names), user_of(w.user), w.position,
                                    w.prompt_tokens))
             return 0
         cb = ffi.callback("kva_waiting_fn", fn, onerror=onerror("waiting"))
@@ -335,6 +359,8 @@ class Engine:
                 # _stepping before _e (read by _call): close() reads them in the other order
                 self._stepping = me
             if not prev:
+                if self._ids.to_host and c.n_ended:
+                    self._forget_ended(c)
                 c.records_touched = _TOUCHED_UNSET  # kva_step clears it: tells it ran
                 unset = True
             # kva_step's own error waits for the close and interrupt below
@@ -389,11 +415,23 @@ class Engine:
             if eng and eng != self.serial:
                 raise error(-22, f"a handle of another engine (serial {eng}, this one "
                                  f"{self.serial})")
+            if type(h[0]) is str:
+                eid = self._ids.to_engine.get(h[0])
+                if eid is None:
+                    raise error(-2, f"request id {h[0]!r}: not live on this engine")
+                return eid, h[1], h[2]
             return h[:3]
         if isinstance(h, tuple) and len(h) == 3:
             return h
         raise TypeError(f"a Handle, not {type(h).__name__}"
                         + (f" of {len(h)}" if isinstance(h, tuple) else ""))
+
+    def _forget_ended(self, c):
+        """The string ids of the requests the last plan listed as ended are
+        free now (the host has read that plan)."""
+        ended, ids = c.ended, self._ids
+        for i in range(c.n_ended):
+            ids.ended(ended[i].handle.id, ended[i].state)
 
     def _handle_args(self, args):
         return (self._handle(args[0]),) + args[1:]
@@ -404,6 +442,8 @@ class Engine:
 
     def _grow_of(self, args):
         handle, pages, ids, total_pages = args
+        if self.config.credits_only:
+            ids[0] = False  # no ids to write: the host's own pool
         return _grow_of((self._handle(handle), pages, ids, total_pages))
 
     def _step_over(self, prev):
@@ -486,9 +526,9 @@ def _grow_of(args):
     return handle, pages, buf
 
 
-def _request_info_of(q, serial):
+def _request_info_of(q, serial, names):
     """The RequestInfo of a kva_request_info."""
-    return RequestInfo(handle_of(q.handle, serial), user_of(q.user), _STATE.get(q.state, q.state),
+    return RequestInfo(handle_of(q.handle, serial, names), user_of(q.user), _STATE.get(q.state, q.state),
                        _REASON.get(q.reason, q.reason),
                        _LOCATION.get(q.selected_location, q.selected_location),
                        bool(q.has_selection), q.prompt_tokens, q.selected_position,

@@ -120,7 +120,8 @@ def install_callbacks(engine, c, config, st):
                     return
                 try:
                     fn(LogRecord(_LEVEL.get(r.level, r.level), _EVENT.get(r.event, r.event),
-                                 handle_or_none(r.handle, serial), _REASON.get(r.reason, r.reason),
+                                 handle_or_none(r.handle, serial, st.names),
+                                 _REASON.get(r.reason, r.reason),
                                  r.value,
                                  ffi.string(r.message).decode("utf-8", "replace")
                                  if r.message != ffi.NULL else ""))
@@ -182,7 +183,7 @@ def _py_importer(rank, ref, st):
             if self_ is None:
                 return -5
             try:
-                rc = self_._importer_fns[rank](copy_job_of(job, st.serial))
+                rc = self_._importer_fns[rank](copy_job_of(job, st.serial, st.names))
                 return int(rc or 0)
             except BaseException as exc:
                 st.keep_interrupt(exc)

@@ -21,6 +21,7 @@ class EngineState:
     def __init__(self):
         self.e = None
         self.serial = 0  # the Engine's, for the handles on_unfinished gets
+        self.names = None  # the Engine's RequestIds.to_host
         self.callbacks = []
         self.importers = []  # _ImporterCore of each CpuImporter it owns
         self.closed = False
@@ -69,7 +70,8 @@ class EngineState:
                 lib.kva_engine_destroy(e)
             else:
                 def fn(ctx, r):
-                    on_unfinished(Ended(handle_of(r.handle, self.serial), user_of(r.user),
+                    on_unfinished(Ended(handle_of(r.handle, self.serial, self.names),
+                                        user_of(r.user),
                                         _STATE.get(r.state, r.state)))
                 cb = ffi.callback("kva_unfinished_fn", fn, onerror=onerror("on_unfinished"))
                 s = enter_callback(self)

@@ -19,10 +19,12 @@ class Plan:
     page array, and pages_of(admission) a slice of it (numpy.frombuffer
     works on both)."""
 
-    __slots__ = ("_c", "_keep", "_pages_mv", "_ffi", "_serial")
+    __slots__ = ("_c", "_keep", "_pages_mv", "_ffi", "_serial", "_names", "_credits_only")
 
-    def __init__(self, sizes, serial=0):
+    def __init__(self, sizes, serial=0, names=None, credits_only=False):
         self._serial = serial  # the Engine.serial its handles carry
+        self._names = names    # RequestIds.to_host: engine id -> the host's string id
+        self._credits_only = credits_only  # no page ids: pages_of is empty
         self._c = c = ffi.new("kva_plan *")
         self._keep = []
         for name, ctype, cap in (("admitted", "kva_admission[]", sizes.admitted),
@@ -63,6 +65,10 @@ class Plan:
         return self._pages_mv[:self._c.n_pages]
 
     def pages_of(self, admission):
+        """The admission's page ids (empty in credits-only mode: npages says
+        how many to take from the host's own pool)."""
+        if self._credits_only:
+            return self._pages_mv[:0]
         off = admission.pages_off
         return self._pages_mv[off:off + admission.npages]
 
@@ -71,11 +77,14 @@ class Plan:
         c = self._c
         a = c.admitted
         out = []
-        serial = self._serial
+        serial, names = self._serial, self._names
         for i in range(c.n_admitted):
             x = a[i]
             h = x.handle
-            out.append(Admission(_new_tuple(Handle, (h.id, h.gen, h.slot, serial)),
+            hid = h.id
+            if names:
+                hid = names.get(hid, hid)
+            out.append(Admission(_new_tuple(Handle, (hid, h.gen, h.slot, serial)),
                                  user_of(x.user),
                                  _HOW.get(x.how, x.how), _REASON.get(x.reason, x.reason),
                                  x.local_tokens, x.restored_tokens, x.recompute_tokens,
@@ -85,20 +94,21 @@ class Plan:
     @property
     def copies(self):
         c = self._c
-        return [copy_job_of(c.copies[i], self._serial) for i in range(c.n_copies)]
+        return [copy_job_of(c.copies[i], self._serial, self._names)
+                for i in range(c.n_copies)]
 
     @property
     def fallbacks(self):
         c = self._c
         f = c.fallbacks
-        return [Fallback(handle_of(f[i].handle, self._serial), _REASON.get(f[i].reason, f[i].reason))
+        return [Fallback(handle_of(f[i].handle, self._serial, self._names), _REASON.get(f[i].reason, f[i].reason))
                 for i in range(c.n_fallbacks)]
 
     @property
     def ended(self):
         c = self._c
         e = c.ended
-        return [Ended(handle_of(e[i].handle, self._serial), user_of(e[i].user), _STATE.get(e[i].state,
+        return [Ended(handle_of(e[i].handle, self._serial, self._names), user_of(e[i].user), _STATE.get(e[i].state,
                                                                                 e[i].state))
                 for i in range(c.n_ended)]
 
@@ -110,11 +120,13 @@ class Plan:
                 f"too_small={bool(c.too_small)})")
 
 
-def copy_job_of(j, serial=0):
+def copy_job_of(j, serial=0, names=None):
+    """A CopyJob; its pages are empty in credits-only mode (j.pages NULL:
+    the host names its own npages pages)."""
     t, h = j.token, j.handle
-    pages = memoryview(ffi.buffer(j.pages, 4 * j.npages)).cast("I") if j.npages else \
-        memoryview(b"").cast("I")
-    return CopyJob(CopyToken(t.id, t.gen, t.attempt, t.slot), handle_of(h, serial),
+    pages = memoryview(ffi.buffer(j.pages, 4 * j.npages)).cast("I") \
+        if j.npages and j.pages != ffi.NULL else memoryview(b"").cast("I")
+    return CopyJob(CopyToken(t.id, t.gen, t.attempt, t.slot), handle_of(h, serial, names),
                    j.rank, j.world_size, j.checkpoint_id, j.checkpoint_epoch, j.position,
                    j.npages, pages)
 

@@ -7,7 +7,7 @@ never drift from the C ones.
 """
 import dataclasses
 import enum
-from typing import NamedTuple, Optional
+from typing import Dict, NamedTuple, Optional, Union
 
 from ._lib import ffi
 
@@ -24,6 +24,7 @@ class Feature(enum.IntEnum):
     CUDA_IMPORTER = 6
     HOST_LOCAL = 7
     EXACT_BUDGET = 8
+    CREDITS_ONLY = 9
 
 
 class Policy(enum.IntEnum):
@@ -140,9 +141,10 @@ _LOCATION = _lookup_table(Location)
 # ---- value types ------------------------------------------------------------
 class Handle(NamedTuple):
     """kva_handle: one incarnation of a request. Hashable; pass it back as is.
-    engine: the Engine.serial of the engine that made it; another engine
-    refuses it (InvalidArgument). 0 (a Handle made by hand): not checked."""
-    id: int
+    id: the host's id, an int or a str (RequestIds). engine: the
+    Engine.serial of the engine that made it; another engine refuses it
+    (InvalidArgument). 0 (a Handle made by hand): not checked."""
+    id: Union[int, str]
     gen: int
     slot: int
     engine: int = 0
@@ -268,13 +270,51 @@ class Histogram:
 _new_tuple = tuple.__new__
 
 
-def handle_of(c, engine=0):
-    """The Handle of kva_handle c, made by the engine of serial `engine`."""
-    return _new_tuple(Handle, (c.id, c.gen, c.slot, engine))
+def handle_of(c, engine=0, names=None):
+    """The Handle of kva_handle c, made by the engine of serial `engine`;
+    names: the engine's {engine id: the host's string id} (RequestIds)."""
+    i = c.id
+    if names:
+        i = names.get(i, i)
+    return _new_tuple(Handle, (i, c.gen, c.slot, engine))
 
 
-def handle_or_none(c, engine=0):
-    return None if c.id == 0 and c.gen == 0 else handle_of(c, engine)
+def handle_or_none(c, engine=0, names=None):
+    return None if c.id == 0 and c.gen == 0 else handle_of(c, engine, names)
+
+
+class RequestIds:
+    """String request ids (vLLM's request_id) for one engine: each live
+    string is mapped to an engine id of its own from 2**63 up, never reused
+    (so no two strings, and no string and an integer id below 2**63, can
+    collide); a string submitted again while live maps to the same engine
+    id, so the engine rejects the duplicate (rule id-reuse) as it would an
+    integer. The mapping of a request goes once its end has been listed in
+    a plan (Engine.step drops it one step later)."""
+    FIRST = 1 << 63
+
+    def __init__(self):
+        self.to_engine = {}  # the host's string -> engine id
+        self.to_host = {}    # engine id -> the host's string (handle_of's names)
+        self.next = self.FIRST
+
+    def engine_id(self, rid):
+        eid = self.to_engine.get(rid)
+        if eid is None:
+            eid = self.next
+            self.next += 1
+            self.to_engine[rid] = eid
+            self.to_host[eid] = rid
+        return eid
+
+    def ended(self, eid, state):
+        """A request's end was listed: its string is free (not for a
+        REJECTED duplicate: the string's live request keeps it)."""
+        if state == 7:  # KVA_STATE_REJECTED
+            return
+        rid = self.to_host.pop(eid, None)
+        if rid is not None and self.to_engine.get(rid) == eid:
+            del self.to_engine[rid]
 
 
 def user_of(p):
