@@ -22,6 +22,8 @@ deciding admissions.
   grow(); when grow() finds no space, the newest running request is
   preempted (and no new request is admitted in that step); then kvadmit
   admits waiting requests with what is left of the budget (0 left: none).
+* A thin decode watermark (decode_reserve_pages=8) lets admissions fill the
+  pool, so long decodes run it dry and preempt (a thicker one preempts less).
 * It prints what was restored, recomputed and preempted.
 
 Usage: vllm_style_scheduler.py [--requests N] [--seed S] [--credits-only]
@@ -41,7 +43,7 @@ from kvadmit import Checkpoint, How, NoSpace, State  # noqa: E402
 
 PAGE_TOKENS = 16
 PAGE_BYTES = 64           # a tiny "KV page" so the copies are real but cheap
-TOTAL_PAGES = 1024         # small enough that long decodes preempt
+TOTAL_PAGES = 1024
 MAX_BATCHED_TOKENS = 1024  # vLLM's max_num_batched_tokens
 STEP_NS = 10_000_000       # 10 ms of model time per step
 
@@ -126,7 +128,9 @@ def main():
     blocks = BlockPool(TOTAL_PAGES) if credits else None
     importers = [] if credits else [kvadmit.CpuImporter(pool, PAGE_BYTES, resolve, threads=2)]
     cfg = kvadmit.Config(total_pages=TOTAL_PAGES, page_tokens=PAGE_TOKENS, copy_slots=8,
-                         max_running=128, decode_reserve_pages=64, decode_headroom_pages=4,
+                         max_running=128, decode_headroom_pages=4,
+                         # a thin decode watermark: long decodes run the pool dry and preempt
+                         decode_reserve_pages=8,
                          prefill_chunk_tokens=512, lookup_timeout_ns=30_000_000_000,
                          lookup=lambda key, prompt, token: lookups.put((key, prompt, token)),
                          importers=importers, credits_only=credits,

@@ -12,6 +12,7 @@ import dataclasses
 import itertools
 import operator
 import threading
+import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
@@ -37,6 +38,7 @@ def _closed():
 _SERIALS = itertools.count(1)  # Engine.serial: what its handles carry
 _UINT64 = 1 << 64
 _STR_IDS = RequestIds.FIRST
+_CLOSE_WAIT_S = 5.0  # close(): how long other threads' calls may take to drain
 _BUDGET_UNLIMITED = 0xFFFFFFFF  # KVA_TOKEN_BUDGET_UNLIMITED
 _TOUCHED_UNSET = 0xFFFFFFFF  # plan.records_touched before kva_step (it clears it)
 
@@ -70,6 +72,9 @@ class Engine:
         # finds the engine closed; a second thread's step() is refused.
         self._gate = threading.Lock()
         self._inflight: Dict[int, int] = {}
+        self._claim: Dict[int, int] = {}  # {0: ident of the thread in the outermost step()}
+        self._inputs: Optional[Tuple[int, bool]] = None  # the plan's budget and hold, as written
+        self._closing: Optional[tuple] = None  # close() ran inside a step that destroyed it
         # (on_unfinished,): close() ran inside step()
         self._close_pending: Optional[Tuple[Optional[Callable[[Ended], None]]]] = None
         self._tls = threading.local()
@@ -138,19 +143,29 @@ class Engine:
             raise error(-16, "Engine.close: inside this engine's own wake or waiting callback; "
                              "close once that call has returned")
         me = get_ident()
-        with self._gate:  # no call starts or ends while this looks
-            if self._stepping:
+        inflight = self._inflight
+        with self._gate:  # one close() at a time; a call that found _e cleared waits here
+            if self._stepping or self._claim.get(0, me) != me:
                 raise error(-16, "Engine.close: step() is running on another thread; stop it "
                                  "first")
-            if any(n for t, n in list(self._inflight.items()) if t != me):
-                raise error(-16, "Engine.close: other threads are inside calls of this engine; "
-                                 "stop them first")
-            if self._inflight.get(me):
+            if inflight.get(me):
                 raise error(-16, "Engine.close: inside a call of this engine (a signal "
                                  "handler?); close once it has returned")
+            # _e cleared first, then the counts read (the other order of
+            # _call's): a call counted after this finds _e cleared and raises.
             e, self._e = self._e, None
         if e is None:
             return
+        # Wait for the calls other threads are inside (short: no call but
+        # step() waits for anything); refuse if they do not drain.
+        deadline = time.monotonic() + _CLOSE_WAIT_S
+        while any(n for t, n in list(inflight.items()) if t != me) or \
+                self._claim.get(0, me) != me:
+            if time.monotonic() > deadline:
+                self._e = e
+                raise error(-16, "Engine.close: other threads stayed inside calls of this "
+                                 f"engine for {_CLOSE_WAIT_S} s; stop them first")
+            time.sleep(0.0002)
         self._finalizer.detach()
         st.destroy_safely(on_unfinished)
 
@@ -175,15 +190,21 @@ class Engine:
         raises its KvadmitError (check=False: fn returns nothing, or the
         caller checks it later, as step() does). Returns fn's result."""
         me = get_ident()
-        gate, inflight = self._gate, self._inflight
-        entered = False
+        inflight = self._inflight
+        # Counted first, then the engine read: a close() that looks at the
+        # counts after this waits for the call; one that looked before has
+        # cleared _e, which this read then sees. Only this thread writes its
+        # key: no lock on the way in or out. No call lies between the store
+        # and the try, so no signal handler can run between them (CPython
+        # checks for them at calls and backward jumps).
+        inflight[me] = inflight.get(me, 0) + 1
         try:
-            with gate:
-                e = self._e
+            e = self._e
+            if e is None:
+                with self._gate:  # a close() deciding now: wait for its answer
+                    e = self._e
                 if e is None:
                     raise _closed()
-                inflight[me] = inflight.get(me, 0) + 1
-                entered = True
             try:
                 rc = fn(e, *(args if convert is None else convert(args)))
             except KvadmitError:
@@ -191,15 +212,12 @@ class Engine:
             except CONVERSION as exc:
                 raise arg_error(call, exc, -22 if errno_of is None else errno_of(args)) from exc
         finally:
-            if entered:
-                # Only this thread writes its own key, and close() reads a copy:
-                # no lock, and no call between here and the store, so no signal
-                # handler can run in between (CPython checks at calls and jumps).
-                n = inflight[me] - 1
-                if n:
-                    inflight[me] = n
-                else:
-                    del inflight[me]
+            # no call between here and the store either (close() reads a copy)
+            n = inflight[me] - 1
+            if n:
+                inflight[me] = n
+            else:
+                del inflight[me]
         if self._st.interrupted and self._stepping != me:
             kept = self._st.take_interrupt()  # a wake callback inside this call
             if kept is not None:
@@ -237,7 +255,7 @@ class Engine:
 
     def cancel(self, handle: Handle) -> None:
         """kva_cancel: takes effect at the next step."""
-        self._call("kva_cancel", lib.kva_cancel, (handle,), self._handle_args)
+        self._call("kva_cancel", lib.kva_cancel, (handle,), self._handle1)
 
     def answer(self, token: LookupToken, checkpoints: Any = ()) -> None:
         """kva_lookup_answer: the directory's answer, up to 8 Checkpoints (in
@@ -282,11 +300,11 @@ class Engine:
 
     def preempt(self, handle: Handle) -> None:
         """kva_preempt: RUNNING -> front of the waiting queue; pages back at once."""
-        self._call("kva_preempt", lib.kva_preempt, (handle,), self._handle_args)
+        self._call("kva_preempt", lib.kva_preempt, (handle,), self._handle1)
 
     def finish(self, handle: Handle) -> None:
         """kva_finish: RUNNING -> FINISHED; pages back at once."""
-        self._call("kva_finish", lib.kva_finish, (handle,), self._handle_args)
+        self._call("kva_finish", lib.kva_finish, (handle,), self._handle1)
 
     def query(self, handle: Handle) -> RequestInfo:
         """kva_query."""
@@ -299,6 +317,15 @@ class Engine:
         s = ffi.new("kva_stats *")
         self._call("kva_stats_get", lib.kva_stats_get, (s,), check=False)
         return stats_from_c(s)
+
+    def stats_raw(self, out: Any = None) -> Any:
+        """kva_stats_get into a kva_stats cdata (`out`, one from an earlier
+        call, is reused): no Python object a field, read the fields as
+        attributes (s.waiting, s.fallbacks[Reason.MISS]). The cheap way to
+        read counters every step; stats() builds a Stats dataclass."""
+        s = ffi.new("kva_stats *") if out is None else out
+        self._call("kva_stats_get", lib.kva_stats_get, (s,), check=False)
+        return s
 
     def metrics(self, format: MetricsFormat = MetricsFormat.PROMETHEUS) -> str:
         """kva_stats_format_as: Prometheus (0.0.4) or OpenMetrics text."""
@@ -343,21 +370,25 @@ class Engine:
         once kva_step returned, is raised by step() after the step
         completed; its `plan` attribute is this step's Plan (None if the
         step never ran; absent if it landed on this method's first line,
-        before any of its code ran: read it with getattr(exc, "plan", None)). A close() reached inside the step destroys the
-        engine once kva_step has returned; the step then raises
-        InvalidArgument."""
+        before any of its code ran: read it with getattr(exc, "plan",
+        None)). A close() reached inside the step destroys the engine once
+        kva_step has returned; the step then raises InvalidArgument."""
         me = get_ident()
         c = self._plan._c
         prev = None  # not claimed yet
         unset = False  # records_touched holds the mark: whether kva_step ran tells
         try:
-            with self._gate:
-                s = self._stepping
-                if s and s != me:
+            s = self._stepping
+            if s != me:  # not a step inside this thread's own step: take the scheduler's role
+                # dict.setdefault is one atomic operation: the first thread's
+                # ident stays until its _step_over (an interrupt right after
+                # it is undone below: the ident says whose it is)
+                if self._claim.setdefault(0, me) != me:
                     raise error(-16, "Engine.step: step() is running on another thread")
-                prev = s  # first: an interrupt after it is undone by _step_over(prev)
-                # _stepping before _e (read by _call): close() reads them in the other order
-                self._stepping = me
+                s = 0
+            prev = s  # first: an interrupt after it is undone by _step_over(prev)
+            # _stepping before _e (read by _call): close() reads them in the other order
+            self._stepping = me
             if not prev:
                 if self._ids.to_host and c.n_ended:
                     self._forget_ended(c)
@@ -366,9 +397,13 @@ class Engine:
             # kva_step's own error waits for the close and interrupt below
             rc = self._call("kva_step", lib.kva_step, (now_ns, token_budget, hold_admissions),
                             self._step_inputs, check=False)
-            self._stepping = prev
-            pending = None if prev else self._st.take_interrupt()
-            if self._close_pending is not None and self._step_over(prev) and pending is None:
+            if prev == 0 and self._close_pending is None:
+                self._stepping = 0  # _step_over's common case, inline (no call: no interrupt)
+                del self._claim[0]
+            else:
+                self._step_over(prev)
+            pending = None if prev or not self._st.interrupted else self._st.take_interrupt()
+            if self._closing is not None and pending is None:
                 raise error(-22, "kva_step: the engine was closed during this step")
             if pending is not None:
                 raise pending  # its plan is set by the except below
@@ -380,6 +415,8 @@ class Engine:
             # gets the plan whenever kva_step ran.
             if prev is not None:
                 self._step_over(prev)  # idempotent
+            elif self._stepping != me and self._claim.get(0) == me:
+                del self._claim[0]  # claimed, then interrupted before it was recorded
             if not isinstance(exc, Exception):
                 ran = unset and c.records_touched != _TOUCHED_UNSET
                 if prev == 0:  # the outermost step: one interrupt stands for all of it
@@ -402,9 +439,11 @@ class Engine:
                                     f"0..{_BUDGET_UNLIMITED - 1}")
         if type(hold_admissions) is not bool:
             raise TypeError(f"hold_admissions: a bool, not {type(hold_admissions).__name__}")
-        c.token_budget = token_budget
-        c.hold_admissions = hold_admissions
-        c.token_budget_exact = True
+        if (token_budget, hold_admissions) != self._inputs:  # written only when they change
+            self._inputs = None  # if a write fails half-way, the next step writes both
+            c.token_budget = token_budget
+            c.hold_admissions = hold_admissions
+            self._inputs = (token_budget, hold_admissions)
         return now_ns, c
 
     def _handle(self, h):
@@ -436,6 +475,16 @@ class Engine:
     def _handle_args(self, args):
         return (self._handle(args[0]),) + args[1:]
 
+    def _handle1(self, args):
+        """The one-handle calls' conversion (cancel, preempt, finish): a
+        Handle of this engine with an int id goes through as is."""
+        h = args[0]
+        if type(h) is Handle and type(h[0]) is int:
+            eng = h[3]
+            if eng == self.serial or not eng:
+                return (h[:3],)
+        return (self._handle(h),)
+
     def _local_checkpoint_of(self, args):
         handle, checkpoint = args
         return self._handle(handle), local_checkpoint_of(checkpoint)
@@ -448,15 +497,21 @@ class Engine:
 
     def _step_over(self, prev):
         """This thread's step has ended (prev: the step it ran inside, 0:
-        none). Destroys the engine if close() ran inside the outermost step;
-        returns whether it did. Idempotent."""
+        none): the scheduler's role is free again, and if close() ran inside
+        the outermost step the engine is destroyed (self._closing says so).
+        Idempotent."""
+        if self._stepping == prev:
+            return
         self._stepping = prev
-        if self._close_pending is None or prev:
-            return False
+        if prev:
+            return
+        self._claim.pop(0, None)
+        if self._close_pending is None:
+            return
         closing, self._close_pending = self._close_pending, None
+        self._closing = closing
         self._finalizer.detach()
         self._st.destroy_safely(closing[0])
-        return True
 
     @property
     def plan(self) -> Plan:

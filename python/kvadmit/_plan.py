@@ -40,6 +40,7 @@ class Plan:
             self._keep.append(arr)
             setattr(c, name, arr)
         self._pages_mv = memoryview(ffi.buffer(c.pages, 4 * max(sizes.pages, 1))).cast("I")
+        c.token_budget_exact = True  # Engine.step: None is the unlimited sentinel
 
     # counts and flags
     n_admitted = property(lambda self: self._c.n_admitted)
@@ -58,6 +59,34 @@ class Plan:
     def raw(self):
         """The kva_plan cdata itself (cffi), for code that wants no tuples."""
         return self._c
+
+    # zero-copy views: cffi slices of the plan's own arrays, no tuple built
+    @property
+    def admitted_view(self):
+        """The admissions as a cffi slice of kva_admission (zero-copy: each
+        field is read from the C array when accessed, a.npages,
+        a.handle.id). Handles there carry engine ids: host_id(a.handle.id)
+        gives a string id back. Valid until the next step."""
+        c = self._c
+        return c.admitted[0:c.n_admitted]
+
+    @property
+    def copies_view(self):
+        """plan.copies as a cffi slice of kva_copy_job (zero-copy)."""
+        c = self._c
+        return c.copies[0:c.n_copies]
+
+    @property
+    def ended_view(self):
+        """plan.ended as a cffi slice of kva_ended (zero-copy)."""
+        c = self._c
+        return c.ended[0:c.n_ended]
+
+    def host_id(self, engine_id):
+        """The host's id for an engine id read from a view: its string id
+        (Engine.submit with a str), else the int itself."""
+        names = self._names
+        return names.get(engine_id, engine_id) if names else engine_id
 
     @property
     def pages(self):

@@ -89,19 +89,27 @@ def histogram_bounds():
     return _BOUNDS
 
 
+_FIELDS = ffi.typeof("kva_stats").fields
+_PLAIN = tuple(name for name, f in _FIELDS if f.type.kind == "primitive")
+_HISTS = tuple(name for name, f in _FIELDS if f.type.kind == "struct")
+_REASONS = tuple(_REASON.get(i, i) for i in range(ffi.typeof("kva_stats").fields[
+    [n for n, _ in _FIELDS].index("fallbacks")][1].type.length))
+_new_stats = object.__new__
+
+
 def stats_from_c(s):
-    """The Stats of a kva_stats."""
-    values = {}
+    """The Stats of a kva_stats. Built without the frozen dataclass's
+    __init__ (one object.__setattr__ a field): the fields go into the
+    instance dict at once, about twice as fast (python/README.md)."""
+    values = {name: getattr(s, name) for name in _PLAIN}
+    values["fallbacks"] = dict(zip(_REASONS, s.fallbacks))
     bounds = histogram_bounds()
-    for name, f in ffi.typeof("kva_stats").fields:
+    for name in _HISTS:
         v = getattr(s, name)
-        if name == "fallbacks":
-            values[name] = {_REASON.get(i, i): v[i] for i in range(len(v))}
-        elif f.type.kind == "struct":
-            values[name] = Histogram(v.count, v.sum_ns, tuple(v.buckets), bounds)
-        else:
-            values[name] = v
-    return Stats(**values)
+        values[name] = Histogram(v.count, v.sum_ns, tuple(v.buckets), bounds)
+    st = _new_stats(Stats)
+    st.__dict__.update(values)
+    return st
 
 
 

@@ -90,3 +90,37 @@ def test_credits_only_refuses_importers():
             kvadmit.Engine(total_pages=64, credits_only=True, importers=[imp])
     finally:
         imp.close()
+
+
+# ---- zero-copy views and the cheap counters ----------------------------------------------
+def test_views_read_the_plan_without_tuples_and_map_string_ids(make_engine):
+    e = make_engine()
+    hs = [e.submit(f"r{i}", 16 * (i + 1)) for i in range(5)]
+    plan = e.step(MS)
+    view = plan.admitted_view
+    assert len(view) == plan.n_admitted == 5
+    got = [(plan.host_id(a.handle.id), a.npages, a.how) for a in view]
+    want = [(a.handle.id, a.npages, int(a.how)) for a in plan.admissions]
+    assert got == want and [g[0] for g in got] == [h.id for h in hs]
+    assert len(plan.ended_view) == 0 and len(plan.copies_view) == 0
+    e.cancel(hs[0])
+    e.finish(hs[1])
+    plan = e.step(2 * MS)
+    assert sorted(plan.host_id(x.handle.id) for x in plan.ended_view) == ["r0", "r1"]
+
+
+def test_stats_raw_and_stats_agree(make_engine):
+    e = make_engine()
+    for i in range(3):
+        e.submit(i + 1, 16)
+    e.step(MS)
+    raw = e.stats_raw()
+    s = e.stats()
+    for name in ("running", "waiting", "free_pages", "steps", "admitted_recompute"):
+        assert getattr(raw, name) == getattr(s, name)
+    assert raw.fallbacks[int(kvadmit.Reason.NO_KEY)] == s.fallbacks[kvadmit.Reason.NO_KEY] == 3
+    assert s.capacity_wait.count == raw.capacity_wait.count
+    assert e.stats_raw(raw) is raw  # reused
+    with pytest.raises(Exception):  # Stats stays frozen although built without __init__
+        s.running = 5
+    assert s == e.stats()
