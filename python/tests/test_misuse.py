@@ -333,3 +333,33 @@ def test_sigint_storm_against_a_stepping_loop_loses_no_interrupt_and_no_lookup()
     assert out == {"raised_all_caught": True, "many": True, "some_with_plan": True,
                    "every_request_admitted_once": True, "nothing_left": True,
                    "lookups_answered": True, "nothing_counted": True, "closed": True}, err
+
+
+def test_an_interrupt_in_wake_is_raised_by_the_call_that_ran_it(make_engine):
+    """wake runs inside submit (the inbox went from empty to non-empty): a
+    KeyboardInterrupt there comes out of that submit, after the request was
+    queued (nothing lost), and not out of a later step()."""
+    raised = []
+
+    def wake():
+        if not raised:
+            raised.append(1)
+            raise KeyboardInterrupt
+    e = make_engine(wake=wake)
+    with pytest.raises(KeyboardInterrupt):
+        e.submit(1, 16)
+    plan = e.step(MS)  # no interrupt left over
+    assert [a.handle.id for a in plan.admissions] == [1]
+
+
+def test_an_interrupt_in_a_log_callback_comes_out_of_step_with_its_plan(make_engine):
+    def log(level, msg):
+        raise KeyboardInterrupt
+    e = make_engine(log=log, log_level=kvadmit.LogLevel.DEBUG)
+    e.submit(1, 16, prefix_key=0)
+    e.submit(2, 16)
+    e.submit(2, 16)  # a duplicate live id: a WARN line inside the step
+    with pytest.raises(KeyboardInterrupt) as ki:
+        e.step(MS)
+    assert ki.value.plan is e.plan and ki.value.plan.n_admitted == 2
+    assert e.step(2 * MS).n_admitted == 0  # the interrupt was raised once
