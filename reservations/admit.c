@@ -77,7 +77,8 @@ static void plan_admit(kva_engine *e, struct kva__req *r, uint8_t how, uint32_t 
 	a->reserved_pages = atomic_load_explicit(&g->reserved, memory_order_relaxed);
 	uint32_t listed = listed_pages(e, n);
 	a->pages_off = listed ? p->n_pages : 0;
-	memcpy(p->pages + p->n_pages, g->pages, listed * sizeof(uint32_t));
+	if (listed) /* credits only: no ids, maybe no page array at all */
+		memcpy(p->pages + p->n_pages, g->pages, listed * sizeof(uint32_t));
 	p->n_pages += listed;
 
 	kva__st_add(e, ST_RESERVED_PAGES, -(int64_t)n);
