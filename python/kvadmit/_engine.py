@@ -127,9 +127,12 @@ class Engine:
         step() destroys it once kva_step has returned, then raises
         InvalidArgument. Inside another kvadmit callback (a CpuImporter's
         resolve, another engine's callbacks) the destroy runs on a helper
-        thread and close() returns at once. Busy: step() is running on
-        another thread, or this is this engine's own wake / waiting callback
-        (inside the call that ran it); nothing was closed."""
+        thread and close() returns at once. Calls other threads are inside
+        are waited for (up to 5 s; a call starting meanwhile raises
+        InvalidArgument). Busy, nothing closed: step() is running on another
+        thread, those calls did not drain, this is this engine's own wake /
+        waiting callback, or this thread is inside a call of the engine (a
+        signal handler)."""
         st = self._st
         if self._stepping == get_ident():
             self._e = None
