@@ -30,9 +30,17 @@
 /* How many waiting requests from the head a reset's recheck asks about. */
 #define RECHECK_AHEAD 32
 
-static bool plan_room(const kva_plan *p, uint32_t pages)
+/* The page ids an admission of `pages` pages lists in the plan: none when
+ * the host keeps its own pool (KVA_CONFIG_CREDITS_ONLY). */
+static uint32_t listed_pages(const kva_engine *e, uint32_t pages)
 {
-	return p->n_admitted < p->admitted_cap && p->pages_cap - p->n_pages >= pages;
+	return (e->cfg.flags & KVA_CONFIG_CREDITS_ONLY) ? 0 : pages;
+}
+
+static bool plan_room(const kva_engine *e, uint32_t pages)
+{
+	const kva_plan *p = e->plan;
+	return p->n_admitted < p->admitted_cap && p->pages_cap - p->n_pages >= listed_pages(e, pages);
 }
 
 /* ---- the plan's admissions ------------------------------------------------------- */
@@ -65,11 +73,13 @@ static void plan_admit(kva_engine *e, struct kva__req *r, uint8_t how, uint32_t 
 	a->local_tokens = local;
 	a->restored_tokens = restored;
 	a->recompute_tokens = r->prompt_tokens - local - restored;
-	a->pages_off = p->n_pages;
 	a->npages = n;
 	a->reserved_pages = atomic_load_explicit(&g->reserved, memory_order_relaxed);
-	memcpy(p->pages + p->n_pages, g->pages, n * sizeof(uint32_t));
-	p->n_pages += n;
+	uint32_t listed = listed_pages(e, n);
+	a->pages_off = listed ? p->n_pages : 0;
+	if (listed) /* credits only: no ids, maybe no page array at all */
+		memcpy(p->pages + p->n_pages, g->pages, listed * sizeof(uint32_t));
+	p->n_pages += listed;
 
 	kva__st_add(e, ST_RESERVED_PAGES, -(int64_t)n);
 	kva__st_add(e, ST_IN_USE_PAGES, n);
@@ -128,18 +138,18 @@ static int head_no_memory(kva_engine *e, struct kva__req *r)
 }
 
 /* Whether an empty plan could hold an admission of `pages` pages. */
-static bool plan_could_hold(const kva_plan *p, uint32_t pages)
+static bool plan_could_hold(const kva_engine *e, uint32_t pages)
 {
-	return p->admitted_cap > 0 && p->pages_cap >= pages;
+	return e->plan->admitted_cap > 0 && e->plan->pages_cap >= listed_pages(e, pages);
 }
 
 /* Whether the plan has room for r's admission of `pages` pages now; if it
  * could not hold it even empty, the plan is too small (flagged, counted). */
 static bool plan_fits(kva_engine *e, struct kva__req *r, uint32_t pages, const char *what)
 {
-	if (plan_room(e->plan, pages))
+	if (plan_room(e, pages))
 		return true;
-	if (!plan_could_hold(e->plan, pages))
+	if (!plan_could_hold(e, pages))
 		kva__plan_too_small(e, r->id, what, pages);
 	return false;
 }

@@ -158,7 +158,8 @@ void kva__copy_dispatch_pending(kva_engine *e)
 			.checkpoint_epoch = c->epoch,
 			.position = c->position,
 			.npages = g->import_pages,
-			.pages = g->pages,
+			/* the host's own pages, named when it runs the copy */
+			.pages = (e->cfg.flags & KVA_CONFIG_CREDITS_ONLY) ? NULL : g->pages,
 		};
 		for (uint32_t rank = 0; rank < w; rank++) {
 			job.rank = rank;

@@ -17,6 +17,13 @@
  * Never blocks: events are spliced without waiting (step_events.c). No RCU
  * read-side section is held here: the scheduler is the only writer of
  * everything it walks, and the only thread that retires records.
+ *
+ * Who the scheduler is: whichever thread holds e->in_step (a CAS), so two
+ * threads calling kva_step at once get -EBUSY instead of sharing the
+ * scheduler's plain state.
+ *   A1 (kva_step's CAS)   pairs with R1 (its release at the end of the
+ *                         previous step, maybe on another thread): sees all
+ *                         the scheduler-only state that step wrote.
  */
 #include <errno.h>
 #include <string.h>
@@ -68,6 +75,10 @@ static int config_check(const kva_config *c)
 		return -EINVAL;
 	if (c->policy != KVA_POLICY_WAIT && c->policy != KVA_POLICY_LEGACY)
 		return -EINVAL;
+	if (c->flags & ~(uint32_t)KVA_CONFIG_CREDITS_ONLY)
+		return -EINVAL; /* bits kept for later meanings */
+	if ((c->flags & KVA_CONFIG_CREDITS_ONLY) && c->importers[0].submit)
+		return -EINVAL; /* importers copy into kvadmit's page ids */
 	if (c->log_level < KVA_LOG_DEBUG || c->log_level > KVA_LOG_ERROR)
 		return -EINVAL;
 	if ((c->order != KVA_ORDER_FCFS && c->order != KVA_ORDER_PRIORITY) ||
@@ -86,7 +97,8 @@ int kva_plan_min_sizes(const kva_config *cfg, kva_plan_sizes *out)
 		return -EINVAL;
 	*out = (kva_plan_sizes){
 		.admitted = 1,
-		.pages = cfg->total_pages - cfg->decode_reserve_pages,
+		.pages = (cfg->flags & KVA_CONFIG_CREDITS_ONLY) ? 0
+		                                                : cfg->total_pages - cfg->decode_reserve_pages,
 		.copies = cfg->importers[0].submit ? 0 : cfg->world_size,
 		.fallbacks = 0,
 		.ended = 1,
@@ -315,15 +327,24 @@ static void admit_again(kva_engine *e)
 
 int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 {
-	if (!e || !plan || e->in_step || !plan_valid(plan))
+	if (!e || !plan)
 		return -EINVAL;
-	if (kva_rcu_fork_unsafe())
-		return -ENOTSUP; /* kvadmit.h, fork: retiring needs grace periods */
+	if (kva__rec_stepping_here(e))
+		return -EINVAL; /* a callback re-entering its own step (kvadmit.h) */
+	bool idle = false;
+	/* A1: pairs with R1 below, of the step before (any thread) */
+	if (!atomic_compare_exchange_strong_explicit(&e->in_step, &idle, true, memory_order_acquire,
+	                                             memory_order_relaxed))
+		return -EBUSY; /* another thread's step runs: nothing touched */
+	int rc = !plan_valid(plan) ? -EINVAL : kva_rcu_fork_unsafe() ? -ENOTSUP : 0;
+	if (rc) { /* -ENOTSUP: kvadmit.h, fork: retiring needs grace periods */
+		atomic_store_explicit(&e->in_step, false, memory_order_relaxed); /* nothing written */
+		return rc;
+	}
 	kva_rcu_enter(); /* call_rcu of retired slots needs a registered thread */
 	plan_clear(plan);
 	e->contended = false;
 	e->plan = plan;
-	e->in_step = true;
 	kva__rec_stepping(e);
 	if (now_ns > e->now)
 		e->now = now_ns;
@@ -361,7 +382,9 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	e->was_too_small = plan->too_small;
 	kva__rec_stepping(NULL);
 	kva__st_add_single_writer(e, ST_EVENTS, plan->events);
-	e->in_step = false;
 	e->plan = NULL;
-	return (int)plan->n_admitted;
+	int n = (int)plan->n_admitted;
+	/* R1: pairs with A1 of the next step, which may run on another thread */
+	atomic_store_explicit(&e->in_step, false, memory_order_release);
+	return n;
 }

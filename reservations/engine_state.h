@@ -13,6 +13,7 @@
 #define KVA_RESERVATIONS_ENGINE_STATE_H
 
 #include <stdalign.h>
+#include <stdatomic.h>
 
 #include "counters.h"
 #include "events.h"
@@ -116,7 +117,8 @@ struct kva_engine {
 	struct kva_timer head_timer[HT_COUNT];
 	uint64_t now;
 	kva_plan *plan; /* the plan of the step in progress */
-	bool in_step;
+	/* A kva_step runs (engine.c: its CAS turns a second, concurrent one away) */
+	atomic_bool in_step;
 	bool was_too_small; /* the last step's plan was too small (log once per run) */
 	bool contended;     /* this step gave up a reservation to contention (admit.c) */
 	struct {

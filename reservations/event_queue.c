@@ -14,6 +14,8 @@ static _Thread_local kva_engine *tls_stepping;
 
 void kva__rec_stepping(kva_engine *e) { tls_stepping = e; }
 
+bool kva__rec_stepping_here(const kva_engine *e) { return tls_stepping == e; }
+
 struct kva__cancel *kva__cancel_new(kva_engine *e)
 {
 	/* Taking a slot is this call's allocation (fault-injection builds). */

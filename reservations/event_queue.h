@@ -12,6 +12,8 @@
 
 /* Scheduler thread: e's step runs on this thread from now (NULL: ended). */
 void kva__rec_stepping(kva_engine *e);
+/* Any thread: whether e's step runs on this thread (a callback re-entering it). */
+bool kva__rec_stepping_here(const kva_engine *e);
 /* Any thread: hands an event to the scheduler — the inbox (waking the host
  * when it was empty), or the step's own queue for an answer or copy report
  * the scheduler thread produces inside kva_step. */

@@ -354,7 +354,7 @@ static int grow_owned(kva_engine *e, struct kva__req *r, uint32_t pages, uint32_
 	atomic_store_explicit(&g->npages, n + pages, memory_order_relaxed);
 	kva__st_add(e, ST_RESERVED_PAGES, -(int64_t)own);
 	kva__st_add(e, ST_IN_USE_PAGES, pages);
-	if (ids_out)
+	if (ids_out && !(e->cfg.flags & KVA_CONFIG_CREDITS_ONLY)) /* no ids: the host's pool */
 		memcpy(ids_out, g->pages + n, pages * sizeof(uint32_t));
 	return 0;
 }

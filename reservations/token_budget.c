@@ -9,7 +9,9 @@
 void kva__token_budget_start(kva_engine *e)
 {
 	kva_plan *plan = e->plan;
-	e->budget_left = plan->token_budget ? plan->token_budget : UINT64_MAX;
+	uint32_t b = plan->token_budget;
+	bool none = b == KVA_TOKEN_BUDGET_UNLIMITED || (b == 0 && !plan->token_budget_exact);
+	e->budget_left = none ? UINT64_MAX : b;
 }
 
 bool kva__token_budget_spent(const kva_engine *e)

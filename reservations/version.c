@@ -24,6 +24,8 @@ bool kva_has_feature(int feature)
 	case KVA_FEATURE_LOCAL_REVALIDATION:
 	case KVA_FEATURE_RESET_RELEASES_READY:
 	case KVA_FEATURE_HOST_LOCAL:
+	case KVA_FEATURE_EXACT_BUDGET:
+	case KVA_FEATURE_CREDITS_ONLY:
 		return true;
 	case KVA_FEATURE_CUDA_IMPORTER:
 		return kva_cuda_importer_supported && kva_cuda_importer_supported();

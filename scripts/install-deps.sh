@@ -16,7 +16,8 @@ else
   # recommends.
   pkgs=(cmake make pkg-config gcc g++ libc6-dev clang libclang-rt-14-dev liburcu-dev libjemalloc-dev libcmocka-dev
         libbenchmark-dev gnuplot-nox valgrind python3 python3-prometheus-client
-        python3-cffi python3-pytest python3-dev spin strace
+        python3-cffi python3-pytest python3-dev python3-mypy python3-venv python3-pip
+        python3-setuptools spin strace
         libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack "$@")
 fi
 missing=()

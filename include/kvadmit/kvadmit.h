@@ -10,7 +10,8 @@
  *
  * Synchronisation:
  *   kva_engine_create, kva_engine_destroy[_with]  nothing else may run on the engine
- *   kva_step                                      the scheduler thread only
+ *   kva_step                                      the scheduler thread only (a second,
+ *                                                 concurrent caller gets -EBUSY)
  *   kva_submit, kva_cancel, kva_lookup_answer, kva_copy_done, kva_checkpoint_evicted,
  *   kva_local_checkpoint, kva_reset_prefix_cache, kva_stats_get, kva_query,
  *   kva_waiting_foreach                           any thread, lock-free
@@ -73,6 +74,8 @@ enum kva_feature {
 	KVA_FEATURE_RESET_RELEASES_READY = 5,
 	KVA_FEATURE_CUDA_IMPORTER = 6, /* libkvadmit-cuda, built with CUDA, is in the process */
 	KVA_FEATURE_HOST_LOCAL = 7,    /* kva_request.local, kva_local_checkpoint */
+	KVA_FEATURE_EXACT_BUDGET = 8,  /* kva_plan.token_budget_exact */
+	KVA_FEATURE_CREDITS_ONLY = 9,  /* KVA_CONFIG_CREDITS_ONLY */
 };
 /* KVA_VERSION_NUMBER of the library actually loaded. */
 KVA_API uint32_t kva_version(void);
@@ -107,6 +110,18 @@ enum kva_order {
 enum kva_log_level { KVA_LOG_DEBUG = 0, KVA_LOG_INFO = 1, KVA_LOG_WARN = 2, KVA_LOG_ERROR = 3 };
 
 enum kva_location { KVA_LOC_EXTERNAL = 0, KVA_LOC_LOCAL = 1 };
+
+/* kva_config.flags */
+enum kva_config_flag {
+	/* Credits only: kvadmit reserves, counts and orders pages but hands out no page ids. The
+	 * host keeps its own block pool (vLLM's BlockPool, SGLang's token pool ...): an admission's
+	 * npages, a kva_grow's pages and a copy job's npages say how many pages to take from it,
+	 * and the host names its own pages when it runs the copy. Plans need no page array
+	 * (kva_plan_min_sizes: pages 0), kva_admission.pages_off is 0, kva_copy_job.pages is NULL,
+	 * kva_grow writes no ids. Importers are refused (-EINVAL): they copy into kvadmit's ids;
+	 * the host runs plan->copies itself and reports kva_copy_done. */
+	KVA_CONFIG_CREDITS_ONLY = 1u << 0,
+};
 
 struct kva_copy_job;
 
@@ -190,6 +205,9 @@ typedef struct kva_config {
 	uint64_t lookup_refresh_ns;     /* the blocked head restore refreshes its
 	                                 * lookup this often; 0 = never */
 	int policy;                     /* enum kva_policy: WAIT or LEGACY */
+	/* enum kva_config_flag bits; 0 (kva_config_default): kvadmit hands out page ids. Sits in
+	 * what was padding: the struct keeps 0.2.0's size and layout. */
+	uint32_t flags;
 	kva_lookup_fn lookup;           /* NULL: every request is a miss */
 	void *lookup_ctx;
 	/* one per rank (index = rank): all of ranks 0..world_size-1 set, or none */
@@ -339,7 +357,8 @@ typedef struct kva_copy_job {
 	uint64_t checkpoint_epoch;
 	uint32_t position;      /* checkpoint tokens */
 	uint32_t npages;        /* destination pages = ceil(position / page_tokens) */
-	const uint32_t *pages;  /* destination page ids; valid until every rank reported */
+	const uint32_t *pages;  /* destination page ids; valid until every rank reported.
+	                         * NULL with KVA_CONFIG_CREDITS_ONLY: the host's own npages */
 } kva_copy_job;
 
 /* kva_copy_done - one rank's result of copy attempt t (status 0: success).  Thread: any.
@@ -390,6 +409,8 @@ typedef struct kva_ended {
 /* Caller-owned arrays; the step fills at most *_cap entries of each and leaves the rest for the
  * next step, except `fallbacks` (informational: stats count every one) and a NULL `ended` (ended
  * requests then retire unlisted). */
+#define KVA_TOKEN_BUDGET_UNLIMITED UINT32_MAX /* kva_plan.token_budget: no budget */
+
 typedef struct kva_plan {
 	kva_admission *admitted;
 	uint32_t admitted_cap, n_admitted;
@@ -402,12 +423,18 @@ typedef struct kva_plan {
 	kva_ended *ended;
 	uint32_t ended_cap, n_ended;
 	/* inputs about the step (left as they are by kva_step) */
-	/* Prefill tokens this step may start (vLLM's max_num_batched_tokens); 0 = unlimited. An
-	 * admission costs its first chunk after its cached prefix, at least 1; an import started
-	 * from the head costs nothing until admitted from READY (docs/design.md: per-step budget). */
+	/* Prefill tokens this step may start (vLLM's max_num_batched_tokens less what running
+	 * requests use). KVA_TOKEN_BUDGET_UNLIMITED: no budget. 0: no budget too, unless
+	 * token_budget_exact. An admission costs its first chunk after its cached prefix, at least
+	 * 1; an import started from the head costs nothing until admitted from READY
+	 * (docs/design.md: per-step budget). */
 	uint32_t token_budget;
 	/* The host preempted in this step: admit nothing new, READY restores included. */
 	bool hold_admissions;
+	/* true: token_budget is what is left, 0 included (0 tokens left: nothing that prefills is
+	 * admitted). false (a zeroed plan, 0.2.0's first meaning): 0 = unlimited. Sits in what
+	 * was padding: the struct's size and layout are those of 0.2.0 before it. */
+	bool token_budget_exact;
 	/* outputs about the step itself */
 	uint32_t events;          /* inbox events drained */
 	uint32_t timers_fired;
@@ -436,14 +463,17 @@ typedef struct kva_plan_sizes {
 KVA_API int kva_plan_min_sizes(const kva_config *cfg, kva_plan_sizes *out);
 
 /* kva_step - handle events, expire timers, admit, dispatch copies; fill plan.
- * Thread: the scheduler only.  Cost: never blocks; bounded by the events enqueued before it
- * began, the expired timers and the plan (rule step-never-walks-queue).
- * Returns: admissions, -EINVAL (also re-entrant), -ENOTSUP (a forked child that only destroys). */
+ * Thread: the scheduler only: one kva_step at a time per engine, from any thread in turn (each
+ * step sees everything the one before it did).  Cost: never blocks; bounded by the events enqueued
+ * before it began, the expired timers and the plan (rule step-never-walks-queue).
+ * Returns: admissions, -EINVAL (also re-entrant, from a callback of the step), -EBUSY (another
+ * thread's kva_step runs on e now: nothing done, plan untouched), -ENOTSUP (a forked child that
+ * only destroys). */
 KVA_API int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan);
 
 /* ---- running requests -------------------------------------------------- */
-/* kva_grow - add pages to a RUNNING request, ids to ids_out (may be NULL): its reservation
- * first, then free credits, even below the watermark.  Thread: any, one call per handle at a time.
+/* kva_grow - add pages to a RUNNING request, ids to ids_out (may be NULL; not written with
+ * KVA_CONFIG_CREDITS_ONLY): its reservation first, then free credits, even below the watermark.  Thread: any, one call per handle at a time.
  * Returns: 0, -EINVAL (NULL engine, 0 pages), -ENOSPC (nothing changed), -ENOENT, -EBUSY (not
  * running, or cancelling), -ERANGE, -ENOMEM. */
 KVA_API int kva_grow(kva_engine *e, kva_handle h, uint32_t pages, uint32_t *ids_out);

@@ -8,6 +8,8 @@
    the binding (kvadmit's O(1) step) against a pure-Python rescanning step
    (a deque of waiting requests re-checked every step, as today's Python
    schedulers do: every waiting request asks "do my pages fit?").
+3. Reading a 64-admission plan through tuples and through the zero-copy
+   view, and stats() against its former construction and stats_raw().
 
 --quick: a smoke run for ctest (small counts, same code paths).
 """
@@ -155,7 +157,71 @@ def main():
         p = python_rescan_step(w, 5 if args.quick else 50, rounds)
         print(f"   W={w:<6} binding {b:9.0f} ns/step   Python rescan {p:12.0f} ns/step "
               f"({p / b:,.0f}x)")
+    print("3. reading a plan of 64 admissions, and the counters (best of %d rounds)" % rounds)
+    for name, ns in plan_reads(n // 10 or 1, rounds).items():
+        print(f"   {name:<55} {ns:8.0f} ns")
     return 0
+
+
+def plan_reads(n, rounds):
+    """Per call: plan.admissions (a NamedTuple and a Handle an admission)
+    against plan.admitted_view (a zero-copy cffi slice) reading the same
+    three fields; stats() against the former Stats(**values) construction
+    (the baseline, rebuilt here) and stats_raw()."""
+    from kvadmit._lib import ffi
+    from kvadmit._stats import Stats, histogram_bounds
+    from kvadmit._types import _REASON, Histogram
+    out = {}
+    with kvadmit.Engine(total_pages=1 << 16, page_tokens=16, max_running=1024) as e:
+        for i in range(64):
+            e.submit(i + 1, 16)
+        plan = e.step(MS)
+        assert plan.n_admitted == 64
+
+        def tuples(k):
+            for _ in range(k):
+                for a in plan.admissions:
+                    (a.handle.id, a.npages, a.how)
+
+        def view(k):
+            for _ in range(k):
+                for a in plan.admitted_view:
+                    (a.handle.id, a.npages, a.how)
+
+        def stats_init(s):  # the construction stats() used before (baseline)
+            values = {}
+            bounds = histogram_bounds()
+            for name, f in ffi.typeof("kva_stats").fields:
+                v = getattr(s, name)
+                if name == "fallbacks":
+                    values[name] = {_REASON.get(i, i): v[i] for i in range(len(v))}
+                elif f.type.kind == "struct":
+                    values[name] = Histogram(v.count, v.sum_ns, tuple(v.buckets), bounds)
+                else:
+                    values[name] = v
+            return Stats(**values)
+
+        def stats_before(k):
+            for _ in range(k):
+                s = ffi.new("kva_stats *")
+                kvadmit._lib.lib.kva_stats_get(e._e, s)
+                stats_init(s)
+
+        def stats_now(k):
+            for _ in range(k):
+                e.stats()
+        raw = e.stats_raw()
+
+        def stats_raw(k):
+            for _ in range(k):
+                e.stats_raw(raw).waiting
+
+        for name, fn in (("plan.admissions, 3 fields each (64 tuples)", tuples),
+                         ("plan.admitted_view, same 3 fields (zero-copy)", view),
+                         ("stats() as before (dataclass __init__, baseline)", stats_before),
+                         ("stats()", stats_now), ("stats_raw(out) + one field", stats_raw)):
+            out[name] = per_op_ns(fn, n, rounds)
+    return out
 
 
 if __name__ == "__main__":

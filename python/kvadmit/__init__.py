@@ -8,9 +8,9 @@ libkvadmit (cffi, ABI mode). See python/README.md.
         plan = eng.step(now_ns)
 """
 from ._lib import ABI_MAJOR, ABI_MINOR, library_path
-from ._errors import (AlreadyDone, Busy, InvalidArgument, KvadmitError, NoDevice, NoSpace,
-                      NotFound, NotSupported, OutOfMemory, OutOfRange, Stale, TimedOut, TryAgain,
-                      strerror)
+from ._errors import (AlreadyDone, Busy, InvalidArgument, InvalidRange, InvalidType, KvadmitError,
+                      NoDevice, NoSpace, NotFound, NotSupported, OutOfMemory, OutOfRange, Stale,
+                      TimedOut, TryAgain, strerror)
 from ._types import (Admission, Checkpoint, CopyJob, CopyToken, Ended, Fallback, Feature, Handle,
                      Histogram, How, Location, LogEvent, LogLevel, LogRecord, LookupToken,
                      MetricsFormat, Order, PlanSizes, Policy, Reason, RequestInfo, State, WaitingInfo)
@@ -27,7 +27,8 @@ __version__ = version_string()
 __all__ = [
     "ABI_MAJOR", "ABI_MINOR", "library_path", "Admission", "AlreadyDone", "Busy", "Checkpoint",
     "CopyJob", "CopyToken", "Ended", "Fallback", "Feature", "Handle", "Histogram", "How",
-    "InvalidArgument", "KvadmitError", "Location", "LogEvent", "LogLevel", "LogRecord",
+    "InvalidArgument", "InvalidRange", "InvalidType", "KvadmitError", "Location", "LogEvent",
+    "LogLevel", "LogRecord",
     "LookupToken", "MetricsFormat", "NoDevice", "NoSpace", "NotFound", "NotSupported",
     "OutOfMemory", "OutOfRange", "Order", "PlanSizes", "Policy", "Reason", "RequestInfo", "Stale", "State",
     "TimedOut", "TryAgain", "WaitingInfo", "strerror", "Config", "Engine", "Plan", "Stats",

@@ -28,16 +28,36 @@ def report_callback_error(what, exc_type, exc, tb):
             pass
 
 
-def onerror(what):
-    """cffi's onerror for the callback `what`: reports the exception."""
+def onerror(what, st=None, rescue=None):
+    """cffi's onerror for the callback `what`: an exception that escaped the
+    callback's own handling (a KeyboardInterrupt landing on its first lines,
+    before its try) is reported, and kept for the engine's step() to raise
+    if it is an interrupt (st: the EngineState). rescue(frame), if given,
+    repairs what the callback left undone, from its frame's arguments (a
+    lookup answered as a miss)."""
     def onerror(exc_type, exc, tb):
-        s = enter_callback(None)
+        stack = _stack()
+        n = len(stack)
         try:
+            stack.append(None)
+            if st is not None:
+                st.keep_interrupt(exc)
+            if rescue is not None and tb is not None:
+                rescue(tb.tb_frame)
             report_callback_error(what, exc_type, exc, tb)
         finally:
-            s.pop()
+            del stack[n:]
         return None  # the callback's default result (0 / nothing)
     return onerror
+
+
+def _stack():
+    """This thread's stack of owners (see enter_callback)."""
+    try:
+        return _cb_local.stack
+    except AttributeError:
+        s = _cb_local.stack = []
+        return s
 
 
 # Per thread, the owners whose kvadmit callbacks are running Python on this

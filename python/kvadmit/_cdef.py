@@ -49,6 +49,8 @@ enum kva_feature {
     KVA_FEATURE_RESET_RELEASES_READY = 5,
     KVA_FEATURE_CUDA_IMPORTER = 6,
     KVA_FEATURE_HOST_LOCAL = 7,
+    KVA_FEATURE_EXACT_BUDGET = 8,
+    KVA_FEATURE_CREDITS_ONLY = 9,
 };
 uint32_t kva_version(void);
 const char *kva_version_string(void);
@@ -59,6 +61,7 @@ enum kva_policy { KVA_POLICY_WAIT = 0, KVA_POLICY_LEGACY = 1 };
 enum kva_order { KVA_ORDER_FCFS = 0, KVA_ORDER_PRIORITY = 1 };
 enum kva_log_level { KVA_LOG_DEBUG = 0, KVA_LOG_INFO = 1, KVA_LOG_WARN = 2, KVA_LOG_ERROR = 3 };
 enum kva_location { KVA_LOC_EXTERNAL = 0, KVA_LOC_LOCAL = 1 };
+enum kva_config_flag { KVA_CONFIG_CREDITS_ONLY = 1 };
 
 struct kva_copy_job;
 typedef void (*kva_lookup_fn)(void *ctx, uint64_t prefix_key, uint32_t prompt_tokens,
@@ -114,6 +117,7 @@ typedef struct kva_config {
     uint64_t wait_log_interval_ns;
     uint64_t lookup_refresh_ns;
     int policy;
+    uint32_t flags;
     kva_lookup_fn lookup;
     void *lookup_ctx;
     kva_importer_ref importers[32];
@@ -257,6 +261,7 @@ typedef struct kva_plan {
     uint32_t ended_cap, n_ended;
     uint32_t token_budget;
     bool hold_admissions;
+    bool token_budget_exact;
     uint32_t events;
     uint32_t timers_fired;
     uint32_t records_touched;

@@ -2,6 +2,7 @@
 """Config (kva_config, with Python callables for its callbacks) and
 plan_min_sizes."""
 import dataclasses
+import operator
 from typing import Any, Callable, Optional, Sequence
 
 from ._errors import CONVERSION, arg_error, error
@@ -33,6 +34,11 @@ class Config:
     importers: one per rank, each a CpuImporter or a callable
         submit(job: CopyJob) -> int (scheduler thread, must not block; report
         with Engine.copy_done); empty: the host runs plan.copies itself.
+    credits_only: KVA_CONFIG_CREDITS_ONLY: kvadmit reserves, counts and
+        orders pages but hands out no page ids; admissions, grow() and copy
+        jobs say how many pages the host takes from its own pool (vLLM's
+        BlockPool ...), and the host runs plan.copies into its own pages (no
+        importers). flags: the raw kva_config.flags (credits_only ORs in).
     plan_sizes: the step's array sizes (PlanSizes); None: kva_plan_min_sizes,
         with at least 256 admissions, fallbacks and ended, 64 copy jobs a rank.
     """
@@ -62,25 +68,59 @@ class Config:
     wake: Optional[Callable[[], None]] = None
     importers: Sequence[Any] = ()
     plan_sizes: Optional[PlanSizes] = None
+    flags: int = _DEFAULTS.flags
+    credits_only: bool = False
 
     # the kva_config fields set from the numeric attributes above
     NUMERIC = ("total_pages", "page_tokens", "decode_reserve_pages", "decode_headroom_pages",
                "prefill_chunk_tokens", "copy_slots", "max_running", "world_size",
                "max_copy_retries", "lookup_timeout_ns", "max_restore_wait_ns",
                "wait_log_interval_ns", "lookup_refresh_ns", "policy", "start_ns",
-               "log_level", "order", "preempt_threshold", "aging_interval_ns")
+               "log_level", "flags", "order", "preempt_threshold",
+               "aging_interval_ns")
 
     def to_c(self):
-        """A kva_config with the numeric fields (callbacks NULL)."""
+        """A kva_config with the numeric fields (callbacks NULL). A field of
+        the wrong type raises InvalidType, one outside its range (kvadmit.h)
+        InvalidRange or InvalidArgument, naming the field."""
         c = ffi.new("kva_config *")
         lib.kva_config_default(c)
         for name in self.NUMERIC:
             v = getattr(self, name)
             try:
-                setattr(c, name, int(v))
+                setattr(c, name, operator.index(v))  # not int(): "5" and 2.5 are no ints
             except CONVERSION as exc:
                 raise arg_error(f"kva_config.{name}", exc) from exc
+        if self.credits_only:
+            c.flags |= lib.KVA_CONFIG_CREDITS_ONLY
+        problem = _config_problem(c)
+        if problem:
+            raise error(-22, f"kva_config.{problem}")
         return c
+
+
+def _config_problem(c):
+    """kva_engine_create's checks (engine.c config_check), naming the field:
+    the first one c fails, or None."""
+    for name in ("total_pages", "page_tokens", "prefill_chunk_tokens", "copy_slots",
+                 "max_running", "world_size"):
+        if getattr(c, name) == 0:
+            return f"{name}: 0, must be at least 1"
+    if c.world_size > len(c.importers):
+        return f"world_size: {c.world_size} > {len(c.importers)} (KVA_MAX_WORLD)"
+    if c.decode_reserve_pages >= c.total_pages:
+        return (f"decode_reserve_pages: {c.decode_reserve_pages}, must be below total_pages "
+                f"({c.total_pages})")
+    if c.decode_headroom_pages > c.total_pages:
+        return (f"decode_headroom_pages: {c.decode_headroom_pages} > total_pages "
+                f"({c.total_pages})")
+    if c.policy not in (int(Policy.WAIT), int(Policy.LEGACY)):
+        return f"policy: {c.policy}, not a Policy"
+    if not int(LogLevel.DEBUG) <= c.log_level <= int(LogLevel.ERROR):
+        return f"log_level: {c.log_level}, not a LogLevel"
+    if c.flags & ~lib.KVA_CONFIG_CREDITS_ONLY:
+        return f"flags: {c.flags:#x} has unknown bits"
+    return None
 
 
 def plan_min_sizes(config):

@@ -27,6 +27,16 @@ class InvalidArgument(KvadmitError, ValueError):
     """-EINVAL: NULL or malformed argument, bad config, unsorted manifest ..."""
 
 
+class InvalidType(InvalidArgument, TypeError):
+    """-EINVAL for an argument of the wrong type (a str where an int goes):
+    also a TypeError."""
+
+
+class InvalidRange(InvalidArgument, OverflowError):
+    """-EINVAL for an integer that does not fit its C field (negative, or
+    past 2**32 / 2**64): also an OverflowError (and a ValueError)."""
+
+
 class NotFound(KvadmitError, LookupError):
     """-ENOENT: unknown or ended handle / token."""
 
@@ -96,5 +106,12 @@ CONVERSION = (OverflowError, TypeError, ValueError, BufferError)
 def arg_error(call, exc, err=-22):
     """The KvadmitError for an argument cffi could not convert: InvalidArgument
     (what the library answers for a malformed argument), or `err` where the
-    library answers that argument's range check with another errno."""
+    library answers that argument's range check with another errno. A wrong
+    type raises InvalidType (a TypeError too), an integer out of its field's
+    range InvalidRange (an OverflowError too)."""
+    if err == -22:
+        if isinstance(exc, TypeError):
+            return InvalidType(err, f"{call}: {exc}")
+        if isinstance(exc, OverflowError):
+            return InvalidRange(err, f"{call}: {exc}")
     return error(err, f"{call}: {exc}")

@@ -4,8 +4,9 @@
 Where the library comes from, first match wins:
   1. $KVADMIT_LIBRARY: a path (or a name dlopen resolves);
   2. the installed library: ctypes.util.find_library("kvadmit") (ldconfig's
-     cache, LD_LIBRARY_PATH), also a libkvadmit.so.0.2 beside the package's
-     prefix (PREFIX/lib*/);
+     cache, LD_LIBRARY_PATH), then libkvadmit.so.0.2 under lib*/ of the
+     package's own prefix, the interpreter's prefixes, /usr/local and /usr
+     (installed());
   3. an in-tree build: build/rel, then any other build/*/ of the source tree
      this package sits in (python/kvadmit -> ../../build), except sanitizer
      builds (asan, tsan, a fuzzer's): dlopen of an ASan library aborts an
@@ -18,6 +19,7 @@ import ctypes.util
 import glob
 import mmap
 import os
+import sys
 
 from cffi import FFI
 
@@ -25,6 +27,7 @@ from ._cdef import CDEF, CUDA_CDEF
 
 ABI_MAJOR, ABI_MINOR = 0, 2  # the header version _cdef.py describes
 SONAME = f"libkvadmit.so.{ABI_MAJOR}.{ABI_MINOR}"
+CUDA_SONAME = f"libkvadmit-cuda.so.{ABI_MAJOR}.{ABI_MINOR}"
 
 ffi = FFI()
 ffi.cdef(CDEF)
@@ -47,6 +50,37 @@ def _sanitized(path):
         return True  # unreadable (or empty): not one to try
 
 
+def _prefixes():
+    """Where an installed library may sit, in order: the prefix this package
+    was installed into (PREFIX/lib/python3/dist-packages/kvadmit, as `cmake
+    --install` puts it), the interpreter's prefixes (a virtual environment's
+    base), /usr/local and /usr."""
+    seen = []
+    here = os.path.normpath(os.path.join(_HERE, "..", "..", "..", ".."))
+    for p in (here, sys.prefix, sys.base_prefix, "/usr/local", "/usr"):
+        p = os.path.normpath(p)
+        if p not in seen:
+            seen.append(p)
+    return seen
+
+
+def installed(name, soname):
+    """The installed lib`name` (`soname`): ldconfig's cache
+    (ctypes.util.find_library), then `soname` under lib*/ and lib*/*-linux-gnu/
+    of each of _prefixes() -- so a `cmake --install --prefix /usr/local`
+    without ldconfig, or a package pip-installed into a virtual environment,
+    still finds it."""
+    found = ctypes.util.find_library(name)
+    if found:
+        yield found
+    for prefix in _prefixes():
+        for d in sorted(glob.glob(os.path.join(prefix, "lib*"))) + sorted(
+                glob.glob(os.path.join(prefix, "lib*", "*-linux-gnu"))):
+            p = os.path.join(d, soname)
+            if os.path.exists(p):
+                yield p
+
+
 def _candidates(skipped=None):
     """The paths (or names) to try, in order; sanitizer builds skipped are
     noted in `skipped` (a list) for the ImportError."""
@@ -56,16 +90,7 @@ def _candidates(skipped=None):
     if env:
         yield env
         return
-    found = ctypes.util.find_library("kvadmit")
-    if found:
-        yield found
-    # installed beside the package: PREFIX/lib/python3/dist-packages/kvadmit
-    prefix = os.path.normpath(os.path.join(_HERE, "..", "..", "..", ".."))
-    for d in sorted(glob.glob(os.path.join(prefix, "lib*"))) + sorted(
-            glob.glob(os.path.join(prefix, "lib*", "*-linux-gnu"))):
-        p = os.path.join(d, SONAME)
-        if os.path.exists(p):
-            yield p
+    yield from installed("kvadmit", SONAME)
     tree = os.path.normpath(os.path.join(_HERE, "..", "..", "build"))
     rel = os.path.join(tree, "rel", SONAME)
     builds = [rel] if os.path.exists(rel) else []

@@ -8,7 +8,7 @@ import threading
 from ._callback_context import (callbacks_running, enter_callback, foreign_thread, onerror,
                                 report_callback_error)
 from ._lib import ffi, lib
-from ._types import _STATE, Ended, Handle, user_of
+from ._types import _STATE, Ended, handle_of, user_of
 
 
 class EngineState:
@@ -20,10 +20,38 @@ class EngineState:
 
     def __init__(self):
         self.e = None
+        self.serial = 0  # the Engine's, for the handles on_unfinished gets
+        self.names = None  # the Engine's RequestIds.to_host
         self.callbacks = []
         self.importers = []  # _ImporterCore of each CpuImporter it owns
         self.closed = False
         self.lock = threading.Lock()
+        # BaseExceptions (KeyboardInterrupt ...) raised in a callback, per
+        # thread, for the call that ran the callback to raise (step(), or
+        # the submit whose wake ran it); `interrupted` is a hint, set first.
+        self.interrupts = threading.local()
+        self.interrupted = False
+
+    def keep_interrupt(self, exc):
+        """Keeps a BaseException that is not an Exception for this thread's
+        call to raise (the first; later ones of the same call are the same
+        interrupt, coalesced as signals are)."""
+        if isinstance(exc, Exception):
+            return
+        t = self.interrupts
+        self.interrupted = True
+        if getattr(t, "pending", None) is None:
+            t.pending = exc
+
+    def take_interrupt(self):
+        """This thread's kept interrupt, or None; clears it."""
+        if not self.interrupted:
+            return None
+        t = self.interrupts
+        exc = getattr(t, "pending", None)
+        if exc is not None:
+            t.pending = None
+        return exc
 
     def destroy(self, on_unfinished=None):
         """Destroys now, on this thread: not inside a kvadmit callback, never
@@ -42,8 +70,8 @@ class EngineState:
                 lib.kva_engine_destroy(e)
             else:
                 def fn(ctx, r):
-                    h = r.handle
-                    on_unfinished(Ended(Handle(h.id, h.gen, h.slot), user_of(r.user),
+                    on_unfinished(Ended(handle_of(r.handle, self.serial, self.names),
+                                        user_of(r.user),
                                         _STATE.get(r.state, r.state)))
                 cb = ffi.callback("kva_unfinished_fn", fn, onerror=onerror("on_unfinished"))
                 s = enter_callback(self)

@@ -2,6 +2,7 @@
 """Calls about the loaded library and the process, not an engine: versions,
 features, reason names, the fork handlers and the CUDA importer's support."""
 import os
+from typing import Any, Optional, Tuple
 
 from ._lib import ffi, lib
 
@@ -39,15 +40,40 @@ def register_at_fork():
     return True
 
 
+def cuda_library() -> Optional[str]:
+    """Where libkvadmit-cuda is loaded from: $KVADMIT_CUDA_LIBRARY, the one
+    beside the loaded libkvadmit (a prefix install or a build tree puts both
+    in one folder), or an installed one (libkvadmit's search, _lib.installed);
+    None if the process cannot load any."""
+    global _cuda
+    if _cuda is None:
+        from ._lib import CUDA_SONAME, cuda_ffi, installed, library_path
+        env = os.environ.get("KVADMIT_CUDA_LIBRARY")
+        if env:
+            paths = [env]
+        else:
+            beside = os.path.join(os.path.dirname(os.path.realpath(library_path)), CUDA_SONAME)
+            paths = ([beside] if os.path.exists(beside) else []) + list(
+                installed("kvadmit-cuda", CUDA_SONAME))
+        _cuda = (None, None)
+        for path in paths:
+            try:
+                lib = cuda_ffi.dlopen(path)
+                lib.kva_cuda_importer_supported  # the symbol, or AttributeError
+            except (OSError, AttributeError):
+                continue
+            _cuda = (path, lib)
+            break
+    return _cuda[0]
+
+
+_cuda: Optional[Tuple[Optional[str], Any]] = None
+
+
 def cuda_importer_supported() -> bool:
-    """kva_cuda_importer_supported() of libkvadmit-cuda, if the process can
-    load it ($KVADMIT_CUDA_LIBRARY or the installed one); False otherwise."""
-    import ctypes.util
-    from ._lib import cuda_ffi
-    path = os.environ.get("KVADMIT_CUDA_LIBRARY") or ctypes.util.find_library("kvadmit-cuda")
-    if not path:
+    """kva_cuda_importer_supported() of libkvadmit-cuda (cuda_library()):
+    whether it was built with CUDA; False if the process cannot load it."""
+    if cuda_library() is None:
         return False
-    try:
-        return bool(cuda_ffi.dlopen(path).kva_cuda_importer_supported())
-    except OSError:
-        return False
+    assert _cuda is not None
+    return bool(_cuda[1].kva_cuda_importer_supported())

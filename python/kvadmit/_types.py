@@ -7,38 +7,126 @@ never drift from the C ones.
 """
 import dataclasses
 import enum
-from typing import NamedTuple, Optional
+from typing import Dict, NamedTuple, Optional, Union
 
 from ._lib import ffi
 
 
-def _int_enum(name, ctype, prefix, doc, skip=("COUNT",)):
-    members = {}
-    for cname, value in sorted(ffi.typeof(ctype).relements.items(), key=lambda kv: kv[1]):
-        short = cname[len(prefix):]
-        if short not in skip:
-            members[short] = value
-    cls = enum.IntEnum(name, members, module=__name__)
-    cls.__doc__ = doc
+# Written out so that type checkers see the members (mypy: How.RESTORE);
+# _check_enum holds each to its C declaration in _cdef.py at import.
+class Feature(enum.IntEnum):
+    """enum kva_feature (rule capabilities)"""
+    RESTORE_RESERVATION = 1
+    BOUNDED_WAIT = 2
+    COLLECTIVE_COPY = 3
+    LOCAL_REVALIDATION = 4
+    RESET_RELEASES_READY = 5
+    CUDA_IMPORTER = 6
+    HOST_LOCAL = 7
+    EXACT_BUDGET = 8
+    CREDITS_ONLY = 9
+
+
+class Policy(enum.IntEnum):
+    """enum kva_policy"""
+    WAIT = 0
+    LEGACY = 1
+
+
+class Order(enum.IntEnum):
+    """enum kva_order: the waiting order"""
+    FCFS = 0
+    PRIORITY = 1
+
+
+class LogLevel(enum.IntEnum):
+    """enum kva_log_level"""
+    DEBUG = 0
+    INFO = 1
+    WARN = 2
+    ERROR = 3
+
+
+class Location(enum.IntEnum):
+    """enum kva_location"""
+    EXTERNAL = 0
+    LOCAL = 1
+
+
+class LogEvent(enum.IntEnum):
+    """enum kva_log_event: what a structured log line is about"""
+    WAIT_STARTED = 1
+    WAIT_ONGOING = 2
+    WAIT_EXPIRED = 3
+    FALLBACK = 4
+    LOOKUP_TIMEOUT = 5
+    COPY_FAILED = 6
+    COPY_RETRY = 7
+    SHORTER = 8
+    DUPLICATE_ID = 9
+    PLAN_TOO_SMALL = 10
+    NO_MEMORY = 11
+    INVARIANT = 12
+    IMPORTER_REFUSED = 13
+
+
+class State(enum.IntEnum):
+    """enum kva_state"""
+    WAITING = 1
+    IMPORTING = 2
+    READY = 3
+    RUNNING = 4
+    FINISHED = 5
+    CANCELLED = 6
+    REJECTED = 7
+
+
+class Reason(enum.IntEnum):
+    """enum kva_reason: why a request takes the ordinary (recompute) path"""
+    NONE = 0
+    NO_KEY = 1
+    MISS = 2
+    INCOMPATIBLE = 3
+    LOOKUP_TIMEOUT = 4
+    RETRIES_EXHAUSTED = 5
+    WAIT_EXPIRED = 6
+    TOO_LARGE = 7
+    LEGACY = 8
+
+
+class How(enum.IntEnum):
+    """enum kva_how: how a request was admitted"""
+    RESTORE = 1
+    LOCAL = 2
+    RECOMPUTE = 3
+
+
+class MetricsFormat(enum.IntEnum):
+    """enum kva_metrics_format"""
+    PROMETHEUS = 0
+    OPENMETRICS = 1
+
+
+def _check_enum(cls, ctype, prefix, skip=("COUNT",)):
+    """cls must be exactly the C enum `ctype` (names less `prefix`, values),
+    else ImportError: the binding would pass wrong numbers."""
+    c = {cname[len(prefix):]: value for cname, value in ffi.typeof(ctype).relements.items()
+         if cname[len(prefix):] not in skip}
+    py = {m.name: int(m) for m in cls}
+    if c != py:
+        raise ImportError(f"kvadmit: {cls.__name__} does not match {ctype}: {py} != {c}")
     cls._ctype = ctype
     cls._prefix = prefix
-    return cls
 
 
-Feature = _int_enum("Feature", "enum kva_feature", "KVA_FEATURE_",
-                    "enum kva_feature (rule capabilities)")
-Policy = _int_enum("Policy", "enum kva_policy", "KVA_POLICY_", "enum kva_policy")
-Order = _int_enum("Order", "enum kva_order", "KVA_ORDER_", "enum kva_order: the waiting order")
-LogLevel = _int_enum("LogLevel", "enum kva_log_level", "KVA_LOG_", "enum kva_log_level")
-Location = _int_enum("Location", "enum kva_location", "KVA_LOC_", "enum kva_location")
-LogEvent = _int_enum("LogEvent", "enum kva_log_event", "KVA_LOGEV_",
-                     "enum kva_log_event: what a structured log line is about")
-State = _int_enum("State", "enum kva_state", "KVA_STATE_", "enum kva_state")
-Reason = _int_enum("Reason", "enum kva_reason", "KVA_REASON_",
-                   "enum kva_reason: why a request takes the ordinary (recompute) path")
-How = _int_enum("How", "enum kva_how", "KVA_ADMIT_", "enum kva_how: how a request was admitted")
-MetricsFormat = _int_enum("MetricsFormat", "enum kva_metrics_format", "KVA_METRICS_",
-                          "enum kva_metrics_format")
+for _cls, _ctype, _prefix in (
+        (Feature, "enum kva_feature", "KVA_FEATURE_"), (Policy, "enum kva_policy", "KVA_POLICY_"),
+        (Order, "enum kva_order", "KVA_ORDER_"),
+        (LogLevel, "enum kva_log_level", "KVA_LOG_"), (Location, "enum kva_location", "KVA_LOC_"),
+        (LogEvent, "enum kva_log_event", "KVA_LOGEV_"), (State, "enum kva_state", "KVA_STATE_"),
+        (Reason, "enum kva_reason", "KVA_REASON_"), (How, "enum kva_how", "KVA_ADMIT_"),
+        (MetricsFormat, "enum kva_metrics_format", "KVA_METRICS_")):
+    _check_enum(_cls, _ctype, _prefix)
 
 ENUMS = (Feature, Policy, Order, LogLevel, Location, LogEvent, State, Reason, How, MetricsFormat)
 
@@ -59,10 +147,14 @@ _LOCATION = _lookup_table(Location)
 
 # ---- value types ------------------------------------------------------------
 class Handle(NamedTuple):
-    """kva_handle: one incarnation of a request. Hashable; pass it back as is."""
-    id: int
+    """kva_handle: one incarnation of a request. Hashable; pass it back as is.
+    id: the host's id, an int or a str (RequestIds). engine: the
+    Engine.serial of the engine that made it; another engine refuses it
+    (InvalidArgument). 0 (a Handle made by hand): not checked."""
+    id: Union[int, str]
     gen: int
     slot: int
+    engine: int = 0
 
 
 class LookupToken(NamedTuple):
@@ -182,12 +274,54 @@ class Histogram:
     bounds_ns: tuple
 
 
-def handle_of(c):
-    return Handle(c.id, c.gen, c.slot)
+_new_tuple = tuple.__new__
 
 
-def handle_or_none(c):
-    return None if c.id == 0 and c.gen == 0 else Handle(c.id, c.gen, c.slot)
+def handle_of(c, engine=0, names=None):
+    """The Handle of kva_handle c, made by the engine of serial `engine`;
+    names: the engine's {engine id: the host's string id} (RequestIds)."""
+    i = c.id
+    if names:
+        i = names.get(i, i)
+    return _new_tuple(Handle, (i, c.gen, c.slot, engine))
+
+
+def handle_or_none(c, engine=0, names=None):
+    return None if c.id == 0 and c.gen == 0 else handle_of(c, engine, names)
+
+
+class RequestIds:
+    """String request ids (vLLM's request_id) for one engine: each live
+    string is mapped to an engine id of its own from 2**63 up, never reused
+    (so no two strings, and no string and an integer id below 2**63, can
+    collide); a string submitted again while live maps to the same engine
+    id, so the engine rejects the duplicate (rule id-reuse) as it would an
+    integer. The mapping of a request goes once its end has been listed in
+    a plan (Engine.step drops it one step later)."""
+    FIRST = 1 << 63
+
+    def __init__(self):
+        self.to_engine = {}  # the host's string -> engine id
+        self.to_host = {}    # engine id -> the host's string (handle_of's names)
+        self.next = self.FIRST
+
+    def engine_id(self, rid):
+        eid = self.to_engine.get(rid)
+        if eid is None:
+            eid = self.next
+            self.next += 1
+            self.to_engine[rid] = eid
+            self.to_host[eid] = rid
+        return eid
+
+    def ended(self, eid, state):
+        """A request's end was listed: its string is free (not for a
+        REJECTED duplicate: the string's live request keeps it)."""
+        if state == 7:  # KVA_STATE_REJECTED
+            return
+        rid = self.to_host.pop(eid, None)
+        if rid is not None and self.to_engine.get(rid) == eid:
+            del self.to_engine[rid]
 
 
 def user_of(p):

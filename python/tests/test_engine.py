@@ -6,6 +6,7 @@ import errno
 import logging
 import os
 import queue
+import re
 import subprocess
 import sys
 import textwrap
@@ -463,7 +464,10 @@ def test_register_at_fork_child_runs_an_engine():
             assert e.step(MS).n_admitted == 1
         print("ok")
     """)
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    # the child imports the kvadmit under test, also when pytest alone put it on sys.path
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(kvadmit.__file__)))
+    path = os.pathsep.join(p for p in (pkg, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=path)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=60, env=env)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
@@ -554,13 +558,20 @@ def test_cpu_importer_bad_config():
         imp.stats()
 
 
-def test_example_runs_to_completion():
+@pytest.mark.parametrize("mode", [[], ["--credits-only"]])
+def test_example_runs_to_completion(mode):
+    """The vLLM-style example, on kvadmit's page ids and on the host's own
+    block pool (credits only), with string request ids: it exits 0 only if
+    every request finished, every page came back, something was restored
+    and something preempted (and, credits only, every host block is free)."""
     here = os.path.dirname(os.path.abspath(__file__))
     ex = os.path.join(here, "..", "examples", "vllm_style_scheduler.py")
-    r = subprocess.run([sys.executable, ex, "--requests", "300"], capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run([sys.executable, ex, "--requests", "300"] + mode, capture_output=True,
+                       text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "restored" in r.stdout and "preempted" in r.stdout
+    m = re.search(r"preempted (\d+) \(engine: (\d+)\)", r.stdout)
+    assert m and int(m.group(1)) > 0 and m.group(1) == m.group(2), r.stdout
+    assert ("host copies failed" in r.stdout) == bool(mode)
 
 
 def test_readme_example_runs():

@@ -6,6 +6,8 @@
  * empty to non-empty, and lets any thread walk the waiting queue in order.
  */
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <urcu/urcu-memb.h>
 
 #include "scenario.h"
@@ -453,6 +455,157 @@ static void slots_are_reused_with_a_new_generation_and_old_handles_stay_dead(voi
 	sc_free(s);
 }
 
+/* ---- one step at a time: a second, concurrent kva_step gets -EBUSY ---- */
+
+/* A directory that holds the step inside its callback until released. */
+struct held_step {
+	struct sc *s;
+	atomic_int inside, go;
+	int rc;
+};
+
+static void holding_lookup(void *ctx, uint64_t key, uint32_t prompt, kva_lookup_token t)
+{
+	struct held_step *x = ctx;
+	(void)key, (void)prompt, (void)t;
+	atomic_store_explicit(&x->inside, 1, memory_order_release);
+	while (!atomic_load_explicit(&x->go, memory_order_acquire))
+		sched_yield();
+}
+
+static void *step_on_other_thread(void *arg)
+{
+	struct held_step *x = arg;
+	x->rc = kva_step(x->s->e, SC_MS, &x->s->plan);
+	return NULL;
+}
+
+static void second_concurrent_step_gets_ebusy_and_changes_nothing(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	struct sc *s = sc_new(&c);
+	struct held_step x = {.s = s};
+	kva_engine_destroy(s->e);
+	s->cfg.lookup = holding_lookup;
+	s->cfg.lookup_ctx = &x;
+	int err;
+	s->e = kva_engine_create(&s->cfg, &err);
+	assert_non_null(s->e);
+	sc_submit(s, 2, 0, 32);   /* no key: admitted */
+	sc_submit(s, 1, KEY, 32); /* looked up: the step holds in the directory */
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, step_on_other_thread, &x), 0);
+	while (!atomic_load_explicit(&x.inside, memory_order_acquire))
+		sched_yield();
+	/* the second caller's own plan: left exactly as it was */
+	kva_admission adm[4];
+	uint32_t pages[128];
+	kva_plan p2 = {.admitted = adm, .admitted_cap = 4, .pages = pages, .pages_cap = 128,
+	               .n_admitted = 777, .n_pages = 778, .events = 779};
+	assert_int_equal(kva_step(s->e, 2 * SC_MS, &p2), -EBUSY);
+	assert_int_equal(kva_step(s->e, 2 * SC_MS, &p2), -EBUSY);
+	assert_int_equal(p2.n_admitted, 777);
+	assert_int_equal(p2.n_pages, 778);
+	assert_int_equal(p2.events, 779);
+	atomic_store_explicit(&x.go, 1, memory_order_release);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	/* the held step ingested both and admitted the unkeyed one, once */
+	assert_int_equal(x.rc, 1);
+	assert_int_equal(s->plan.events, 2);
+	assert_int_equal(s->plan.admitted[0].handle.id, 2);
+	/* the scheduler's role passes to this thread: the next step continues it */
+	kva_stats before = sc_stats(s);
+	assert_int_equal(before.steps, 1);
+	assert_int_equal(before.running, 1);
+	assert_int_equal(before.waiting, 1);
+	assert_int_equal(kva_step(s->e, 3 * SC_MS, &p2), 0);
+	assert_int_equal(sc_stats(s).steps, 2);
+	sc_assert_conserved(s);
+	sc_free(s);
+}
+
+/* Two threads each submit, step and finish in a loop: whichever step runs
+ * admits each request once; the other caller is turned away. */
+#define RACE_ROUNDS 4000u
+struct racer {
+	kva_engine *e;
+	atomic_uint_fast64_t *clock;
+	uint64_t first_id;
+	uint32_t admitted, busy;
+	uint8_t *seen; /* by id - 1, shared: each admission counts once */
+};
+
+static void *race_steps(void *arg)
+{
+	struct racer *r = arg;
+	static _Thread_local kva_admission adm[64];
+	static _Thread_local uint32_t pages[200];
+	static _Thread_local kva_ended ended[128];
+	kva_plan p = {.admitted = adm, .admitted_cap = 64, .pages = pages, .pages_cap = 200,
+	              .ended = ended, .ended_cap = 128};
+	for (uint32_t i = 0; i < RACE_ROUNDS; i++) {
+		kva_request q = {.id = r->first_id + i, .prompt_tokens = 16};
+		kva_handle h;
+		assert_int_equal(kva_submit(r->e, &q, &h), 0);
+		uint64_t now = atomic_fetch_add_explicit(r->clock, 1000, memory_order_relaxed);
+		int n = kva_step(r->e, now, &p);
+		if (n == -EBUSY) {
+			r->busy++;
+			continue;
+		}
+		assert_true(n >= 0);
+		for (int k = 0; k < n; k++) {
+			uint64_t id = adm[k].handle.id;
+			assert_int_equal(r->seen[id - 1]++, 0);
+			assert_int_equal(kva_finish(r->e, adm[k].handle), 0);
+		}
+		r->admitted += (uint32_t)n;
+		sched_yield(); /* let the other thread's step in */
+	}
+	return NULL;
+}
+
+static void two_threads_stepping_at_once_admit_each_request_once(void **st)
+{
+	(void)st;
+	kva_config c;
+	sc_config(&c);
+	c.max_running = 256;
+	struct sc *s = sc_new(&c);
+	uint8_t *seen = calloc(2 * RACE_ROUNDS, 1);
+	assert_non_null(seen);
+	atomic_uint_fast64_t clock = 1;
+	struct racer a = {s->e, &clock, 1, 0, 0, seen}, b = {s->e, &clock, 1 + RACE_ROUNDS, 0, 0, seen};
+	pthread_t ta, tb;
+	assert_int_equal(pthread_create(&ta, NULL, race_steps, &a), 0);
+	assert_int_equal(pthread_create(&tb, NULL, race_steps, &b), 0);
+	assert_int_equal(pthread_join(ta, NULL), 0);
+	assert_int_equal(pthread_join(tb, NULL), 0);
+	/* what the racing loops left: admitted by the last steps here */
+	uint32_t rest = 0;
+	for (int i = 0; i < 1000 && a.admitted + b.admitted + rest < 2 * RACE_ROUNDS; i++) {
+		int n = sc_step(s, SC_MS);
+		for (int k = 0; k < n; k++) {
+			assert_int_equal(seen[s->plan.admitted[k].handle.id - 1]++, 0);
+			assert_int_equal(kva_finish(s->e, s->plan.admitted[k].handle), 0);
+		}
+		rest += (uint32_t)n;
+	}
+	assert_int_equal(a.admitted + b.admitted + rest, 2 * RACE_ROUNDS);
+	for (uint32_t i = 0; i < 2 * RACE_ROUNDS; i++)
+		assert_int_equal(seen[i], 1);
+	sc_step(s, SC_MS); /* the last finishes are counted by a step */
+	kva_stats t = sc_stats(s);
+	assert_int_equal(t.finished, 2 * RACE_ROUNDS);
+	assert_int_equal(t.running + t.waiting, 0);
+	assert_int_equal(t.free_pages, t.total_pages);
+	sc_assert_conserved(s);
+	free(seen);
+	sc_free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -468,6 +621,8 @@ int main(void)
 	    cmocka_unit_test(id_preempted_elsewhere_then_cancelled_is_free_for_a_resubmit),
 	    cmocka_unit_test(waiting_foreach_walks_the_queue_in_admission_order),
 	    cmocka_unit_test(slots_are_reused_with_a_new_generation_and_old_handles_stay_dead),
+	    cmocka_unit_test(second_concurrent_step_gets_ebusy_and_changes_nothing),
+	    cmocka_unit_test(two_threads_stepping_at_once_admit_each_request_once),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -120,6 +120,39 @@ static void a_step_that_preempted_admits_nothing_new(void **st)
 	sc_free(s);
 }
 
+/* A host that passes what is left of its budget: 0 left admits nothing
+ * that prefills (a full local hit costs one token too), while the old
+ * meaning of 0 (unlimited) stays for plans that do not say exact, and
+ * KVA_TOKEN_BUDGET_UNLIMITED is no budget in either mode. */
+static void an_exact_budget_of_zero_admits_nothing_that_prefills(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	assert_true(kva_has_feature(KVA_FEATURE_EXACT_BUDGET));
+	kva_handle h[3];
+	for (int i = 0; i < 3; i++)
+		h[i] = sc_submit(s, (uint64_t)i + 1, 0, 64);
+	kva_handle hit = sc_submit_local(s, 9, 0, 64, sc_ckpt(64, 90, 1));
+	s->plan.token_budget_exact = true;
+	s->plan.token_budget = 0;
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(sc_step(s, SC_MS), 0);
+	assert_int_equal(sc_stats(s).waiting, 4);
+	assert_false(s->plan.head_blocked); /* out of budget, not of capacity */
+	s->plan.token_budget = 64; /* exactly one first chunk */
+	assert_int_equal(sc_step(s, SC_MS), 1);
+	assert_non_null(sc_admitted(s, h[0]));
+	s->plan.token_budget = KVA_TOKEN_BUDGET_UNLIMITED;
+	assert_int_equal(sc_step(s, SC_MS), 3);
+	assert_non_null(sc_admitted(s, hit));
+	s->plan.token_budget_exact = false; /* 0 means unlimited again */
+	s->plan.token_budget = 0;
+	for (int i = 0; i < 3; i++)
+		sc_submit(s, (uint64_t)i + 20, 0, 64);
+	assert_int_equal(sc_step(s, SC_MS), 3);
+	sc_free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -128,6 +161,7 @@ int main(void)
 		cmocka_unit_test(ready_restores_pass_a_blocked_head_within_the_budget),
 		cmocka_unit_test(a_full_local_hit_still_costs_one_token),
 		cmocka_unit_test(a_step_that_preempted_admits_nothing_new),
+		cmocka_unit_test(an_exact_budget_of_zero_admits_nothing_that_prefills),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
