@@ -71,6 +71,7 @@ void kvf_apply_batch(kva_fleet *f, struct publisher *pub, const uint8_t *data, s
 		return;
 	}
 	stat_add(f, STAT(unknown_events), f->batch.unknown_events);
+	stat_add(f, STAT(undecodable_events), f->batch.undecodable_events);
 	/* Only the batch's last AllBlocksCleared touches the index: it wipes
 	 * whatever the events before it would store or remove there, and each
 	 * clear may scan the whole table. They are still counted. */

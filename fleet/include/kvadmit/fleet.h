@@ -117,7 +117,11 @@ KVA_API int kva_fleet_publisher_seq(const kva_fleet *f, uint32_t id, int64_t *ne
  * to the kva_fleet_lookup calls made, every answer is in the engine's inbox (acquire). */
 KVA_API uint64_t kva_fleet_lookups_done(const kva_fleet *f);
 
-/* A bytes block hash (vLLM's sha256) as the fleet keys it. */
+/* kva_fleet_hash_bytes - a bytes block hash as the fleet keys it: its last 8 bytes, big-endian
+ * (fewer than 8: all of them). That is vLLM's maybe_convert_block_hash
+ * (vllm/v1/core/kv_cache_utils.py: int.from_bytes(hash, "big") & (2**64 - 1)), the int a
+ * publisher with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES sends, so a chain stored by an int
+ * publisher and one stored by a bytes publisher are the same chain. Any thread; pure. */
 KVA_API uint64_t kva_fleet_hash_bytes(const void *p, size_t n);
 
 typedef struct kva_fleet_stats {
@@ -143,6 +147,10 @@ typedef struct kva_fleet_stats {
 	 * clear, a restart, a dropped or removed publisher): about 10 ms each
 	 * at the default max_blocks. */
 	uint64_t index_scans;
+	/* Events skipped because they could not be read as their kind (a known
+	 * field of another type: a newer publisher); their batch's other events
+	 * are applied. */
+	uint64_t undecodable_events;
 } kva_fleet_stats;
 
 KVA_API void kva_fleet_stats_get(const kva_fleet *f, kva_fleet_stats *out);
