@@ -357,6 +357,61 @@ static void gap_is_recovered_through_replay(void **st)
 	fx_free(x);
 }
 
+/* Replay replies in both framings, told apart per reply: 3 frames (vLLM
+ * before v0.26, SGLang) and 4 with the topic (vLLM v0.26 on, PR #45177).
+ * A gap is recovered and a publisher that joins late gets its history, in
+ * each; nothing lands in bad_frames. */
+static void replay_in_both_framings_gap_and_late_join(void **st)
+{
+	(void)st;
+	for (int frames = 3; frames <= 4; frames++) {
+		struct fx *x = fx_new(1, NULL, NULL, 0, 0);
+		tp_reply_frames(x->tp[0], frames);
+		fx_sync(x, 0);
+		register_chain(x);
+		kva_fleet_stats s0 = stats(x);
+		tp_store(x->tp[0], &CHAIN[0], 2, BS, NULL, -1, 0);
+		tp_store(x->tp[0], &CHAIN[2], 2, BS, NULL, -1, 1 /* skipped: a gap */);
+		tp_store(x->tp[0], &CHAIN[4], 2, BS, NULL, -1, 0);
+		fx_quiet(x, 0);
+		kva_fleet_stats s = stats(x);
+		assert_int_equal(s.gaps - s0.gaps, 1);
+		assert_int_equal(s.lost_batches, 0);
+		assert_int_equal(s.bad_frames, 0);
+		assert_int_equal(s.blocks, 6);
+
+		/* joins late: its first batches were published before anyone listened */
+		x->tp[1] = tp_new(x->zctx);
+		assert_non_null(x->tp[1]);
+		x->ntp = 2;
+		tp_reply_frames(x->tp[1], frames);
+		tp_store(x->tp[1], CHAIN, 8, BS, "CPU", -1, 1);
+		tp_store(x->tp[1], CHAIN, 3, BS, "disk", -1, 1);
+		kva_fleet_publisher np = {.endpoint = tp_pub_endpoint(x->tp[1]),
+		                          .replay_endpoint = tp_replay_endpoint(x->tp[1])};
+		assert_int_equal(kva_fleet_add_publisher(x->f, &np), 1);
+		uint64_t end = mono() + WAIT_NS;
+		while (fx_seq(x, 1) <= 2) { /* slow joiner: send until one arrives */
+			assert_true(mono() < end);
+			tp_empty(x->tp[1]);
+			for (int k = 0; k < 20 && fx_seq(x, 1) <= 2; k++) {
+				pump(x);
+				usleep(1000);
+			}
+		}
+		fx_quiet(x, 1);
+		s = stats(x);
+		assert_int_equal(s.bad_frames, 0);
+		assert_int_equal(s.lost_batches, 0);
+		assert_int_equal(s.blocks, 6 + 8 + 3);
+		fx_hog(x);
+		kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
+		WAIT_UNTIL(x, info(x, h).has_selection);
+		assert_int_equal(info(x, h).selected_position, 8 * BS); /* the late joiner's CPU */
+		fx_free(x);
+	}
+}
+
 /* Sequence back to 0: the old process's blocks are dropped, the new
  * process's count; a waiting request that selected the old ones hears of it. */
 static void publisher_restart_drops_its_entries(void **st)
@@ -1235,7 +1290,16 @@ static int py_cmd(struct fx *x, const char *fmt, ...)
 	return strncmp(line, "OK", 2) == 0 ? 0 : -1;
 }
 
+static int py_start_args(struct fx *x, char *pub, char *rep, char *const *args);
+
 static int py_start(struct fx *x, char *pub, char *rep)
+{
+	char *const none[] = {NULL};
+	return py_start_args(x, pub, rep, none);
+}
+
+/* pypub.py with args (its options: --reply-frames, --array-batch, ...). */
+static int py_start_args(struct fx *x, char *pub, char *rep, char *const *args)
 {
 	const char *script = getenv("KVA_FLEET_PYPUB");
 	if (!script || access("/usr/bin/python3", X_OK) != 0)
@@ -1251,7 +1315,9 @@ static int py_start(struct fx *x, char *pub, char *rep)
 	posix_spawn_file_actions_adddup2(&fa, out[1], 1);
 	posix_spawn_file_actions_addclose(&fa, in[1]);
 	posix_spawn_file_actions_addclose(&fa, out[0]);
-	char *argv[] = {"/usr/bin/python3", (char *)script, NULL};
+	char *argv[12] = {"/usr/bin/python3", (char *)script};
+	for (int i = 0; args[i] && i < 9; i++)
+		argv[2 + i] = args[i];
 	/* the sanitizer runtimes' preloads are not for the interpreter */
 	char *envp[] = {"PATH=/usr/bin:/bin", NULL};
 	int rc = posix_spawn(&x->py, argv[0], &fa, NULL, argv, envp);
@@ -1331,6 +1397,58 @@ static void python_publisher_beside_a_c_one(void **st)
 	fx_free(x);
 }
 
+/* The Python publisher in both replay framings (3 frames; 4 with the
+ * topic, and then also vLLM v0.26's array batch with map events and int
+ * hashes, the digest's last 8 bytes): a late join fetches the history
+ * published before the fleet listened, a gap is replayed, and the chain
+ * registered by the same numbers matches whichever form it was sent in. */
+static void python_publisher_replays_in_both_framings(void **st)
+{
+	(void)st;
+	for (int frames = 3; frames <= 4; frames++) {
+		char pub[256], rep[256];
+		struct fx tmp = {0};
+		char *const v3[] = {"--reply-frames", "3", NULL};
+		char *const v4[] = {"--reply-frames", "4", "--array-batch", "--int-hashes",
+		                    "--topic", "kv@pod-7@llama", NULL};
+		if (py_start_args(&tmp, pub, rep, frames == 3 ? v3 : v4) != 0)
+			skip(); /* no /usr/bin/python3 with python3-zmq and python3-msgpack */
+		/* published before the fleet exists: only the replay has them */
+		FILE *in = tmp.py_in;
+		fprintf(in, "store 101,102,103 %d - -\n", BS);
+		fflush(in);
+		char line[64];
+		assert_non_null(fgets(line, sizeof line, tmp.py_out));
+		struct fx *x = fx_new(0, pub, rep, 0, 0);
+		x->py_in = tmp.py_in, x->py_out = tmp.py_out, x->py = tmp.py;
+		uint64_t end = mono() + WAIT_NS;
+		while (stats(x).blocks < 3) {
+			assert_true(mono() < end);
+			assert_int_equal(py_cmd(x, "empty"), 0);
+			for (int k = 0; k < 20 && stats(x).blocks < 3; k++) {
+				pump(x);
+				usleep(1000);
+			}
+		}
+		register_chain(x);
+		assert_int_equal(py_cmd(x, "skip-next"), 0);
+		assert_int_equal(py_cmd(x, "store 104,105 %d - -", BS), 0); /* never sent live */
+		assert_int_equal(py_cmd(x, "store 106 %d - -", BS), 0);
+		WAIT_UNTIL(x, stats(x).blocks == 6);
+		kva_fleet_stats s = stats(x);
+		assert_int_equal(s.malformed, 0);
+		assert_int_equal(s.bad_frames, 0);
+		assert_int_equal(s.lost_batches, 0);
+		assert_true(s.gaps >= 1);
+		fx_hog(x);
+		kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
+		WAIT_UNTIL(x, info(x, h).has_selection);
+		assert_int_equal(info(x, h).selected_position, 6 * BS);
+		py_stop(x);
+		fx_free(x);
+	}
+}
+
 static void bad_config_is_refused(void **st)
 {
 	(void)st;
@@ -1358,6 +1476,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(several_publishers_longest_first_and_removal_reaches_waiting),
 		cmocka_unit_test(gap_is_recovered_through_replay),
+		cmocka_unit_test(replay_in_both_framings_gap_and_late_join),
 		cmocka_unit_test(publisher_restart_drops_its_entries),
 		cmocka_unit_test(cleared_publisher_reaches_waiting_request),
 		cmocka_unit_test(vanished_publisher_is_dropped_and_reaches_waiting),
@@ -1383,6 +1502,7 @@ int main(void)
 		cmocka_unit_test(oldest_chain_gives_way_and_chain_length_limit),
 		cmocka_unit_test(watches_end_after_watch_ns),
 		cmocka_unit_test(python_publisher_beside_a_c_one),
+		cmocka_unit_test(python_publisher_replays_in_both_framings),
 		cmocka_unit_test(bad_config_is_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
