@@ -293,6 +293,8 @@ static void drain_monitor(kva_fleet *f, struct publisher *pub)
 				pub->down_since = now_ns();
 				stat_add(f, STAT(publishers_down), 1);
 			} else if (event == ZMQ_EVENT_CONNECTED) {
+				if (pub->down) /* back: not trusted to be the same process */
+					kvf_on_reconnect(f, pub);
 				pub->down = false;
 			}
 		}

@@ -438,6 +438,50 @@ static void publisher_restart_drops_its_entries(void **st)
 	fx_free(x);
 }
 
+/* A quick restart: the publisher's process goes and another binds the same
+ * endpoints and has already numbered past the old sequence before the
+ * subscriber reconnects, so the numbers never go back. The reconnect alone
+ * makes it a new process: the old blocks are not answered any more (the
+ * waiting request that selected them looks up again), the new process's
+ * blocks are. */
+static void quick_restart_on_reconnect_is_a_new_process(void **st)
+{
+	(void)st;
+	struct fx *x = fx_new(2, NULL, NULL, 0, 0);
+	fx_sync(x, 0);
+	fx_sync(x, 1);
+	register_chain(x);
+	uint64_t b0 = stats(x).batches;
+	tp_store(x->tp[0], CHAIN, 6, BS, NULL, -1, 0);
+	tp_store(x->tp[1], CHAIN, 1, BS, NULL, -1, 0);
+	fx_settle(x, b0 + 2);
+	fx_hog(x);
+	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
+	WAIT_UNTIL(x, info(x, h).has_selection);
+	assert_int_equal(info(x, h).selected_position, 6 * BS);
+	kva_fleet_stats s0 = stats(x);
+	int64_t old_next = tp_next_seq(x->tp[0]);
+	assert_int_equal(tp_reopen(x->tp[0], old_next + 5), 0);
+	uint64_t end = mono() + WAIT_NS;
+	while (fx_seq(x, 0) != tp_next_seq(x->tp[0])) { /* until the new stream is applied */
+		assert_true(mono() < end);
+		tp_empty(x->tp[0]);
+		for (int k = 0; k < 20 && fx_seq(x, 0) != tp_next_seq(x->tp[0]); k++) {
+			pump(x);
+			usleep(1000);
+		}
+	}
+	WAIT_UNTIL(x, info(x, h).lookups == 2 && info(x, h).has_selection);
+	assert_int_equal(info(x, h).selected_position, 1 * BS); /* the other node's block */
+	tp_store(x->tp[0], CHAIN, 2, BS, NULL, -1, 0); /* the new process's own */
+	fx_quiet(x, 0);
+	kva_fleet_stats s = stats(x);
+	assert_true(s.reconnects >= 1);
+	assert_int_equal(s.restarts - s0.restarts, 0); /* the numbers never went back */
+	assert_int_equal(s.blocks, 1 + 2);
+	fx_free(x);
+}
+
 /* AllBlocksCleared empties the publisher; the waiting request looks up
  * again, finds nothing and falls back to recompute (MISS). */
 static void cleared_publisher_reaches_waiting_request(void **st)
@@ -1478,6 +1522,7 @@ int main(void)
 		cmocka_unit_test(gap_is_recovered_through_replay),
 		cmocka_unit_test(replay_in_both_framings_gap_and_late_join),
 		cmocka_unit_test(publisher_restart_drops_its_entries),
+		cmocka_unit_test(quick_restart_on_reconnect_is_a_new_process),
 		cmocka_unit_test(cleared_publisher_reaches_waiting_request),
 		cmocka_unit_test(vanished_publisher_is_dropped_and_reaches_waiting),
 		cmocka_unit_test(fleet_threads_block_every_signal),

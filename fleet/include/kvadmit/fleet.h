@@ -151,6 +151,9 @@ typedef struct kva_fleet_stats {
 	 * field of another type: a newer publisher); their batch's other events
 	 * are applied. */
 	uint64_t undecodable_events;
+	/* Publishers whose connection came back: treated as a new process, their
+	 * entries dropped and their history fetched again from 0 (docs/fleet.md). */
+	uint64_t reconnects;
 } kva_fleet_stats;
 
 KVA_API void kva_fleet_stats_get(const kva_fleet *f, kva_fleet_stats *out);
