@@ -10,6 +10,7 @@
 
 #include <string.h>
 
+#include "score.h"
 #include "watch.h"
 
 /* Names compare by their bytes and length (the wire allows NUL in them); an
@@ -43,6 +44,8 @@ static size_t drop_entries(kva_fleet *f, struct publisher *pub)
 		n = kvf_index_del_matching(&f->index, (uint32_t)pub->id << 16, 16, NULL);
 		pub->nentries = 0;
 		stat_add(f, STAT(index_scans), 1);
+		if (f->score)
+			kvf_score_drop_publisher(f->score, pub->id);
 	}
 	kvf_watches_check(f, 0, pub->id);
 	return n;
@@ -72,6 +75,8 @@ void kvf_apply_batch(kva_fleet *f, struct publisher *pub, const uint8_t *data, s
 	}
 	stat_add(f, STAT(unknown_events), f->batch.unknown_events);
 	stat_add(f, STAT(undecodable_events), f->batch.undecodable_events);
+	if (f->score)
+		kvf_score_rank(f->score, pub->id, f->batch.dp_rank);
 	/* Only the batch's last AllBlocksCleared touches the index: it wipes
 	 * whatever the events before it would store or remove there, and each
 	 * clear may scan the whole table. They are still counted. */
@@ -114,15 +119,23 @@ void kvf_apply_batch(kva_fleet *f, struct publisher *pub, const uint8_t *data, s
 					continue;
 				}
 				pub->block_size = ev->block_size;
+				if (f->score)
+					kvf_score_block_size(f->score, pub->id, ev->block_size);
 			}
 			pub->media |= 1ull << medium;
 			for (uint32_t k = 0; k < ev->nhashes && !wiped; k++) {
 				struct kvf_slot out;
 				bool evicted;
-				if (kvf_index_put(&f->index, hashes[k], loc, &out, &evicted))
+				if (kvf_index_put(&f->index, hashes[k], loc, &out, &evicted)) {
 					pub->nentries++;
-				if (evicted) /* the cap took some publisher's entry */
+					if (f->score)
+						kvf_score_add(f->score, hashes[k], loc);
+				}
+				if (evicted) { /* the cap took some publisher's entry */
 					f->pubs[KVF_LOC_PUB(out.loc1 - 1)].nentries--;
+					if (f->score)
+						kvf_score_del(f->score, out.hash, out.loc1 - 1);
+				}
 			}
 			stored += ev->nhashes;
 		} else {
@@ -130,8 +143,11 @@ void kvf_apply_batch(kva_fleet *f, struct publisher *pub, const uint8_t *data, s
 			for (uint32_t k = 0; k < ev->nhashes && !wiped; k++) {
 				/* flags + 1, 0 if absent */
 				uint32_t flags1 = kvf_index_del(&f->index, hashes[k], loc);
-				if (flags1)
+				if (flags1) {
 					pub->nentries--;
+					if (f->score)
+						kvf_score_del(f->score, hashes[k], loc);
+				}
 				if (flags1 && ((flags1 - 1) & KVF_E_WATCHED))
 					watched = true;
 			}

@@ -21,6 +21,7 @@
 #include "apply.h"
 #include "chain.h"
 #include "io_thread.h"
+#include "score.h"
 #include "watch.h"
 
 void kva_fleet_config_default(kva_fleet_config *c)
@@ -218,6 +219,7 @@ void kva_fleet_destroy(kva_fleet *f)
 	kvf_chains_free(f);
 	free(f->chain_map);
 	kvf_index_fini(&f->index);
+	kvf_score_free(f->score);
 	kvf_batch_fini(&f->batch);
 	if (f->wake_fd >= 0)
 		close(f->wake_fd);
@@ -293,6 +295,8 @@ static kva_fleet *create_signals_blocked(const kva_fleet_config *cfg, int *err)
 	rc = -ENOMEM;
 	if (!f->chain_map || !f->watches || !f->pubs)
 		goto fail;
+	if (cfg->score && !(f->score = kvf_score_new(cfg->full_groups)))
+		goto fail;
 	local_media_init(f, cfg->local_media);
 	f->zmq_ctx = cfg->zmq_context;
 	if (!f->zmq_ctx) {
@@ -337,6 +341,17 @@ int kva_fleet_attach(kva_fleet *f, kva_engine *e)
 		return -EINVAL;
 	atomic_store_explicit(&f->engine, e, memory_order_release); /* R2 */
 	return 0;
+}
+
+int kva_fleet_score(const kva_fleet *f, const uint64_t *hashes, uint32_t n,
+                    kva_fleet_match *out, uint32_t cap)
+{
+	if (!f || (!hashes && n) || (!out && cap))
+		return -EINVAL;
+	if (!f->score)
+		return -ENOTSUP;
+	return kvf_score_query(f->score, (const char(*)[KVF_MEDIUM_MAX + 1])f->media,
+	                       f->cfg.block_size, hashes, n, out, cap);
 }
 
 void kva_fleet_stats_get(const kva_fleet *f, kva_fleet_stats *out)

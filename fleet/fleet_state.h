@@ -13,6 +13,7 @@
  *   apply.c          a decoded batch applied to the index
  *   watch.c          checkpoints a lookup was answered with, and their end
  *   chain.c          the registered chains
+ *   score.c          the readers' copy of the index (kva_fleet_score)
  *   index.c, wire.c  the table and the decoder
  *
  * Synchronisation (labels):
@@ -154,6 +155,7 @@ struct kva_fleet {
 	uint32_t watch_head, nwatches;
 	uint64_t epoch;
 	_Atomic uint64_t stats[STAT_COUNT];
+	struct kvf_score *score; /* cfg.score: the readers' copy of the index (score.c) */
 };
 
 static inline void stat_add(kva_fleet *f, size_t i, uint64_t v)

@@ -18,6 +18,7 @@
 #include "chain.h"
 #include "lookup_answer.h"
 #include "replay.h"
+#include "score.h"
 #include "watch.h"
 
 #define RECV_BUDGET 256 /* messages per socket per loop turn: lookups stay prompt */
@@ -234,6 +235,9 @@ static void drain_sub(kva_fleet *f, struct publisher *pub)
 			bool big = zmq_msg_size(&m[2]) > f->cfg.max_message_bytes;
 			if (!big)
 				stat_add(f, STAT(bytes), zmq_msg_size(&m[2]));
+			if (f->score) /* its identity, for routers */
+				kvf_score_topic(f->score, pub->id, zmq_msg_data(&m[0]),
+				                zmq_msg_size(&m[0]));
 			kvf_on_live(f, pub, kvf_seq_decode(zmq_msg_data(&m[1])),
 			            zmq_msg_data(&m[2]), zmq_msg_size(&m[2]), big);
 		}

@@ -12,6 +12,8 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +108,7 @@ static uint32_t fx_max_pending;       /* 0: the default */
 static uint32_t fx_max_chains;        /* 0: the default */
 static uint32_t fx_state_groups;      /* 0: the default (none) */
 static uint64_t fx_watch_ns;          /* 0: the default */
+static uint8_t fx_score;              /* cfg.score */
 
 /* Publishers: ntp C ones, plus endpoints given by the caller (the Python
  * one); publisher `self` is this engine's own. */
@@ -148,6 +151,7 @@ static struct fx *fx_new(int ntp, const char *extra_pub, const char *extra_rep,
 		fc.state_groups = fx_state_groups;
 	if (fx_watch_ns)
 		fc.watch_ns = fx_watch_ns;
+	fc.score = fx_score;
 	if (max_msg)
 		fc.max_message_bytes = max_msg;
 	int err = 1;
@@ -1318,6 +1322,157 @@ static void watches_end_after_watch_ns(void **st)
 	fx_free(x);
 }
 
+/* ---- router scores (kva_fleet_score) ------------------------------------------ */
+
+#define SC_PUBS 3
+#define SC_LEN 24
+static const char *const SC_MEDIA[2] = {"GPU", "CPU"};
+
+/* The reference: which (publisher, medium) holds which block of the base
+ * chain (and noise beside it), kept as the publishers are told. */
+struct sc_model {
+	uint8_t held[SC_PUBS][2][SC_LEN];
+};
+
+static uint32_t rnd(uint64_t *st)
+{
+	*st = *st * 6364136223846793005ull + 1442695040888963407ull;
+	return (uint32_t)(*st >> 33);
+}
+
+/* Brute force: every pair's leading run over chain[0..n), longest first
+ * (ties: publisher, then medium name, as kva_fleet_score sorts). */
+static uint32_t sc_reference(const struct sc_model *m, const uint32_t *idx, uint32_t n,
+                             kva_fleet_match *out)
+{
+	uint32_t k = 0;
+	for (uint32_t p = 0; p < SC_PUBS; p++)
+		for (int md = 0; md < 2; md++) {
+			uint32_t len = 0;
+			while (len < n && idx[len] < SC_LEN && m->held[p][md][idx[len]])
+				len++;
+			if (!len)
+				continue;
+			kva_fleet_match o = {.publisher = p, .blocks = len, .tokens = len * BS};
+			strcpy(o.medium, SC_MEDIA[md]);
+			uint32_t j = k++;
+			for (; j > 0; j--) { /* insertion: blocks desc, publisher, medium */
+				kva_fleet_match *b = &out[j - 1];
+				int before = b->blocks != o.blocks ? b->blocks > o.blocks
+				             : b->publisher != o.publisher ? b->publisher < o.publisher
+				                                           : strcmp(b->medium, o.medium) < 0;
+				if (before)
+					break;
+				out[j] = *b;
+			}
+			out[j] = o;
+		}
+	return k;
+}
+
+struct sc_reader {
+	kva_fleet *f;
+	const uint64_t *chain;
+	atomic_bool stop;
+	uint64_t calls;
+	int bad;
+};
+
+/* Another thread scoring all along while the I/O thread applies. */
+static void *sc_read(void *arg)
+{
+	struct sc_reader *r = arg;
+	kva_fleet_match out[8];
+	while (!atomic_load(&r->stop)) {
+		int n = kva_fleet_score(r->f, r->chain, SC_LEN, out, 8);
+		if (n < 0 || n > 8)
+			r->bad++;
+		for (int i = 0; i < n; i++)
+			if (out[i].blocks == 0 || out[i].blocks > SC_LEN || out[i].publisher >= SC_PUBS)
+				r->bad++;
+		r->calls++;
+	}
+	return NULL;
+}
+
+/* kva_fleet_score against a brute-force reference, rounds of random stores,
+ * removals and clears on three publishers and two media, each round
+ * checked on random chains (the base chain's prefixes, chains that leave it
+ * part-way, a chain nobody holds); a thread scores all along meanwhile. */
+static void score_matches_brute_force_on_random_chains(void **st)
+{
+	(void)st;
+	fx_score = 1;
+	struct fx *x = fx_new(SC_PUBS, NULL, NULL, 0, 0);
+	fx_score = 0;
+	for (int i = 0; i < SC_PUBS; i++)
+		fx_sync(x, i);
+	uint64_t base[SC_LEN + 8];
+	for (int i = 0; i < SC_LEN + 8; i++)
+		base[i] = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1); /* [SC_LEN..]: noise */
+	struct sc_model m = {0};
+	struct sc_reader rd = {.f = x->f, .chain = base};
+	pthread_t reader;
+	assert_int_equal(pthread_create(&reader, NULL, sc_read, &rd), 0);
+	uint64_t seed = 29;
+	kva_fleet_match got[16], want[16];
+	for (int round = 0; round < 40; round++) {
+		uint32_t p = rnd(&seed) % SC_PUBS, md = rnd(&seed) % 2, op = rnd(&seed) % 8;
+		uint32_t a = rnd(&seed) % SC_LEN, len = 1 + rnd(&seed) % (SC_LEN - a);
+		if (op < 5) {
+			tp_store(x->tp[p], &base[a], len, BS, SC_MEDIA[md], -1, 0);
+			for (uint32_t i = a; i < a + len; i++)
+				m.held[p][md][i] = 1;
+		} else if (op < 7) {
+			tp_remove(x->tp[p], &base[a], len, SC_MEDIA[md], -1);
+			for (uint32_t i = a; i < a + len; i++)
+				m.held[p][md][i] = 0;
+		} else {
+			tp_clear(x->tp[p]);
+			memset(m.held[p], 0, sizeof m.held[p]);
+		}
+		tp_store(x->tp[p], &base[SC_LEN + round % 8], 1, BS, "noise", -1, 0);
+		fx_quiet(x, (int)p);
+		for (int q = 0; q < 6; q++) {
+			uint32_t idx[SC_LEN + 1], n = 1 + rnd(&seed) % SC_LEN;
+			uint64_t chain[SC_LEN + 1];
+			for (uint32_t i = 0; i < n; i++)
+				idx[i] = i;
+			if (q == 4) /* leaves the base chain part-way */
+				idx[rnd(&seed) % n] = SC_LEN + 100;
+			if (q == 5) /* nobody holds it */
+				idx[0] = SC_LEN + 100;
+			for (uint32_t i = 0; i < n; i++)
+				chain[i] = idx[i] < SC_LEN + 8 ? base[idx[i]] : 42;
+			uint32_t nw = sc_reference(&m, idx, n, want);
+			int ng = kva_fleet_score(x->f, chain, n, got, 16);
+			assert_int_equal(ng, (int)nw);
+			for (uint32_t i = 0; i < nw; i++) {
+				assert_int_equal(got[i].publisher, want[i].publisher);
+				assert_int_equal(got[i].blocks, want[i].blocks);
+				assert_int_equal(got[i].tokens, want[i].tokens);
+				assert_string_equal(got[i].medium, want[i].medium);
+				assert_int_equal(got[i].dp_rank, 0); /* fleet_pub.c sends rank 0 */
+				assert_string_equal(got[i].topic, "kv");
+			}
+			if (nw > 1) { /* past cap: the longest kept */
+				assert_int_equal(kva_fleet_score(x->f, chain, n, got, 1), 1);
+				assert_int_equal(got[0].blocks, want[0].blocks);
+			}
+		}
+	}
+	atomic_store(&rd.stop, true);
+	pthread_join(reader, NULL);
+	assert_int_equal(rd.bad, 0);
+	assert_true(rd.calls > 0);
+	assert_int_equal(kva_fleet_score(x->f, NULL, 0, got, 16), 0);
+	assert_int_equal(kva_fleet_score(x->f, NULL, 3, got, 16), -EINVAL);
+	fx_free(x);
+	x = fx_new(1, NULL, NULL, 0, 0); /* without cfg.score */
+	assert_int_equal(kva_fleet_score(x->f, base, 1, got, 16), -ENOTSUP);
+	fx_free(x);
+}
+
 /* ---- the Python publisher -------------------------------------------------- */
 
 static int py_cmd(struct fx *x, const char *fmt, ...)
@@ -1463,7 +1618,9 @@ static void python_publisher_replays_in_both_framings(void **st)
 		fflush(in);
 		char line[64];
 		assert_non_null(fgets(line, sizeof line, tmp.py_out));
+		fx_score = 1;
 		struct fx *x = fx_new(0, pub, rep, 0, 0);
+		fx_score = 0;
 		x->py_in = tmp.py_in, x->py_out = tmp.py_out, x->py = tmp.py;
 		uint64_t end = mono() + WAIT_NS;
 		while (stats(x).blocks < 3) {
@@ -1488,6 +1645,15 @@ static void python_publisher_replays_in_both_framings(void **st)
 		kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
 		WAIT_UNTIL(x, info(x, h).has_selection);
 		assert_int_equal(info(x, h).selected_position, 6 * BS);
+		/* a router's view: the publisher's identity from its topic */
+		kva_fleet_match m[4];
+		assert_int_equal(kva_fleet_score(x->f, CHAIN, 8, m, 4), 1);
+		assert_int_equal(m[0].blocks, 6);
+		assert_int_equal(m[0].tokens, 6 * BS);
+		assert_int_equal(m[0].dp_rank, 0);
+		assert_string_equal(m[0].medium, "GPU");
+		assert_string_equal(m[0].pod, frames == 4 ? "pod-7" : "");
+		assert_string_equal(m[0].model, frames == 4 ? "llama" : "");
 		py_stop(x);
 		fx_free(x);
 	}
@@ -1546,6 +1712,7 @@ int main(void)
 		cmocka_unit_test(groups_outside_the_masks_are_ignored),
 		cmocka_unit_test(oldest_chain_gives_way_and_chain_length_limit),
 		cmocka_unit_test(watches_end_after_watch_ns),
+		cmocka_unit_test(score_matches_brute_force_on_random_chains),
 		cmocka_unit_test(python_publisher_beside_a_c_one),
 		cmocka_unit_test(python_publisher_replays_in_both_framings),
 		cmocka_unit_test(bad_config_is_refused),

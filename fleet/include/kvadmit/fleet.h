@@ -17,6 +17,7 @@
  *   kva_fleet_add/remove_publisher      any thread: one allocation + one enqueue
  *   kva_fleet_stats_get                 any thread (relaxed atomics)
  *   kva_fleet_publisher_seq, _lookups_done  any thread (acquire loads)
+ *   kva_fleet_score                     any thread, lock-free (RCU readers)
  */
 #ifndef KVADMIT_FLEET_H
 #define KVADMIT_FLEET_H
@@ -69,6 +70,10 @@ typedef struct kva_fleet_config {
 	void *zmq_context; /* NULL: the fleet's own; the host's to share inproc:// */
 	kva_log_fn log;    /* I/O thread; may be NULL */
 	void *log_ctx;
+	/* 1: keep a copy of the index that any thread reads lock-free, for
+	 * kva_fleet_score (routers); costs memory (about 64 bytes an entry) and
+	 * I/O-thread time per stored and removed block (bench/README.md). */
+	uint8_t score;
 } kva_fleet_config;
 
 /* kva_fleet_config_default - block_size 0, max_blocks 4M, max_chains and max_chain_blocks
@@ -123,6 +128,30 @@ KVA_API uint64_t kva_fleet_lookups_done(const kva_fleet *f);
  * publisher with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES sends, so a chain stored by an int
  * publisher and one stored by a bytes publisher are the same chain. Any thread; pure. */
 KVA_API uint64_t kva_fleet_hash_bytes(const void *p, size_t n);
+
+/* One (publisher, medium) holding a prefix of a chain (kva_fleet_score). */
+typedef struct kva_fleet_match {
+	uint32_t publisher; /* its id */
+	uint32_t blocks;    /* the longest prefix of the chain it holds there, in blocks */
+	uint32_t tokens;    /* blocks * its block size (config, else its events'); 0 unknown */
+	int32_t dp_rank;    /* its batches' data_parallel_rank; -1 none seen */
+	char medium[32];    /* "GPU" for an absent medium (vLLM's MEDIUM_GPU) */
+	char topic[96];     /* the topic frame of its last message; "" none */
+	char pod[64], model[64]; /* from a "kv@pod@model" topic; "" otherwise */
+} kva_fleet_match;
+
+/* kva_fleet_score - for a chain of block hashes (as kva_fleet_chain_register takes them), every
+ * (publisher, medium) that holds a prefix of it: how many blocks, with the publisher's identity.
+ * Blocks count in the full_groups (any of them). A router's query: no registration needed.
+ * Thread: any, concurrently with everything but kva_fleet_destroy; lock-free (an RCU read-side
+ * section over a copy of the index kept when cfg.score is set), never waits for the I/O thread.
+ * Cost: one hash lookup per block until no publisher holds the next one, plus the publishers
+ * holding them; no allocation (12 KiB of stack). At most 1,024 pairs holding block 0 followed.
+ * Effect: none; out[0..ret) sorted by blocks, longest first; past cap, the longest kept.
+ * Returns: the number written, -EINVAL (f or out NULL with cap, hashes NULL with n),
+ * -ENOTSUP (created without cfg.score). */
+KVA_API int kva_fleet_score(const kva_fleet *f, const uint64_t *hashes, uint32_t n,
+                            kva_fleet_match *out, uint32_t cap);
 
 typedef struct kva_fleet_stats {
 	uint64_t messages, bytes, batches;
