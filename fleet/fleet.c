@@ -295,7 +295,7 @@ static kva_fleet *create_signals_blocked(const kva_fleet_config *cfg, int *err)
 	rc = -ENOMEM;
 	if (!f->chain_map || !f->watches || !f->pubs)
 		goto fail;
-	if (cfg->score && !(f->score = kvf_score_new(cfg->full_groups)))
+	if (cfg->score && !(f->score = kvf_score_new(cfg->full_groups, cfg->max_blocks)))
 		goto fail;
 	local_media_init(f, cfg->local_media);
 	f->zmq_ctx = cfg->zmq_context;

@@ -65,7 +65,7 @@ static int match_hash(struct cds_lfht_node *n, const void *key)
 	return caa_container_of(n, struct node, lfht)->hash == *(const uint64_t *)key;
 }
 
-struct kvf_score *kvf_score_new(uint32_t full_groups)
+struct kvf_score *kvf_score_new(uint32_t full_groups, uint64_t max_blocks)
 {
 	if (kva_rcu_init()) /* liburcu's call_rcu thread with signals blocked */
 		return NULL;
@@ -73,7 +73,12 @@ struct kvf_score *kvf_score_new(uint32_t full_groups)
 	if (!s)
 		return NULL;
 	s->full_groups = full_groups;
-	s->ht = cds_lfht_new_flavor(1024, 1024, 0, CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
+	/* buckets for the index's cap up front: resizing while the I/O thread
+	 * adds nodes would cost it (and the call_rcu thread) dearly */
+	unsigned long buckets = 1024;
+	while (buckets < max_blocks && buckets < (1ul << 30))
+		buckets <<= 1;
+	s->ht = cds_lfht_new_flavor(buckets, buckets, 0, CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
 	                            &urcu_memb_flavor, NULL);
 	if (!s->ht) {
 		free(s);

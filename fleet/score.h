@@ -23,8 +23,9 @@
 
 struct kvf_score;
 
-/* NULL without memory. full_groups: the groups whose blocks make a prefix. */
-struct kvf_score *kvf_score_new(uint32_t full_groups);
+/* NULL without memory. full_groups: the groups whose blocks make a prefix;
+ * max_blocks: the index's cap (the table's buckets are sized for it). */
+struct kvf_score *kvf_score_new(uint32_t full_groups, uint64_t max_blocks);
 void kvf_score_free(struct kvf_score *s);
 
 void kvf_score_add(struct kvf_score *s, uint64_t hash, uint32_t loc);
