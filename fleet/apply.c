@@ -113,7 +113,13 @@ void kvf_apply_batch(kva_fleet *f, struct publisher *pub, const uint8_t *data, s
 		}
 		uint32_t loc = KVF_LOC(pub->id, medium, ev->group_idx);
 		if (ev->type == KVF_EV_STORED) {
-			if (!f->cfg.block_size && !pub->block_size) {
+			uint32_t want = configured_block_size(f, medium, ev->group_idx);
+			if (want && ev->block_size && ev->block_size != want) {
+				/* its positions would be wrong: not indexed */
+				stat_add(f, STAT(block_size_mismatch), ev->nhashes);
+				continue;
+			}
+			if (!want && !pub->block_size) {
 				if (!ev->block_size) {
 					stat_add(f, STAT(no_block_size), ev->nhashes);
 					continue;

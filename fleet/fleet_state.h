@@ -156,7 +156,18 @@ struct kva_fleet {
 	uint64_t epoch;
 	_Atomic uint64_t stats[STAT_COUNT];
 	struct kvf_score *score; /* cfg.score: the readers' copy of the index (score.c) */
+	/* cfg.block_sizes by medium id and group (0: not configured); read by
+	 * any thread after create, written only there */
+	uint32_t block_sizes[MAX_MEDIA][32];
 };
+
+/* The block size configured for (medium, group) (group <= 31), else the
+ * fleet's block_size; 0 when neither is set. */
+static inline uint32_t configured_block_size(const kva_fleet *f, uint32_t medium, uint32_t group)
+{
+	uint32_t bs = f->block_sizes[medium][group];
+	return bs ? bs : f->cfg.block_size;
+}
 
 static inline void stat_add(kva_fleet *f, size_t i, uint64_t v)
 {

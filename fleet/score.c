@@ -255,7 +255,7 @@ static int by_blocks(const void *pa, const void *pb)
 }
 
 int kvf_score_query(struct kvf_score *s, const char (*media)[KVF_MEDIUM_MAX + 1],
-                    uint32_t block_size, const uint64_t *hashes, uint32_t n,
+                    const uint32_t *block_size, const uint64_t *hashes, uint32_t n,
                     kva_fleet_match *out, uint32_t cap)
 {
 	struct walk walk, *w = &walk; /* 12 KiB of stack: no allocation on this path */
@@ -286,9 +286,9 @@ int kvf_score_query(struct kvf_score *s, const char (*media)[KVF_MEDIUM_MAX + 1]
 		kva_fleet_match o = {.publisher = w->pair[k] >> 8, .blocks = w->len[k]};
 		uint32_t medium = w->pair[k] & 0xff;
 		copy_name(o.medium, sizeof o.medium, media[medium], strlen(media[medium]));
-		uint32_t bs = block_size ? block_size
-		                         : atomic_load_explicit(&s->block_size[o.publisher],
-		                                                memory_order_relaxed);
+		uint32_t bs = block_size[medium] ? block_size[medium]
+		                                 : atomic_load_explicit(&s->block_size[o.publisher],
+		                                                        memory_order_relaxed);
 		o.tokens = o.blocks * bs;
 		fill_ident(s, &o);
 		if (nout < cap) {

@@ -38,9 +38,10 @@ void kvf_score_rank(struct kvf_score *s, uint32_t pub, int64_t dp_rank);
 void kvf_score_block_size(struct kvf_score *s, uint32_t pub, uint32_t block_size);
 
 /* media: the fleet's medium names (append-only; an id a reader finds in an
- * entry was named before the entry was added). Any thread. */
+ * entry was named before the entry was added); block_size: configured per
+ * medium id (0: the publisher's own). Any thread. */
 int kvf_score_query(struct kvf_score *s, const char (*media)[KVF_MEDIUM_MAX + 1],
-                    uint32_t block_size, const uint64_t *hashes, uint32_t n,
+                    const uint32_t *block_size, const uint64_t *hashes, uint32_t n,
                     kva_fleet_match *out, uint32_t cap);
 
 #endif

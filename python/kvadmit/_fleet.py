@@ -31,6 +31,11 @@ typedef struct kva_fleet_publisher {
     const char *topic;
     uint8_t self;
 } kva_fleet_publisher;
+typedef struct kva_fleet_block_size {
+    const char *medium;
+    uint32_t group_idx;
+    uint32_t block_size;
+} kva_fleet_block_size;
 typedef struct kva_fleet_config {
     const kva_fleet_publisher *publishers;
     uint32_t npublishers;
@@ -49,6 +54,8 @@ typedef struct kva_fleet_config {
     void *log;
     void *log_ctx;
     uint8_t score;
+    const kva_fleet_block_size *block_sizes;
+    uint32_t nblock_sizes;
 } kva_fleet_config;
 typedef struct kva_fleet_match {
     uint32_t publisher;

@@ -109,6 +109,8 @@ static uint32_t fx_max_chains;        /* 0: the default */
 static uint32_t fx_state_groups;      /* 0: the default (none) */
 static uint64_t fx_watch_ns;          /* 0: the default */
 static uint8_t fx_score;              /* cfg.score */
+static const kva_fleet_block_size *fx_block_sizes; /* cfg.block_sizes */
+static uint32_t fx_nblock_sizes;
 
 /* Publishers: ntp C ones, plus endpoints given by the caller (the Python
  * one); publisher `self` is this engine's own. */
@@ -152,6 +154,8 @@ static struct fx *fx_new(int ntp, const char *extra_pub, const char *extra_rep,
 	if (fx_watch_ns)
 		fc.watch_ns = fx_watch_ns;
 	fc.score = fx_score;
+	fc.block_sizes = fx_block_sizes;
+	fc.nblock_sizes = fx_nblock_sizes;
 	if (max_msg)
 		fc.max_message_bytes = max_msg;
 	int err = 1;
@@ -1473,6 +1477,84 @@ static void score_matches_brute_force_on_random_chains(void **st)
 	fx_free(x);
 }
 
+/* Block sizes per (medium, group): the GPU cache's blocks are 16 tokens,
+ * the CPU offload tier's 64, group 1's 32. Positions and scores count in
+ * each pair's own size; a store whose block_size is not its pair's is
+ * refused and counted, one without block_size takes the configured one. */
+static void block_size_per_medium_and_group(void **st)
+{
+	(void)st;
+	static const kva_fleet_block_size sizes[] = {
+		{.medium = NULL, .group_idx = 0, .block_size = BS},
+		{.medium = "CPU", .group_idx = 0, .block_size = 4 * BS},
+		{.medium = "GPU", .group_idx = 1, .block_size = 2 * BS},
+	};
+	fx_block_sizes = sizes;
+	fx_nblock_sizes = 3;
+	fx_score = 1;
+	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
+	fx_score = 0;
+	fx_sync(x, 0);
+	register_chain(x);
+	kva_fleet_stats s0 = stats(x);
+	tp_store(x->tp[0], CHAIN, 5, BS, NULL, -1, 0);         /* GPU: 5 x 16 */
+	tp_store(x->tp[0], CHAIN, 1, 4 * BS, "CPU", -1, 0);    /* CPU: its size */
+	tp_store(x->tp[0], &CHAIN[1], 1, 0, "CPU", -1, 0);     /* no size: CPU's */
+	tp_store(x->tp[0], &CHAIN[2], 2, BS, "CPU", -1, 0);    /* GPU's size on CPU: refused */
+	fx_quiet(x, 0);
+	kva_fleet_stats s = stats(x);
+	assert_int_equal(s.block_size_mismatch - s0.block_size_mismatch, 2);
+	assert_int_equal(s.blocks, 5 + 2);
+	kva_fleet_match m[4];
+	assert_int_equal(kva_fleet_score(x->f, CHAIN, 8, m, 4), 2);
+	assert_string_equal(m[0].medium, "GPU");
+	assert_int_equal(m[0].blocks, 5);
+	assert_int_equal(m[0].tokens, 5 * BS);
+	assert_string_equal(m[1].medium, "CPU");
+	assert_int_equal(m[1].blocks, 2);
+	assert_int_equal(m[1].tokens, 2 * 4 * BS);
+	fx_hog(x);
+	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
+	WAIT_UNTIL(x, info(x, h).has_selection);
+	assert_int_equal(info(x, h).selected_position, 8 * BS); /* CPU: 2 x 64 */
+	assert_int_equal(info(x, h).selected_location, KVA_LOC_EXTERNAL);
+	fx_free(x);
+
+	/* a group with its own size: group 1 indexed (a recurrent state) */
+	fx_state_groups = 1u << 1;
+	x = fx_new(1, NULL, NULL, 0, 0);
+	fx_state_groups = 0;
+	fx_block_sizes = NULL;
+	fx_nblock_sizes = 0;
+	fx_sync(x, 0);
+	s0 = stats(x);
+	tp_store(x->tp[0], CHAIN, 3, BS, "GPU", 1, 0);     /* group 1, group 0's size: refused */
+	tp_store(x->tp[0], CHAIN, 3, 2 * BS, "GPU", 1, 0); /* group 1: its size */
+	tp_store(x->tp[0], CHAIN, 2, 0, "GPU", 1, 0);      /* no size: group 1's */
+	fx_quiet(x, 0);
+	s = stats(x);
+	assert_int_equal(s.block_size_mismatch - s0.block_size_mismatch, 3);
+	assert_int_equal(s.blocks, 3);
+	assert_int_equal(s.no_block_size, 0);
+	fx_free(x);
+
+	/* refused at create: a size of 0, a group past 31 */
+	kva_fleet_block_size bad = {.medium = "CPU", .group_idx = 0, .block_size = 0};
+	kva_fleet_publisher pub = {.endpoint = "tcp://127.0.0.1:9"};
+	kva_fleet_config fc;
+	kva_fleet_config_default(&fc);
+	fc.publishers = &pub;
+	fc.npublishers = 1;
+	fc.block_sizes = &bad;
+	fc.nblock_sizes = 1;
+	int err = 0;
+	assert_null(kva_fleet_create(&fc, &err));
+	assert_int_equal(err, -EINVAL);
+	bad = (kva_fleet_block_size){.medium = "CPU", .group_idx = 32, .block_size = 16};
+	assert_null(kva_fleet_create(&fc, &err));
+	assert_int_equal(err, -EINVAL);
+}
+
 /* ---- the Python publisher -------------------------------------------------- */
 
 static int py_cmd(struct fx *x, const char *fmt, ...)
@@ -1713,6 +1795,7 @@ int main(void)
 		cmocka_unit_test(oldest_chain_gives_way_and_chain_length_limit),
 		cmocka_unit_test(watches_end_after_watch_ns),
 		cmocka_unit_test(score_matches_brute_force_on_random_chains),
+		cmocka_unit_test(block_size_per_medium_and_group),
 		cmocka_unit_test(python_publisher_beside_a_c_one),
 		cmocka_unit_test(python_publisher_replays_in_both_framings),
 		cmocka_unit_test(bad_config_is_refused),

@@ -44,11 +44,20 @@ typedef struct kva_fleet_publisher {
 	uint8_t self;
 } kva_fleet_publisher;
 
+/* Tokens per block of one (medium, KV-cache group): an offload tier or a
+ * group whose blocks are another size than the engine's. */
+typedef struct kva_fleet_block_size {
+	const char *medium; /* NULL: "GPU" (an absent medium) */
+	uint32_t group_idx; /* 0..31 (an absent group_idx is 0) */
+	uint32_t block_size; /* >= 1 */
+} kva_fleet_block_size;
+
 typedef struct kva_fleet_config {
 	const kva_fleet_publisher *publishers; /* copied */
 	uint32_t npublishers;                  /* 1..KVA_FLEET_MAX_PUBLISHERS */
-	/* Tokens per block, for positions (blocks * block_size); 0: each
-	 * publisher's BlockStored.block_size (events without one are dropped). */
+	/* Tokens per block, for positions (blocks * block_size), of every
+	 * (medium, group) not in block_sizes; 0: each publisher's first
+	 * BlockStored.block_size (events without one are dropped). */
 	uint32_t block_size;
 	uint64_t max_blocks;         /* index cap, entries of (block, location); >= 1 */
 	uint32_t max_chains;         /* registered chains kept (FIFO); >= 1 */
@@ -74,6 +83,12 @@ typedef struct kva_fleet_config {
 	 * kva_fleet_score (routers); costs memory (about 64 bytes an entry) and
 	 * I/O-thread time per stored and removed block (bench/README.md). */
 	uint8_t score;
+	/* Block sizes per (medium, group), copied; a pair not listed uses
+	 * block_size above (else its publisher's first BlockStored.block_size).
+	 * A BlockStored whose block_size differs from its pair's configured one
+	 * is refused (block_size_mismatch); one without block_size takes it. */
+	const kva_fleet_block_size *block_sizes;
+	uint32_t nblock_sizes; /* 0..64 * 32 */
 } kva_fleet_config;
 
 /* kva_fleet_config_default - block_size 0, max_blocks 4M, max_chains and max_chain_blocks
@@ -183,6 +198,9 @@ typedef struct kva_fleet_stats {
 	/* Publishers whose connection came back: treated as a new process, their
 	 * entries dropped and their history fetched again from 0 (docs/fleet.md). */
 	uint64_t reconnects;
+	/* Blocks of BlockStored events refused: their block_size is not the one
+	 * configured for their (medium, group) (or block_size). */
+	uint64_t block_size_mismatch;
 } kva_fleet_stats;
 
 KVA_API void kva_fleet_stats_get(const kva_fleet *f, kva_fleet_stats *out);
