@@ -1,10 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * score: see score.h. Entries are cds_lfht nodes keyed by block hash, one
- * per (hash, location), added as duplicates; a query walks the chain and,
- * per (publisher, medium) pair that holds its block 0, the blocks it holds
- * in order. Nodes are freed after a grace period (kva_rcu_call), identities
- * likewise when replaced.
+ * score: see score.h. The entries are a flat open-addressing table keyed by
+ * block hash alone (linear probing, backward-shift deletion, at most 3/4
+ * full, allocated once), each 16-byte slot guarded by its own sequence
+ * number: the I/O thread makes it odd, writes the slot, makes it even
+ * (release); a reader reads the number (acquire), the slot, the number
+ * again, and takes the slot only if both were the same even number. No
+ * allocation per entry and no pointer to follow; nothing is freed while the
+ * fleet lives, so readers need no grace period for the entries. A reader
+ * never waits: a slot it finds being written a few times in a row is
+ * passed over (a score may then miss that entry, as a score taken a moment
+ * earlier or later would). Identities are replaced under RCU.
  */
 #define _GNU_SOURCE
 #include "score.h"
@@ -17,19 +23,19 @@
 
 #include <kvadmit/lockfree/hash.h>
 #include <kvadmit/lockfree/rcu_thread.h>
-#include <urcu/rculfhash.h>
 
 #include "index.h"
 
 #define TOPIC_MAX 95u
-#define MAX_PAIRS 1024u /* (publisher, medium) pairs a query follows */
+#define MAX_PAIRS 1024u  /* (publisher, medium) pairs a query follows */
 #define PAIR_SLOTS 2048u /* its open-addressing map: at most half full */
+#define READ_TRIES 64    /* a slot still being written after these: passed over */
+#define PREFETCH 16      /* blocks ahead whose home slot a query fetches */
 
-struct node {
-	struct cds_lfht_node lfht;
-	uint64_t hash;
-	uint32_t loc;
-	struct rcu_head rcu;
+struct slot {
+	_Atomic uint32_t seq;  /* odd while the I/O thread writes the slot */
+	_Atomic uint32_t loc1; /* location + 1; 0 empty */
+	_Atomic uint64_t hash;
 };
 
 struct ident {
@@ -40,19 +46,14 @@ struct ident {
 };
 
 struct kvf_score {
-	struct cds_lfht *ht;
+	struct slot *slots;
+	size_t mask, count, cap; /* count, cap: the I/O thread's */
 	uint32_t full_groups;
 	/* published with release stores (I/O thread), read with acquire loads
-	 * (kvf_score_query) or rcu_dereference inside a read-side section */
+	 * (kvf_score_query) inside a read-side section */
 	struct ident *_Atomic ident[KVA_FLEET_MAX_PUBLISHERS];
 	_Atomic uint32_t block_size[KVA_FLEET_MAX_PUBLISHERS];
 };
-
-static void node_free(struct rcu_head *head)
-{
-	kva_rcu_reclaim_begin();
-	free(caa_container_of(head, struct node, rcu));
-}
 
 static void ident_free(struct rcu_head *head)
 {
@@ -60,9 +61,39 @@ static void ident_free(struct rcu_head *head)
 	free(caa_container_of(head, struct ident, rcu));
 }
 
-static int match_hash(struct cds_lfht_node *n, const void *key)
+static inline size_t home(const struct kvf_score *s, uint64_t hash)
 {
-	return caa_container_of(n, struct node, lfht)->hash == *(const uint64_t *)key;
+	return (size_t)kva_hash64(hash) & s->mask;
+}
+
+/* I/O thread: slot <- (hash, loc1). The odd number is stored before the
+ * fields (the release fence), the even one after them (release): a reader
+ * that saw the same even number before and after read neither half of a
+ * write (pairs with the acquire load and fence in slot_read). */
+static void slot_write(struct slot *sl, uint64_t hash, uint32_t loc1)
+{
+	uint32_t q = atomic_load_explicit(&sl->seq, memory_order_relaxed);
+	atomic_store_explicit(&sl->seq, q + 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	atomic_store_explicit(&sl->hash, hash, memory_order_relaxed);
+	atomic_store_explicit(&sl->loc1, loc1, memory_order_relaxed);
+	atomic_store_explicit(&sl->seq, q + 2, memory_order_release);
+}
+
+/* Any thread: false when the slot was being written READ_TRIES times. */
+static bool slot_read(const struct slot *sl, uint64_t *hash, uint32_t *loc1)
+{
+	for (int t = 0; t < READ_TRIES; t++) {
+		uint32_t q = atomic_load_explicit(&sl->seq, memory_order_acquire);
+		if (q & 1)
+			continue;
+		*hash = atomic_load_explicit(&sl->hash, memory_order_relaxed);
+		*loc1 = atomic_load_explicit(&sl->loc1, memory_order_relaxed);
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&sl->seq, memory_order_relaxed) == q)
+			return true;
+	}
+	return false;
 }
 
 struct kvf_score *kvf_score_new(uint32_t full_groups, uint64_t max_blocks)
@@ -72,18 +103,17 @@ struct kvf_score *kvf_score_new(uint32_t full_groups, uint64_t max_blocks)
 	struct kvf_score *s = calloc(1, sizeof(*s));
 	if (!s)
 		return NULL;
-	s->full_groups = full_groups;
-	/* buckets for the index's cap up front: resizing while the I/O thread
-	 * adds nodes would cost it (and the call_rcu thread) dearly */
-	unsigned long buckets = 1024;
-	while (buckets < max_blocks && buckets < (1ul << 30))
-		buckets <<= 1;
-	s->ht = cds_lfht_new_flavor(buckets, buckets, 0, CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
-	                            &urcu_memb_flavor, NULL);
-	if (!s->ht) {
+	size_t n = 16;
+	while (n / 4 * 3 < max_blocks && n < ((size_t)1 << 40))
+		n *= 2;
+	s->slots = calloc(n, sizeof(*s->slots));
+	if (!s->slots) {
 		free(s);
 		return NULL;
 	}
+	s->mask = n - 1;
+	s->cap = n / 4 * 3;
+	s->full_groups = full_groups;
 	return s;
 }
 
@@ -91,59 +121,84 @@ void kvf_score_free(struct kvf_score *s)
 {
 	if (!s)
 		return;
-	struct cds_lfht_iter it;
-	struct node *n;
-	/* no reader is left (kva_fleet_destroy's contract): freed at once */
-	kva_rcu_read_lock();
-	cds_lfht_for_each_entry(s->ht, &it, n, lfht) {
-		if (cds_lfht_del(s->ht, &n->lfht) == 0)
-			free(n);
-	}
-	kva_rcu_read_unlock();
-	cds_lfht_destroy(s->ht, NULL);
+	/* no reader is left (kva_fleet_destroy's contract) */
+	free(s->slots);
 	for (uint32_t i = 0; i < KVA_FLEET_MAX_PUBLISHERS; i++)
 		free(atomic_load_explicit(&s->ident[i], memory_order_relaxed));
 	free(s);
 }
 
+/* The I/O thread's own reads of the table need no sequence check. */
+static inline uint32_t loc1_at(const struct kvf_score *s, size_t i)
+{
+	return atomic_load_explicit(&s->slots[i].loc1, memory_order_relaxed);
+}
+static inline uint64_t hash_at(const struct kvf_score *s, size_t i)
+{
+	return atomic_load_explicit(&s->slots[i].hash, memory_order_relaxed);
+}
+
 void kvf_score_add(struct kvf_score *s, uint64_t hash, uint32_t loc)
 {
-	struct node *n = malloc(sizeof(*n));
-	if (!n)
-		return; /* a score misses this entry; the index still has it */
-	n->hash = hash;
-	n->loc = loc;
-	cds_lfht_node_init(&n->lfht);
-	kva_rcu_read_lock();
-	cds_lfht_add(s->ht, kva_hash64(hash), &n->lfht); /* publishes n (release) */
-	kva_rcu_read_unlock();
+	if (s->count >= s->cap)
+		return; /* the index's cap keeps below it: not reached */
+	size_t i = home(s, hash);
+	while (loc1_at(s, i))
+		i = (i + 1) & s->mask;
+	slot_write(&s->slots[i], hash, loc + 1);
+	s->count++;
+}
+
+/* Backward-shift deletion at slot i: the later entries of the run move up
+ * one by one, each slot overwritten (never emptied) but the run's last, so
+ * a reader's probe never stops early at a hole that is not one. */
+static void del_at(struct kvf_score *s, size_t i)
+{
+	size_t j = i;
+	for (;;) {
+		uint64_t h;
+		uint32_t l;
+		for (;;) {
+			j = (j + 1) & s->mask;
+			l = loc1_at(s, j);
+			if (!l) {
+				slot_write(&s->slots[i], 0, 0);
+				s->count--;
+				return;
+			}
+			h = hash_at(s, j);
+			size_t k = home(s, h);
+			/* j's entry may move to i when its home is not in (i, j] */
+			if (i <= j ? (k <= i || k > j) : (k <= i && k > j))
+				break;
+		}
+		slot_write(&s->slots[i], h, l);
+		i = j;
+	}
 }
 
 void kvf_score_del(struct kvf_score *s, uint64_t hash, uint32_t loc)
 {
-	struct cds_lfht_iter it;
-	struct node *n;
-	kva_rcu_read_lock();
-	cds_lfht_for_each_entry_duplicate(s->ht, kva_hash64(hash), match_hash, &hash, &it, n, lfht)
-	{
-		if (n->loc == loc && cds_lfht_del(s->ht, &n->lfht) == 0) {
-			kva_rcu_call(&n->rcu, node_free);
-			break;
+	for (size_t i = home(s, hash); loc1_at(s, i); i = (i + 1) & s->mask)
+		if (loc1_at(s, i) == loc + 1 && hash_at(s, i) == hash) {
+			del_at(s, i);
+			return;
 		}
-	}
-	kva_rcu_read_unlock();
 }
 
 void kvf_score_drop_publisher(struct kvf_score *s, uint32_t pub)
 {
-	struct cds_lfht_iter it;
-	struct node *n;
-	kva_rcu_read_lock();
-	cds_lfht_for_each_entry(s->ht, &it, n, lfht) {
-		if (KVF_LOC_PUB(n->loc) == pub && cds_lfht_del(s->ht, &n->lfht) == 0)
-			kva_rcu_call(&n->rcu, node_free);
-	}
-	kva_rcu_read_unlock();
+	/* a deletion may shift a later (or wrapped) entry into slot i: look at
+	 * i again; two passes cover the entries that wrapped */
+	for (int pass = 0; pass < 2; pass++)
+		for (size_t i = 0; i <= s->mask;) {
+			uint32_t l = loc1_at(s, i);
+			if (l && KVF_LOC_PUB(l - 1) == pub) {
+				del_at(s, i);
+				continue;
+			}
+			i++;
+		}
 }
 
 /* Replaces pub's identity with *next (a copy), the old one freed after a
@@ -261,19 +316,28 @@ int kvf_score_query(struct kvf_score *s, const char (*media)[KVF_MEDIUM_MAX + 1]
 	struct walk walk, *w = &walk; /* 12 KiB of stack: no allocation on this path */
 	w->npairs = 0;
 	memset(w->slot, 0, sizeof w->slot);
-	struct cds_lfht_iter it;
-	struct node *nd;
-	kva_rcu_read_lock();
+	kva_rcu_read_lock(); /* for the identities */
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t advanced = 0;
-		uint64_t h = hashes[i];
-		cds_lfht_for_each_entry_duplicate(s->ht, kva_hash64(h), match_hash, &h, &it, nd, lfht)
-		{
-			uint32_t group = nd->loc & 0xff;
+		uint64_t want = hashes[i];
+		/* the chain is known ahead: fetch a later block's home slot now, so
+		 * the table's cache misses overlap instead of adding up */
+		if (i + PREFETCH < n)
+			__builtin_prefetch(&s->slots[home(s, hashes[i + PREFETCH])]);
+		for (size_t k = home(s, want);; k = (k + 1) & s->mask) {
+			uint64_t h;
+			uint32_t l;
+			if (!slot_read(&s->slots[k], &h, &l))
+				continue; /* being written: passed over */
+			if (!l)
+				break;
+			if (h != want)
+				continue;
+			uint32_t group = (l - 1) & 0xff;
 			if (group > 31 || !(s->full_groups >> group & 1))
 				continue;
-			uint32_t *len = walk_len(w, KVF_LOC_PUB_MEDIUM(nd->loc), i == 0);
-			if (len && *len == i) { /* several full groups: the first counts */
+			uint32_t *len = walk_len(w, KVF_LOC_PUB_MEDIUM(l - 1), i == 0);
+			if (len && *len == i) { /* several full groups, or a moved copy: once */
 				*len = i + 1;
 				advanced++;
 			}

@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * score: the router query (kva_fleet_score). A copy of the index's
- * (block hash, location) entries in an RCU lock-free hash table (liburcu's
- * cds_lfht, urcu-memb), which any thread reads inside a read-side section
- * while the I/O thread adds and removes entries: readers never wait for it,
- * nor it for them. Built only when kva_fleet_config.score is set; the index
- * (index.c) stays the I/O thread's own. Also each publisher's identity (the
- * topic frame of its last message, its data-parallel rank) and block size,
- * published for readers.
+ * (block hash, location) entries in a flat table that any thread reads
+ * while the I/O thread adds and removes entries: each slot has its own
+ * sequence number, readers retry a slot caught mid-write (and pass it over
+ * after a few tries), so readers never wait for the I/O thread, nor it for
+ * them. Built only when kva_fleet_config.score is set; the index (index.c)
+ * stays the I/O thread's own. Also each publisher's identity (the topic
+ * frame of its last message, its data-parallel rank, replaced under RCU)
+ * and block size, published for readers.
  *
  * Writers: the I/O thread only (apply.c, io_thread.c); kvf_score_free with
  * no reader left (kva_fleet_destroy).

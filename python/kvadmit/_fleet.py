@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The fleet directory's router query (fleet/include/kvadmit/fleet.h) over
 libkvadmit-fleet, cffi ABI mode: a Fleet subscribed to KV-event publishers,
-scored from any thread (kva_fleet_score is lock-free, RCU readers).
+scored from any thread (kva_fleet_score is lock-free).
 
     import kvadmit
     with kvadmit.Fleet([("tcp://10.0.0.1:5557", "tcp://10.0.0.1:5558")]) as fleet:

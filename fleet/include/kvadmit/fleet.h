@@ -17,7 +17,7 @@
  *   kva_fleet_add/remove_publisher      any thread: one allocation + one enqueue
  *   kva_fleet_stats_get                 any thread (relaxed atomics)
  *   kva_fleet_publisher_seq, _lookups_done  any thread (acquire loads)
- *   kva_fleet_score                     any thread, lock-free (RCU readers)
+ *   kva_fleet_score                     any thread, lock-free (per-slot sequence numbers)
  */
 #ifndef KVADMIT_FLEET_H
 #define KVADMIT_FLEET_H
@@ -80,8 +80,9 @@ typedef struct kva_fleet_config {
 	kva_log_fn log;    /* I/O thread; may be NULL */
 	void *log_ctx;
 	/* 1: keep a copy of the index that any thread reads lock-free, for
-	 * kva_fleet_score (routers); costs memory (about 64 bytes an entry) and
-	 * I/O-thread time per stored and removed block (bench/README.md). */
+	 * kva_fleet_score (routers); costs as much memory as the index (16-byte
+	 * slots, at most 3/4 full) and I/O-thread time per stored and removed
+	 * block (bench/README.md). */
 	uint8_t score;
 	/* Block sizes per (medium, group), copied; a pair not listed uses
 	 * block_size above (else its publisher's first BlockStored.block_size).
@@ -158,10 +159,12 @@ typedef struct kva_fleet_match {
 /* kva_fleet_score - for a chain of block hashes (as kva_fleet_chain_register takes them), every
  * (publisher, medium) that holds a prefix of it: how many blocks, with the publisher's identity.
  * Blocks count in the full_groups (any of them). A router's query: no registration needed.
- * Thread: any, concurrently with everything but kva_fleet_destroy; lock-free (an RCU read-side
- * section over a copy of the index kept when cfg.score is set), never waits for the I/O thread.
- * Cost: one hash lookup per block until no publisher holds the next one, plus the publishers
- * holding them; no allocation (12 KiB of stack). At most 1,024 pairs holding block 0 followed.
+ * Thread: any, concurrently with everything but kva_fleet_destroy; lock-free, never waits for
+ * the I/O thread (a copy of the index kept when cfg.score is set, its slots read under
+ * per-slot sequence numbers; an entry moved or written during the query may be missed).
+ * Cost: one probe of the copy per block until no publisher holds the next one, plus the
+ * publishers holding them; no allocation (12 KiB of stack). At most 1,024 pairs holding
+ * block 0 followed.
  * Effect: none; out[0..ret) sorted by blocks, longest first; past cap, the longest kept.
  * Returns: the number written, -EINVAL (f or out NULL with cap, hashes NULL with n),
  * -ENOTSUP (created without cfg.score). */
