@@ -365,9 +365,9 @@ int kva_fleet_score(const kva_fleet *f, const uint64_t *hashes, uint32_t n,
 		return -EINVAL;
 	if (!f->score)
 		return -ENOTSUP;
-	uint32_t group = (uint32_t)__builtin_ctz(f->cfg.full_groups | 1u << 31), bs[MAX_MEDIA];
+	uint32_t bs[MAX_MEDIA];
 	for (uint32_t m = 0; m < MAX_MEDIA; m++)
-		bs[m] = configured_block_size(f, m, group);
+		bs[m] = position_block_size(f, m);
 	return kvf_score_query(f->score, (const char(*)[KVF_MEDIUM_MAX + 1])f->media, bs, hashes,
 	                       n, out, cap);
 }

@@ -169,6 +169,14 @@ static inline uint32_t configured_block_size(const kva_fleet *f, uint32_t medium
 	return bs ? bs : f->cfg.block_size;
 }
 
+/* The block size positions on medium count in: the first full group's
+ * (0: none configured, the publisher's own). */
+static inline uint32_t position_block_size(const kva_fleet *f, uint32_t medium)
+{
+	return configured_block_size(f, medium,
+	                             (uint32_t)__builtin_ctz(f->cfg.full_groups | 1u << 31));
+}
+
 static inline void stat_add(kva_fleet *f, size_t i, uint64_t v)
 {
 	atomic_fetch_add_explicit(&f->stats[i], v, memory_order_relaxed);

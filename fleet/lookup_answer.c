@@ -56,9 +56,7 @@ static uint32_t find_candidates(kva_fleet *f, const struct chain *chain, uint32_
 		for (uint32_t medium = 0; medium < MAX_MEDIA; medium++) {
 			if (!(pub->media >> medium & 1))
 				continue;
-			/* positions count in the first full group's blocks */
-			uint32_t block_size =
-			    configured_block_size(f, medium, (uint32_t)__builtin_ctz(f->cfg.full_groups | 1u << 31));
+			uint32_t block_size = position_block_size(f, medium);
 			if (!block_size)
 				block_size = pub->block_size;
 			if (!block_size)
