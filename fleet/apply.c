@@ -132,15 +132,16 @@ void kvf_apply_batch(kva_fleet *f, struct publisher *pub, const uint8_t *data, s
 			for (uint32_t k = 0; k < ev->nhashes && !wiped; k++) {
 				struct kvf_slot out;
 				bool evicted;
-				if (kvf_index_put(&f->index, hashes[k], loc, &out, &evicted)) {
+				bool added = kvf_index_put(&f->index, hashes[k], loc, &out, &evicted);
+				if (evicted) { /* the cap took some publisher's entry */
+					f->pubs[KVF_LOC_PUB(out.loc1 - 1)].nentries--;
+					if (f->score) /* first: the copy never holds more than the cap */
+						kvf_score_del(f->score, out.hash, out.loc1 - 1);
+				}
+				if (added) {
 					pub->nentries++;
 					if (f->score)
 						kvf_score_add(f->score, hashes[k], loc);
-				}
-				if (evicted) { /* the cap took some publisher's entry */
-					f->pubs[KVF_LOC_PUB(out.loc1 - 1)].nentries--;
-					if (f->score)
-						kvf_score_del(f->score, out.hash, out.loc1 - 1);
 				}
 			}
 			stored += ev->nhashes;

@@ -1479,6 +1479,40 @@ static void score_matches_brute_force_on_random_chains(void **st)
 	fx_free(x);
 }
 
+/* The readers' copy follows the index's cap: with the index exactly full
+ * (12 entries, its table's 3/4), each new block evicts an old one, and the
+ * copy, sized like the index, must drop the evicted entry before it takes
+ * the new one. */
+static void score_follows_cap_evictions(void **st)
+{
+	(void)st;
+	fx_max_blocks = 12;
+	fx_score = 1;
+	struct fx *x = fx_new(2, NULL, NULL, 0, 0);
+	fx_max_blocks = 0;
+	fx_score = 0;
+	fx_sync(x, 0);
+	fx_sync(x, 1);
+	uint64_t a[12], b[12];
+	for (int i = 0; i < 12; i++)
+		a[i] = 1000 + (uint64_t)i, b[i] = 2000 + (uint64_t)i;
+	tp_store(x->tp[0], a, 12, BS, NULL, -1, 0);
+	fx_quiet(x, 0);
+	tp_store(x->tp[1], b, 12, BS, NULL, -1, 0); /* every one of a's evicted */
+	fx_quiet(x, 1);
+	assert_int_equal(stats(x).blocks, 12);
+	/* block by block: the copy holds what the index holds, 12 entries */
+	kva_fleet_match m[4];
+	int held = 0;
+	for (int i = 0; i < 12; i++) {
+		int na = kva_fleet_score(x->f, &a[i], 1, m, 4), nb = kva_fleet_score(x->f, &b[i], 1, m, 4);
+		assert_true(na >= 0 && na <= 1 && nb >= 0 && nb <= 1);
+		held += na + nb;
+	}
+	assert_int_equal(held, 12);
+	fx_free(x);
+}
+
 /* Block sizes per (medium, group): the GPU cache's blocks are 16 tokens,
  * the CPU offload tier's 64, group 1's 32. Positions and scores count in
  * each pair's own size; a store whose block_size is not its pair's is
@@ -1801,6 +1835,7 @@ int main(void)
 		cmocka_unit_test(oldest_chain_gives_way_and_chain_length_limit),
 		cmocka_unit_test(watches_end_after_watch_ns),
 		cmocka_unit_test(score_matches_brute_force_on_random_chains),
+		cmocka_unit_test(score_follows_cap_evictions),
 		cmocka_unit_test(block_size_per_medium_and_group),
 		cmocka_unit_test(python_publisher_beside_a_c_one),
 		cmocka_unit_test(python_publisher_replays_in_both_framings),
