@@ -80,6 +80,10 @@ bench: deps
 	if [ -x $(B)/bench/bench/kvadmit-fleet-bench ] || \
 	   cmake --build $(B)/bench -j$(JOBS) --target kvadmit-fleet-bench 2>/dev/null; then \
 	  $(B)/bench/bench/kvadmit-fleet-bench | tee docs/bench/fleet.txt; fi
+	@# kva_fleet_score: latency under load, ingest with and without it
+	if [ -x $(B)/bench/bench/kvadmit-fleet-score-bench ] || \
+	   cmake --build $(B)/bench -j$(JOBS) --target kvadmit-fleet-score-bench 2>/dev/null; then \
+	  $(B)/bench/bench/kvadmit-fleet-score-bench | tee docs/bench/fleet_score.txt; fi
 
 # libFuzzer targets (tests/fuzz/README.md): their own clang build with
 # ASan+UBSan and allocation-failure injection. `make fuzz` replays the corpus

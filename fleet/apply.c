@@ -10,6 +10,7 @@
 
 #include <string.h>
 
+#include "score.h"
 #include "watch.h"
 
 /* Names compare by their bytes and length (the wire allows NUL in them); an
@@ -43,6 +44,8 @@ static size_t drop_entries(kva_fleet *f, struct publisher *pub)
 		n = kvf_index_del_matching(&f->index, (uint32_t)pub->id << 16, 16, NULL);
 		pub->nentries = 0;
 		stat_add(f, STAT(index_scans), 1);
+		if (f->score)
+			kvf_score_drop_publisher(f->score, pub->id);
 	}
 	kvf_watches_check(f, 0, pub->id);
 	return n;
@@ -71,6 +74,9 @@ void kvf_apply_batch(kva_fleet *f, struct publisher *pub, const uint8_t *data, s
 		return;
 	}
 	stat_add(f, STAT(unknown_events), f->batch.unknown_events);
+	stat_add(f, STAT(undecodable_events), f->batch.undecodable_events);
+	if (f->score)
+		kvf_score_rank(f->score, pub->id, f->batch.dp_rank);
 	/* Only the batch's last AllBlocksCleared touches the index: it wipes
 	 * whatever the events before it would store or remove there, and each
 	 * clear may scan the whole table. They are still counted. */
@@ -107,21 +113,36 @@ void kvf_apply_batch(kva_fleet *f, struct publisher *pub, const uint8_t *data, s
 		}
 		uint32_t loc = KVF_LOC(pub->id, medium, ev->group_idx);
 		if (ev->type == KVF_EV_STORED) {
-			if (!f->cfg.block_size && !pub->block_size) {
+			uint32_t want = configured_block_size(f, medium, ev->group_idx);
+			if (want && ev->block_size && ev->block_size != want) {
+				/* its positions would be wrong: not indexed */
+				stat_add(f, STAT(block_size_mismatch), ev->nhashes);
+				continue;
+			}
+			if (!want && !pub->block_size) {
 				if (!ev->block_size) {
 					stat_add(f, STAT(no_block_size), ev->nhashes);
 					continue;
 				}
 				pub->block_size = ev->block_size;
+				if (f->score)
+					kvf_score_block_size(f->score, pub->id, ev->block_size);
 			}
 			pub->media |= 1ull << medium;
 			for (uint32_t k = 0; k < ev->nhashes && !wiped; k++) {
 				struct kvf_slot out;
 				bool evicted;
-				if (kvf_index_put(&f->index, hashes[k], loc, &out, &evicted))
-					pub->nentries++;
-				if (evicted) /* the cap took some publisher's entry */
+				bool added = kvf_index_put(&f->index, hashes[k], loc, &out, &evicted);
+				if (evicted) { /* the cap took some publisher's entry */
 					f->pubs[KVF_LOC_PUB(out.loc1 - 1)].nentries--;
+					if (f->score) /* first: the copy never holds more than the cap */
+						kvf_score_del(f->score, out.hash, out.loc1 - 1);
+				}
+				if (added) {
+					pub->nentries++;
+					if (f->score)
+						kvf_score_add(f->score, hashes[k], loc);
+				}
 			}
 			stored += ev->nhashes;
 		} else {
@@ -129,8 +150,11 @@ void kvf_apply_batch(kva_fleet *f, struct publisher *pub, const uint8_t *data, s
 			for (uint32_t k = 0; k < ev->nhashes && !wiped; k++) {
 				/* flags + 1, 0 if absent */
 				uint32_t flags1 = kvf_index_del(&f->index, hashes[k], loc);
-				if (flags1)
+				if (flags1) {
 					pub->nentries--;
+					if (f->score)
+						kvf_score_del(f->score, hashes[k], loc);
+				}
 				if (flags1 && ((flags1 - 1) & KVF_E_WATCHED))
 					watched = true;
 			}

@@ -21,6 +21,7 @@
 #include "apply.h"
 #include "chain.h"
 #include "io_thread.h"
+#include "score.h"
 #include "watch.h"
 
 void kva_fleet_config_default(kva_fleet_config *c)
@@ -181,6 +182,11 @@ static int config_valid(const kva_fleet_config *c)
 	for (uint32_t i = 0; i < c->npublishers; i++)
 		if (!c->publishers[i].endpoint)
 			return -EINVAL;
+	if (c->nblock_sizes > MAX_MEDIA * 32 || (c->nblock_sizes && !c->block_sizes))
+		return -EINVAL;
+	for (uint32_t i = 0; i < c->nblock_sizes; i++)
+		if (c->block_sizes[i].group_idx > 31 || c->block_sizes[i].block_size == 0)
+			return -EINVAL;
 	return 0;
 }
 
@@ -218,6 +224,7 @@ void kva_fleet_destroy(kva_fleet *f)
 	kvf_chains_free(f);
 	free(f->chain_map);
 	kvf_index_fini(&f->index);
+	kvf_score_free(f->score);
 	kvf_batch_fini(&f->batch);
 	if (f->wake_fd >= 0)
 		close(f->wake_fd);
@@ -293,7 +300,19 @@ static kva_fleet *create_signals_blocked(const kva_fleet_config *cfg, int *err)
 	rc = -ENOMEM;
 	if (!f->chain_map || !f->watches || !f->pubs)
 		goto fail;
+	if (cfg->score && !(f->score = kvf_score_new(cfg->full_groups, cfg->max_blocks)))
+		goto fail;
 	local_media_init(f, cfg->local_media);
+	for (uint32_t i = 0; i < cfg->nblock_sizes; i++) {
+		const kva_fleet_block_size *b = &cfg->block_sizes[i];
+		uint32_t medium = kvf_medium_id(f, b->medium ? b->medium : "GPU",
+		                                b->medium ? strlen(b->medium) : 3);
+		rc = -EINVAL; /* more media names than the fleet's table holds */
+		if (medium == NO_MEDIUM)
+			goto fail;
+		f->block_sizes[medium][b->group_idx] = b->block_size;
+	}
+	f->cfg.block_sizes = NULL; /* copied into the table */
 	f->zmq_ctx = cfg->zmq_context;
 	if (!f->zmq_ctx) {
 		f->zmq_ctx = zmq_ctx_new();
@@ -337,6 +356,20 @@ int kva_fleet_attach(kva_fleet *f, kva_engine *e)
 		return -EINVAL;
 	atomic_store_explicit(&f->engine, e, memory_order_release); /* R2 */
 	return 0;
+}
+
+int kva_fleet_score(const kva_fleet *f, const uint64_t *hashes, uint32_t n,
+                    kva_fleet_match *out, uint32_t cap)
+{
+	if (!f || (!hashes && n) || (!out && cap))
+		return -EINVAL;
+	if (!f->score)
+		return -ENOTSUP;
+	uint32_t bs[MAX_MEDIA];
+	for (uint32_t m = 0; m < MAX_MEDIA; m++)
+		bs[m] = position_block_size(f, m);
+	return kvf_score_query(f->score, (const char(*)[KVF_MEDIUM_MAX + 1])f->media, bs, hashes,
+	                       n, out, cap);
 }
 
 void kva_fleet_stats_get(const kva_fleet *f, kva_fleet_stats *out)

@@ -13,6 +13,7 @@
  *   apply.c          a decoded batch applied to the index
  *   watch.c          checkpoints a lookup was answered with, and their end
  *   chain.c          the registered chains
+ *   score.c          the readers' copy of the index (kva_fleet_score)
  *   index.c, wire.c  the table and the decoder
  *
  * Synchronisation (labels):
@@ -154,7 +155,27 @@ struct kva_fleet {
 	uint32_t watch_head, nwatches;
 	uint64_t epoch;
 	_Atomic uint64_t stats[STAT_COUNT];
+	struct kvf_score *score; /* cfg.score: the readers' copy of the index (score.c) */
+	/* cfg.block_sizes by medium id and group (0: not configured); read by
+	 * any thread after create, written only there */
+	uint32_t block_sizes[MAX_MEDIA][32];
 };
+
+/* The block size configured for (medium, group) (group <= 31), else the
+ * fleet's block_size; 0 when neither is set. */
+static inline uint32_t configured_block_size(const kva_fleet *f, uint32_t medium, uint32_t group)
+{
+	uint32_t bs = f->block_sizes[medium][group];
+	return bs ? bs : f->cfg.block_size;
+}
+
+/* The block size positions on medium count in: the first full group's
+ * (0: none configured, the publisher's own). */
+static inline uint32_t position_block_size(const kva_fleet *f, uint32_t medium)
+{
+	return configured_block_size(f, medium,
+	                             (uint32_t)__builtin_ctz(f->cfg.full_groups | 1u << 31));
+}
 
 static inline void stat_add(kva_fleet *f, size_t i, uint64_t v)
 {

@@ -56,7 +56,7 @@ static uint32_t find_candidates(kva_fleet *f, const struct chain *chain, uint32_
 		for (uint32_t medium = 0; medium < MAX_MEDIA; medium++) {
 			if (!(pub->media >> medium & 1))
 				continue;
-			uint32_t block_size = f->cfg.block_size;
+			uint32_t block_size = position_block_size(f, medium);
 			if (!block_size)
 				block_size = pub->block_size;
 			if (!block_size)

@@ -230,3 +230,12 @@ void kvf_on_replay(kva_fleet *f, struct publisher *pub, int64_t seq, const uint8
 		kvf_apply_batch(f, pub, data, len);
 	pub->expected = seq + 1;
 }
+
+void kvf_on_reconnect(kva_fleet *f, struct publisher *pub)
+{
+	stat_add(f, STAT(reconnects), 1);
+	if (pub->dropped)
+		return; /* dropped while down: a fresh start already */
+	kvf_drop_publisher(f, pub, "reconnected (a new process until its replay says otherwise)");
+	pub->dropped = true; /* live_batch: started afresh, replayed from 0 */
+}

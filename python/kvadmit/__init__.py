@@ -21,6 +21,7 @@ from ._engine import Engine
 from ._process import (cuda_importer_supported, has_feature, reason_name, register_at_fork,
                        version, version_string)
 from ._importer import CpuImporter, ImporterStats
+from ._fleet import Fleet, FleetMatch, hash_bytes, vllm_block_hashes
 
 __version__ = version_string()
 
@@ -34,5 +35,5 @@ __all__ = [
     "TimedOut", "TryAgain", "WaitingInfo", "strerror", "Config", "Engine", "Plan", "Stats",
     "cuda_importer_supported", "has_feature", "histogram_bounds", "plan_min_sizes",
     "reason_name", "register_at_fork", "version", "version_string", "CpuImporter",
-    "ImporterStats",
+    "ImporterStats", "Fleet", "FleetMatch", "hash_bytes", "vllm_block_hashes",
 ]

@@ -16,6 +16,8 @@ struct tp {
 	char pub_ep[128], rep_ep[128];
 	int64_t seq;
 	enum tp_replay mode;
+	int reply_frames; /* 3 (vLLM before v0.26, SGLang) or 4 (vLLM v0.26 on: the topic too) */
+	void *zctx;
 	struct {
 		int64_t seq;
 		size_t len;
@@ -34,6 +36,8 @@ struct tp *tp_new(void *zctx)
 	struct tp *p = calloc(1, sizeof(*p));
 	int zero = 0;
 	size_t len;
+	p->reply_frames = 3;
+	p->zctx = zctx;
 	p->pub = zmq_socket(zctx, ZMQ_PUB);
 	p->router = zmq_socket(zctx, ZMQ_ROUTER);
 	zmq_setsockopt(p->pub, ZMQ_LINGER, &zero, sizeof zero);
@@ -242,6 +246,34 @@ void tp_send_buffered(struct tp *p, int64_t seq)
 }
 
 void tp_replay_mode(struct tp *p, enum tp_replay mode) { p->mode = mode; }
+void tp_reply_frames(struct tp *p, int frames) { p->reply_frames = frames; }
+
+int tp_reopen(struct tp *p, int64_t next_seq)
+{
+	int zero = 0;
+	zmq_close(p->pub);
+	zmq_close(p->router);
+	tp_restart(p);
+	p->seq = next_seq;
+	p->pub = zmq_socket(p->zctx, ZMQ_PUB);
+	p->router = zmq_socket(p->zctx, ZMQ_ROUTER);
+	zmq_setsockopt(p->pub, ZMQ_LINGER, &zero, sizeof zero);
+	zmq_setsockopt(p->router, ZMQ_LINGER, &zero, sizeof zero);
+	/* the old listeners are closed in the background: retry a while */
+	for (int i = 0; i < 500; i++) {
+		if (zmq_bind(p->pub, p->pub_ep) == 0)
+			break;
+		struct timespec t = {0, 10000000};
+		nanosleep(&t, NULL);
+	}
+	for (int i = 0; i < 500; i++) {
+		if (zmq_bind(p->router, p->rep_ep) == 0)
+			return 0;
+		struct timespec t = {0, 10000000};
+		nanosleep(&t, NULL);
+	}
+	return -1;
+}
 int64_t tp_next_seq(const struct tp *p) { return p->seq; }
 
 void tp_remove(struct tp *p, const uint64_t *h, uint32_t n, const char *medium, int group)
@@ -304,6 +336,8 @@ void tp_service(struct tp *p)
 				be8(sb, s);
 				zmq_send(p->router, zmq_msg_data(&f[0]), zmq_msg_size(&f[0]), ZMQ_SNDMORE);
 				zmq_send(p->router, "", 0, ZMQ_SNDMORE);
+				if (p->reply_frames == 4)
+					zmq_send(p->router, "kv", 2, ZMQ_SNDMORE);
 				zmq_send(p->router, sb, 8, ZMQ_SNDMORE);
 				zmq_send(p->router, p->ring[i].data, p->ring[i].len, 0);
 			}
@@ -313,6 +347,8 @@ void tp_service(struct tp *p)
 			be8(end, -1);
 			zmq_send(p->router, zmq_msg_data(&f[0]), zmq_msg_size(&f[0]), ZMQ_SNDMORE);
 			zmq_send(p->router, "", 0, ZMQ_SNDMORE);
+			if (p->reply_frames == 4) /* the end marker's topic is empty */
+				zmq_send(p->router, "", 0, ZMQ_SNDMORE);
 			zmq_send(p->router, end, 8, ZMQ_SNDMORE);
 			zmq_send(p->router, "", 0, 0);
 		}

@@ -45,6 +45,14 @@ enum tp_replay {
 };
 void tp_replay_mode(struct tp *p, enum tp_replay mode);
 int64_t tp_next_seq(const struct tp *p); /* the number the next batch gets */
+/* Replay replies: 3 frames ["", seq, payload] (the default: vLLM before
+ * v0.26, SGLang) or 4 ["", topic, seq, payload] (vLLM v0.26 on, PR #45177);
+ * the end marker ["", -1, ""] or ["", "", -1, ""]. */
+void tp_reply_frames(struct tp *p, int frames);
+/* A new process on the same endpoints: the sockets closed and bound again,
+ * the buffer empty, numbering from next_seq (a quick restart that already
+ * passed the old number). 0, or -1 if a port could not be bound again. */
+int tp_reopen(struct tp *p, int64_t next_seq);
 
 /* An empty batch, numbered and buffered but not sent: lost on the wire. */
 void tp_lost(struct tp *p);

@@ -17,6 +17,7 @@
  *   kva_fleet_add/remove_publisher      any thread: one allocation + one enqueue
  *   kva_fleet_stats_get                 any thread (relaxed atomics)
  *   kva_fleet_publisher_seq, _lookups_done  any thread (acquire loads)
+ *   kva_fleet_score                     any thread, lock-free (per-slot sequence numbers)
  */
 #ifndef KVADMIT_FLEET_H
 #define KVADMIT_FLEET_H
@@ -43,11 +44,20 @@ typedef struct kva_fleet_publisher {
 	uint8_t self;
 } kva_fleet_publisher;
 
+/* Tokens per block of one (medium, KV-cache group): an offload tier or a
+ * group whose blocks are another size than the engine's. */
+typedef struct kva_fleet_block_size {
+	const char *medium; /* NULL: "GPU" (an absent medium) */
+	uint32_t group_idx; /* 0..31 (an absent group_idx is 0) */
+	uint32_t block_size; /* >= 1 */
+} kva_fleet_block_size;
+
 typedef struct kva_fleet_config {
 	const kva_fleet_publisher *publishers; /* copied */
 	uint32_t npublishers;                  /* 1..KVA_FLEET_MAX_PUBLISHERS */
-	/* Tokens per block, for positions (blocks * block_size); 0: each
-	 * publisher's BlockStored.block_size (events without one are dropped). */
+	/* Tokens per block, for positions (blocks * block_size), of every
+	 * (medium, group) not in block_sizes; 0: each publisher's first
+	 * BlockStored.block_size (events without one are dropped). */
 	uint32_t block_size;
 	uint64_t max_blocks;         /* index cap, entries of (block, location); >= 1 */
 	uint32_t max_chains;         /* registered chains kept (FIFO); >= 1 */
@@ -69,6 +79,17 @@ typedef struct kva_fleet_config {
 	void *zmq_context; /* NULL: the fleet's own; the host's to share inproc:// */
 	kva_log_fn log;    /* I/O thread; may be NULL */
 	void *log_ctx;
+	/* 1: keep a copy of the index that any thread reads lock-free, for
+	 * kva_fleet_score (routers); costs as much memory as the index (16-byte
+	 * slots, at most 3/4 full) and I/O-thread time per stored and removed
+	 * block (bench/README.md). */
+	uint8_t score;
+	/* Block sizes per (medium, group), copied; a pair not listed uses
+	 * block_size above (else its publisher's first BlockStored.block_size).
+	 * A BlockStored whose block_size differs from its pair's configured one
+	 * is refused (block_size_mismatch); one without block_size takes it. */
+	const kva_fleet_block_size *block_sizes;
+	uint32_t nblock_sizes; /* 0..64 * 32 */
 } kva_fleet_config;
 
 /* kva_fleet_config_default - block_size 0, max_blocks 4M, max_chains and max_chain_blocks
@@ -117,8 +138,38 @@ KVA_API int kva_fleet_publisher_seq(const kva_fleet *f, uint32_t id, int64_t *ne
  * to the kva_fleet_lookup calls made, every answer is in the engine's inbox (acquire). */
 KVA_API uint64_t kva_fleet_lookups_done(const kva_fleet *f);
 
-/* A bytes block hash (vLLM's sha256) as the fleet keys it. */
+/* kva_fleet_hash_bytes - a bytes block hash as the fleet keys it: its last 8 bytes, big-endian
+ * (fewer than 8: all of them). That is vLLM's maybe_convert_block_hash
+ * (vllm/v1/core/kv_cache_utils.py: int.from_bytes(hash, "big") & (2**64 - 1)), the int a
+ * publisher with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES sends, so a chain stored by an int
+ * publisher and one stored by a bytes publisher are the same chain. Any thread; pure. */
 KVA_API uint64_t kva_fleet_hash_bytes(const void *p, size_t n);
+
+/* One (publisher, medium) holding a prefix of a chain (kva_fleet_score). */
+typedef struct kva_fleet_match {
+	uint32_t publisher; /* its id */
+	uint32_t blocks;    /* the longest prefix of the chain it holds there, in blocks */
+	uint32_t tokens;    /* blocks * its block size (config, else its events'); 0 unknown */
+	int32_t dp_rank;    /* its batches' data_parallel_rank; -1 none seen */
+	char medium[32];    /* "GPU" for an absent medium (vLLM's MEDIUM_GPU) */
+	char topic[96];     /* the topic frame of its last message; "" none */
+	char pod[64], model[64]; /* from a "kv@pod@model" topic; "" otherwise */
+} kva_fleet_match;
+
+/* kva_fleet_score - for a chain of block hashes (as kva_fleet_chain_register takes them), every
+ * (publisher, medium) that holds a prefix of it: how many blocks, with the publisher's identity.
+ * Blocks count in the full_groups (any of them). A router's query: no registration needed.
+ * Thread: any, concurrently with everything but kva_fleet_destroy; lock-free, never waits for
+ * the I/O thread (a copy of the index kept when cfg.score is set, its slots read under
+ * per-slot sequence numbers; an entry moved or written during the query may be missed).
+ * Cost: one probe of the copy per block until no publisher holds the next one, plus the
+ * publishers holding them; no allocation (12 KiB of stack). At most 1,024 pairs holding
+ * block 0 followed.
+ * Effect: none; out[0..ret) sorted by blocks, longest first; past cap, the longest kept.
+ * Returns: the number written, -EINVAL (f or out NULL with cap, hashes NULL with n),
+ * -ENOTSUP (created without cfg.score). */
+KVA_API int kva_fleet_score(const kva_fleet *f, const uint64_t *hashes, uint32_t n,
+                            kva_fleet_match *out, uint32_t cap);
 
 typedef struct kva_fleet_stats {
 	uint64_t messages, bytes, batches;
@@ -143,6 +194,16 @@ typedef struct kva_fleet_stats {
 	 * clear, a restart, a dropped or removed publisher): about 10 ms each
 	 * at the default max_blocks. */
 	uint64_t index_scans;
+	/* Events skipped because they could not be read as their kind (a known
+	 * field of another type: a newer publisher); their batch's other events
+	 * are applied. */
+	uint64_t undecodable_events;
+	/* Publishers whose connection came back: treated as a new process, their
+	 * entries dropped and their history fetched again from 0 (docs/fleet.md). */
+	uint64_t reconnects;
+	/* Blocks of BlockStored events refused: their block_size is not the one
+	 * configured for their (medium, group) (or block_size). */
+	uint64_t block_size_mismatch;
 } kva_fleet_stats;
 
 KVA_API void kva_fleet_stats_get(const kva_fleet *f, kva_fleet_stats *out);
