@@ -163,6 +163,8 @@ void kvf_apply_batch(kva_fleet *f, struct publisher *pub, const uint8_t *data, s
 				kvf_watches_check(f, KVF_LOC_PUB_MEDIUM(loc), -1);
 		}
 	}
+	if (f->score) /* before the batch is counted (the release below) */
+		kvf_score_flush(f->score);
 	stat_add(f, STAT(blocks_stored), stored);
 	stat_add(f, STAT(blocks_removed), removed);
 	stat_set(f, STAT(blocks), f->index.count);
