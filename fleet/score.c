@@ -415,14 +415,30 @@ int kvf_score_query(struct kvf_score *s, const char (*media)[KVF_MEDIUM_MAX + 1]
 		if (i + AHEAD < n)
 			ring[(i + AHEAD) & (RING - 1)] = fetch_home(s, hashes[i + AHEAD]);
 		for (size_t k = ring[i & (RING - 1)];; k = (k + 1) & s->mask) {
-			uint64_t h;
-			uint32_t l;
-			if (!slot_read(&s->slots[k], &h, &l))
-				continue; /* being written: passed over */
+			/* Most slots of a run hold other blocks: only a match has its
+			 * sequence number checked again. A location never reads 0 but
+			 * in an empty slot (a write replaces one nonzero value with
+			 * another); a slot caught mid-write that reads as another
+			 * block is passed over, as one still written after
+			 * READ_TRIES is. */
+			const struct slot *sl = &s->slots[k];
+			/* acquire: pairs with the release store of slot_write */
+			uint32_t q = atomic_load_explicit(&sl->seq, memory_order_acquire);
+			uint32_t l = atomic_load_explicit(&sl->loc1, memory_order_relaxed);
 			if (!l)
 				break;
+			uint64_t h = atomic_load_explicit(&sl->hash, memory_order_relaxed);
 			if (h != want)
 				continue;
+			atomic_thread_fence(memory_order_acquire); /* as in slot_read */
+			if ((q & 1) || atomic_load_explicit(&sl->seq, memory_order_relaxed) != q) {
+				if (!slot_read(sl, &h, &l))
+					continue; /* being written: passed over */
+				if (!l)
+					break;
+				if (h != want)
+					continue;
+			}
 			uint32_t group = (l - 1) & 0xff;
 			if (group > 31 || !(s->full_groups >> group & 1))
 				continue;
