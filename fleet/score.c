@@ -329,12 +329,17 @@ static inline size_t fetch_home(const struct kvf_score *s, uint64_t hash)
 	return k;
 }
 
-/* A query's (publisher, medium) pairs: a small open-addressing map pair ->
- * index into len[]; the pairs come from block 0's entries only. */
+/* A query's (publisher, medium) pairs: a small open-addressing map whose
+ * slots hold the pair and its prefix length side by side (one access a
+ * lookup), and the slots in the order the pairs were met; the pairs come
+ * from block 0's entries only. */
 struct walk {
 	uint32_t npairs;
-	uint32_t pair[MAX_PAIRS], len[MAX_PAIRS];
-	uint16_t slot[PAIR_SLOTS]; /* index + 1; 0 empty */
+	uint16_t used[MAX_PAIRS]; /* slots taken, in order */
+	struct {
+		uint32_t pair1; /* pair + 1; 0 empty */
+		uint32_t len;
+	} map[PAIR_SLOTS];
 };
 
 static uint32_t *walk_len(struct walk *w, uint32_t pair, bool add)
@@ -342,16 +347,16 @@ static uint32_t *walk_len(struct walk *w, uint32_t pair, bool add)
 	/* multiplicative hashing: pairs are small, distinct integers */
 	for (uint32_t i = (uint32_t)((pair * 0x9e3779b1u) >> 21) & (PAIR_SLOTS - 1);;
 	     i = (i + 1) & (PAIR_SLOTS - 1)) {
-		uint16_t k = w->slot[i];
-		if (k && w->pair[k - 1] == pair)
-			return &w->len[k - 1];
-		if (!k) {
+		uint32_t p1 = w->map[i].pair1;
+		if (p1 == pair + 1)
+			return &w->map[i].len;
+		if (!p1) {
 			if (!add || w->npairs == MAX_PAIRS)
 				return NULL;
-			w->pair[w->npairs] = pair;
-			w->len[w->npairs] = 0;
-			w->slot[i] = (uint16_t)++w->npairs;
-			return &w->len[w->npairs - 1];
+			w->map[i].pair1 = pair + 1;
+			w->map[i].len = 0;
+			w->used[w->npairs++] = (uint16_t)i;
+			return &w->map[i].len;
 		}
 	}
 }
@@ -397,9 +402,9 @@ int kvf_score_query(struct kvf_score *s, const char (*media)[KVF_MEDIUM_MAX + 1]
                     const uint32_t *block_size, const uint64_t *hashes, uint32_t n,
                     kva_fleet_match *out, uint32_t cap)
 {
-	struct walk walk, *w = &walk; /* 12 KiB of stack: no allocation on this path */
+	struct walk walk, *w = &walk; /* 18 KiB of stack: no allocation on this path */
 	w->npairs = 0;
-	memset(w->slot, 0, sizeof w->slot);
+	memset(w->map, 0, sizeof w->map);
 	kva_rcu_read_lock(); /* for the identities */
 	/* The chain is known ahead and its probes depend on nothing found: the
 	 * home slots of the next AHEAD blocks are fetched while one is probed,
@@ -453,8 +458,9 @@ int kvf_score_query(struct kvf_score *s, const char (*media)[KVF_MEDIUM_MAX + 1]
 	}
 	uint32_t nout = 0;
 	for (uint32_t k = 0; k < w->npairs; k++) {
-		kva_fleet_match o = {.publisher = w->pair[k] >> 8, .blocks = w->len[k]};
-		uint32_t medium = w->pair[k] & 0xff;
+		uint32_t pair = w->map[w->used[k]].pair1 - 1;
+		kva_fleet_match o = {.publisher = pair >> 8, .blocks = w->map[w->used[k]].len};
+		uint32_t medium = pair & 0xff;
 		copy_name(o.medium, sizeof o.medium, media[medium], strlen(media[medium]));
 		uint32_t bs = block_size[medium] ? block_size[medium]
 		                                 : atomic_load_explicit(&s->block_size[o.publisher],
