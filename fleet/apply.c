@@ -33,26 +33,29 @@ uint32_t kvf_medium_id(kva_fleet *f, const char *name, size_t len)
 	return f->nmedia++;
 }
 
-/* Every entry of pub goes, and its watches are reported. Finding them scans
- * the whole table (max_blocks entries), so a publisher without entries
- * (counted, nentries) skips that. */
+/* Every entry of pub goes, and its watches are reported: O(1) in the
+ * index (its generation moves on, index.h). */
 static size_t drop_entries(kva_fleet *f, struct publisher *pub)
 {
-	size_t n = 0;
-	if (pub->nentries) {
-		n = kvf_index_del_matching(&f->index, (uint32_t)pub->id << 16, 16, NULL);
-		pub->nentries = 0;
-		stat_add(f, STAT(index_scans), 1);
-	}
+	size_t n = kvf_index_drop_pub(&f->index, pub->id);
 	kvf_watches_check(f, 0, pub->id);
 	return n;
+}
+
+void kvf_index_stats(kva_fleet *f)
+{
+	stat_set(f, STAT(blocks), f->index.live);
+	stat_set(f, STAT(cap_evictions), f->index.evicted);
+	stat_set(f, STAT(index_refused), f->index.refused);
+	stat_set(f, STAT(index_reclaimed), f->index.reclaimed);
+	stat_set(f, STAT(index_scans), f->index.gen_wraps);
 }
 
 void kvf_drop_publisher(kva_fleet *f, struct publisher *pub, const char *why)
 {
 	size_t n = drop_entries(f, pub);
 	stat_add(f, STAT(entries_dropped), n);
-	stat_set(f, STAT(blocks), f->index.count); /* also when no batch follows */
+	kvf_index_stats(f); /* also when no batch follows */
 	pub->media = 0;
 	fleet_log(f, KVA_LOG_WARN, "kvadmit-fleet: publisher %s: %s, %zu entries dropped",
 	          pub->endpoint, why, n);
@@ -115,22 +118,14 @@ void kvf_apply_batch(kva_fleet *f, struct publisher *pub, const uint8_t *data, s
 				pub->block_size = ev->block_size;
 			}
 			pub->media |= 1ull << medium;
-			for (uint32_t k = 0; k < ev->nhashes && !wiped; k++) {
-				struct kvf_slot out;
-				bool evicted;
-				if (kvf_index_put(&f->index, hashes[k], loc, &out, &evicted))
-					pub->nentries++;
-				if (evicted) /* the cap took some publisher's entry */
-					f->pubs[KVF_LOC_PUB(out.loc1 - 1)].nentries--;
-			}
+			for (uint32_t k = 0; k < ev->nhashes && !wiped; k++)
+				kvf_index_put(&f->index, hashes[k], loc, NULL, NULL);
 			stored += ev->nhashes;
 		} else {
 			bool watched = false;
 			for (uint32_t k = 0; k < ev->nhashes && !wiped; k++) {
 				/* flags + 1, 0 if absent */
 				uint32_t flags1 = kvf_index_del(&f->index, hashes[k], loc);
-				if (flags1)
-					pub->nentries--;
 				if (flags1 && ((flags1 - 1) & KVF_E_WATCHED))
 					watched = true;
 			}
@@ -141,8 +136,7 @@ void kvf_apply_batch(kva_fleet *f, struct publisher *pub, const uint8_t *data, s
 	}
 	stat_add(f, STAT(blocks_stored), stored);
 	stat_add(f, STAT(blocks_removed), removed);
-	stat_set(f, STAT(blocks), f->index.count);
-	stat_set(f, STAT(cap_evictions), f->index.evicted);
+	kvf_index_stats(f);
 	/* Last, and release: a stats reader that sees the batch counted sees
 	 * its blocks (its acquire loads, kva_fleet_stats_get). */
 	atomic_fetch_add_explicit(&f->stats[STAT(batches)], 1, memory_order_release);

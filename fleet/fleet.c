@@ -288,6 +288,7 @@ static kva_fleet *create_signals_blocked(const kva_fleet_config *cfg, int *err)
 		map_size *= 2;
 	f->chain_map = calloc(map_size, sizeof(*f->chain_map));
 	f->chain_mask = map_size - 1;
+	kvf_key_random(&f->chain_key);
 	f->watches = calloc(MAX_WATCHES, sizeof(*f->watches));
 	f->pubs = calloc(KVA_FLEET_MAX_PUBLISHERS, sizeof(*f->pubs)); /* ids stay put */
 	rc = -ENOMEM;

@@ -52,6 +52,8 @@
 #include "index.h"
 #include "wire.h"
 
+_Static_assert(KVF_INDEX_PUBS == KVA_FLEET_MAX_PUBLISHERS, "one index slot per publisher id");
+
 #define MAX_MEDIA 64 /* one table for the fleet; a publisher's media are a 64-bit mask */
 #define NO_MEDIUM UINT32_MAX
 
@@ -120,8 +122,8 @@ struct publisher {
 	size_t held_bytes;
 	bool held_overflow;
 	uint32_t block_size;
-	uint64_t media;  /* medium ids seen */
-	size_t nentries; /* its index entries: a clear of none costs no scan */
+	uint64_t media;   /* medium ids seen */
+	uint32_t watches; /* live watches on its checkpoints: a drop of none skips the ring */
 };
 
 struct kva_fleet {
@@ -149,6 +151,7 @@ struct kva_fleet {
 	/* chains (chain.c): open-addressing map key -> chain, FIFO list */
 	struct chain **chain_map;
 	size_t chain_mask, nchains;
+	struct kvf_key chain_key; /* the map's homes (keyed_hash.h) */
 	struct chain *oldest_chain, *newest_chain;
 	struct watch *watches; /* ring (watch.c) */
 	uint32_t watch_head, nwatches;

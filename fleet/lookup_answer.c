@@ -106,7 +106,8 @@ void kvf_lookup_answer(kva_fleet *f, const struct cmd *cmd, uint64_t now)
 	kva_engine *e = atomic_load_explicit(&f->engine, memory_order_acquire); /* A2 */
 	kva_manifest m = {0};
 	stat_add(f, STAT(lookups), 1);
-	struct chain *chain = *kvf_chain_slot(f, cmd->prefix_key);
+	struct chain **slot = kvf_chain_slot(f, cmd->prefix_key);
+	struct chain *chain = slot ? *slot : NULL;
 	struct candidate best[KVA_MAX_CHECKPOINTS];
 	uint32_t nbest = 0;
 	if (!chain) {

@@ -139,10 +139,14 @@ typedef struct kva_fleet_stats {
 	/* Blocks of events skipped because their medium is past the fleet's 64
 	 * medium names (docs/fleet.md). */
 	uint64_t ignored_media;
-	/* Scans of the whole index table to drop one publisher's entries (a
-	 * clear, a restart, a dropped or removed publisher): about 10 ms each
-	 * at the default max_blocks. */
+	/* Scans of the whole index table to drop one publisher's entries: only
+	 * when its generation wraps, once per 2^24 drops (a clear, a restart,
+	 * a dropped or removed publisher are O(1)). */
 	uint64_t index_scans;
+	/* Against a publisher or host choosing keys (docs/fleet.md, "Security"):
+	 * stores refused because their probe would pass the cap, dead entries
+	 * (of dropped publishers) reclaimed, chains refused for the same. */
+	uint64_t index_refused, index_reclaimed, chains_refused;
 } kva_fleet_stats;
 
 KVA_API void kva_fleet_stats_get(const kva_fleet *f, kva_fleet_stats *out);
