@@ -61,18 +61,35 @@ void kvf_drop_publisher(kva_fleet *f, struct publisher *pub, const char *why)
 	          pub->endpoint, why, n);
 }
 
+/* The decode buffers a large batch grew go back after it: a batch of
+ * max_message_bytes takes several times that decoded, and it would stay. */
+#define BATCH_KEEP_EVENTS 4096u
+#define BATCH_KEEP_HASHES 65536u
+
+static void batch_shrink(kva_fleet *f)
+{
+	if (f->batch.events_cap > BATCH_KEEP_EVENTS || f->batch.hashes_cap > BATCH_KEEP_HASHES)
+		kvf_batch_fini(&f->batch); /* the next decode grows them again */
+}
+
+static void apply_decoded(kva_fleet *f, struct publisher *pub);
+
 void kvf_apply_batch(kva_fleet *f, struct publisher *pub, const uint8_t *data, size_t len)
 {
 	int rc = kvf_decode(&f->batch, data, len);
-	if (rc) {
-		uint64_t k =
-		    atomic_fetch_add_explicit(&f->stats[STAT(malformed)], 1, memory_order_relaxed);
-		if ((k & (k + 1)) == 0) /* 1st, 2nd, 4th ... */
-			fleet_log(f, KVA_LOG_WARN,
-			          "kvadmit-fleet: publisher %s: malformed batch (%d)",
-			          pub->endpoint, rc);
+	if (rc == 0)
+		apply_decoded(f, pub);
+	batch_shrink(f);
+	if (rc == 0)
 		return;
-	}
+	uint64_t k = atomic_fetch_add_explicit(&f->stats[STAT(malformed)], 1, memory_order_relaxed);
+	if ((k & (k + 1)) == 0) /* 1st, 2nd, 4th ... */
+		fleet_log(f, KVA_LOG_WARN, "kvadmit-fleet: publisher %s: malformed batch (%d)",
+		          pub->endpoint, rc);
+}
+
+static void apply_decoded(kva_fleet *f, struct publisher *pub)
+{
 	stat_add(f, STAT(unknown_events), f->batch.unknown_events);
 	/* Only the batch's last AllBlocksCleared touches the index: it wipes
 	 * whatever the events before it would store or remove there, and each

@@ -51,18 +51,37 @@ static void push_cmd(kva_fleet *f, struct cmd *cmd)
 	}
 }
 
+/* A lookup answered a miss at once, on the caller's thread, counted in
+ * stat. */
+static void lookup_miss_now(kva_fleet *f, kva_lookup_token token, size_t stat)
+{
+	kva_engine *e = atomic_load_explicit(&f->engine, memory_order_acquire); /* A2 */
+	kva_manifest m = {0};
+	atomic_fetch_add_explicit(&f->stats[stat], 1, memory_order_relaxed);
+	if (e)
+		kva_lookup_answer(e, token, &m);
+	atomic_fetch_add_explicit(&f->lookups_done, 1, memory_order_release); /* R3 */
+}
+
 void kva_fleet_lookup(void *fleet, uint64_t prefix_key, uint32_t prompt_tokens,
                       kva_lookup_token token)
 {
 	kva_fleet *f = fleet;
+	if (!f)
+		return; /* no fleet, no engine to answer: the lookup times out */
+	/* The queue is bounded: a stalled I/O thread costs no memory past
+	 * KVF_MAX_QUEUED_LOOKUPS commands (relaxed: a bound, nothing read
+	 * after it). */
+	if (atomic_fetch_add_explicit(&f->lookups_queued, 1, memory_order_relaxed) >=
+	    KVF_MAX_QUEUED_LOOKUPS) {
+		atomic_fetch_sub_explicit(&f->lookups_queued, 1, memory_order_relaxed);
+		lookup_miss_now(f, token, STAT(lookups_shed));
+		return;
+	}
 	struct cmd *cmd = malloc(sizeof(*cmd));
 	if (!cmd) {
-		kva_engine *e = atomic_load_explicit(&f->engine, memory_order_acquire); /* A2 */
-		kva_manifest m = {0};
-		atomic_fetch_add_explicit(&f->stats[STAT(lookup_nomem)], 1, memory_order_relaxed);
-		if (e)
-			kva_lookup_answer(e, token, &m);
-		atomic_fetch_add_explicit(&f->lookups_done, 1, memory_order_release);
+		atomic_fetch_sub_explicit(&f->lookups_queued, 1, memory_order_relaxed);
+		lookup_miss_now(f, token, STAT(lookup_nomem));
 		return;
 	}
 	kva_inbox_node_init(&cmd->node);

@@ -54,6 +54,10 @@
 
 _Static_assert(KVF_INDEX_PUBS == KVA_FLEET_MAX_PUBLISHERS, "one index slot per publisher id");
 
+/* Lookups waiting for the I/O thread; past it kva_fleet_lookup answers a
+ * miss at once (lookups_shed). */
+#define KVF_MAX_QUEUED_LOOKUPS 65536u
+
 #define MAX_MEDIA 64 /* one table for the fleet; a publisher's media are a 64-bit mask */
 #define NO_MEDIUM UINT32_MAX
 
@@ -142,6 +146,7 @@ struct kva_fleet {
 	uint32_t monitor_gen;
 	_Atomic uint8_t pub_slot[KVA_FLEET_MAX_PUBLISHERS];
 	_Atomic uint64_t lookups_done;
+	_Atomic uint64_t lookups_queued; /* in the command queue: bounded */
 	struct kvf_index index;
 	struct kvf_batch batch;
 	char media[MAX_MEDIA][KVF_MEDIUM_MAX + 1];
@@ -173,6 +178,12 @@ static inline uint64_t now_ns(void)
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* now + d, saturated: a timeout near UINT64_MAX means never, not at once. */
+static inline uint64_t deadline_after(uint64_t now, uint64_t d)
+{
+	return d > UINT64_MAX - now ? UINT64_MAX : now + d;
 }
 
 /* One line to the user's log callback, if any. */

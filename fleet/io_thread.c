@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include "io_thread.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,15 +24,30 @@
 #define RECV_BUDGET 256 /* messages per socket per loop turn: lookups stay prompt */
 #define REPLAY_TRIES 3
 #define TICK_MS 50
+#define RCVHWM_MIN 256 /* messages: a burst a small max_pending still takes */
+
+/* What a publisher may make libzmq buffer before the fleet reads a frame:
+ * no frame over twice max_message_bytes (one between counts as oversized,
+ * its number kept; a larger one drops the connection, libzmq's check), and
+ * RCVHWM messages queued. docs/fleet.md, "Security". */
+static void limit_socket(kva_fleet *f, void *sock)
+{
+	int zero = 0;
+	uint32_t pending = f->cfg.max_pending > INT_MAX ? INT_MAX : f->cfg.max_pending;
+	int hwm = pending < RCVHWM_MIN ? RCVHWM_MIN : (int)pending;
+	int64_t max_frame = 2 * (int64_t)f->cfg.max_message_bytes;
+	zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+	zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+	zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max_frame, sizeof max_frame);
+}
 
 static int pub_open(kva_fleet *f, struct publisher *pub, uint32_t id)
 {
-	int zero = 0, hwm = 1000000;
+	int zero = 0;
 	pub->sub = zmq_socket(f->zmq_ctx, ZMQ_SUB);
 	if (!pub->sub)
 		return zmq_err();
-	zmq_setsockopt(pub->sub, ZMQ_LINGER, &zero, sizeof zero);
-	zmq_setsockopt(pub->sub, ZMQ_RCVHWM, &hwm, sizeof hwm);
+	limit_socket(f, pub->sub);
 	const char *topic = pub->topic ? pub->topic : "";
 	if (zmq_setsockopt(pub->sub, ZMQ_SUBSCRIBE, topic, strlen(topic)) < 0)
 		return zmq_err();
@@ -55,8 +71,7 @@ static int pub_open(kva_fleet *f, struct publisher *pub, uint32_t id)
 		pub->dealer = zmq_socket(f->zmq_ctx, ZMQ_DEALER);
 		if (!pub->dealer)
 			return zmq_err();
-		zmq_setsockopt(pub->dealer, ZMQ_LINGER, &zero, sizeof zero);
-		zmq_setsockopt(pub->dealer, ZMQ_RCVHWM, &hwm, sizeof hwm);
+		limit_socket(f, pub->dealer);
 		if (zmq_connect(pub->dealer, pub->replay_endpoint) < 0)
 			return zmq_err();
 	}
@@ -178,6 +193,8 @@ static void drain_commands(kva_fleet *f, bool woken)
 		} else {
 			kvf_lookup_answer(f, cmd, now);
 			free(cmd);
+			/* only a bound (kva_fleet_lookup): no order needed */
+			atomic_fetch_sub_explicit(&f->lookups_queued, 1, memory_order_relaxed);
 		}
 	}
 }

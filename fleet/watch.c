@@ -73,7 +73,7 @@ void kvf_watch_add(kva_fleet *f, uint64_t id, uint32_t pair, uint32_t nblocks,
 	f->pubs[pair >> 8].watches++;
 	struct watch *w = &f->watches[(f->watch_head + f->nwatches) % MAX_WATCHES];
 	*w = (struct watch){.id = id, .pair = pair, .nblocks = nblocks, .chain = chain,
-	                    .expires = now + f->cfg.watch_ns};
+	                    .expires = deadline_after(now, f->cfg.watch_ns)};
 	chain->refs++;
 	f->nwatches++;
 }

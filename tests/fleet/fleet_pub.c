@@ -4,6 +4,7 @@
 
 #include <msgpack.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -16,6 +17,8 @@ struct tp {
 	char pub_ep[128], rep_ep[128];
 	int64_t seq;
 	enum tp_replay mode;
+	bool forge;        /* tp_replay_forge */
+	int64_t forge_seq;
 	struct {
 		int64_t seq;
 		size_t len;
@@ -254,6 +257,24 @@ void tp_clear(struct tp *p) { batch(p, ev_clear, NULL, 0); }
 void tp_empty(struct tp *p) { batch(p, ev_none, NULL, 0); }
 void tp_raw(struct tp *p, const void *payload, size_t len) { send_numbered(p, payload, len, 0); }
 
+/* [0.0, [], 0]: an empty array_like batch. */
+static const unsigned char EMPTY_BATCH[] = {0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x90, 0x00};
+
+void tp_live_as(struct tp *p, int64_t seq)
+{
+	unsigned char s[8];
+	be8(s, seq);
+	zmq_send(p->pub, "kv", 2, ZMQ_SNDMORE);
+	zmq_send(p->pub, s, 8, ZMQ_SNDMORE);
+	zmq_send(p->pub, EMPTY_BATCH, sizeof EMPTY_BATCH, 0);
+}
+
+void tp_replay_forge(struct tp *p, int64_t seq)
+{
+	p->forge = true;
+	p->forge_seq = seq;
+}
+
 void tp_frames(struct tp *p, int nframes)
 {
 	for (int i = 0; i < nframes; i++)
@@ -293,6 +314,14 @@ void tp_service(struct tp *p)
 				p->mode = TP_REPLAY_NORMAL;
 			if (mode == TP_REPLAY_ONCE_THEN_HOLD)
 				p->mode = TP_REPLAY_HOLD; /* after this answer */
+			if (p->forge) {
+				unsigned char sb[8];
+				be8(sb, p->forge_seq);
+				zmq_send(p->router, zmq_msg_data(&f[0]), zmq_msg_size(&f[0]), ZMQ_SNDMORE);
+				zmq_send(p->router, "", 0, ZMQ_SNDMORE);
+				zmq_send(p->router, sb, 8, ZMQ_SNDMORE);
+				zmq_send(p->router, EMPTY_BATCH, sizeof EMPTY_BATCH, 0);
+			}
 			int64_t lo = p->seq > RING ? p->seq - RING : 0;
 			if (mode == TP_REPLAY_END_ONLY)
 				lo = p->seq; /* nothing that far back */

@@ -57,4 +57,11 @@ void tp_store_medium(struct tp *p, const uint64_t *hashes, uint32_t n, uint32_t 
  * first_hash + round), then `tail` more AllBlocksCleared. */
 void tp_clear_rounds(struct tp *p, uint32_t rounds, uint64_t first_hash, uint32_t tail);
 
+/* A hostile publisher (tests/fleet/test_fleet_hostile.c). tp_live_as: an
+ * empty batch numbered seq on PUB (not buffered, the count not moved);
+ * tp_replay_forge: every replay answer starts with an empty batch
+ * numbered seq. */
+void tp_live_as(struct tp *p, int64_t seq);
+void tp_replay_forge(struct tp *p, int64_t seq);
+
 #endif

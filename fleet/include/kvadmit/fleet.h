@@ -87,8 +87,9 @@ KVA_API void kva_fleet_destroy(kva_fleet *f);
  * Returns: 0, -EINVAL. */
 KVA_API int kva_fleet_attach(kva_fleet *f, kva_engine *e);
 
-/* kva_fleet_lookup - a kva_lookup_fn: hands the lookup to the I/O thread; without memory it
- * answers a miss at once. */
+/* kva_fleet_lookup - a kva_lookup_fn: hands the lookup to the I/O thread; without memory, or
+ * with 65,536 lookups already waiting for it (a stalled I/O thread), it answers a miss at once
+ * (lookup_nomem, lookups_shed). fleet NULL: nothing happens (no engine to answer). */
 KVA_API void kva_fleet_lookup(void *fleet, uint64_t prefix_key, uint32_t prompt_tokens,
                               kva_lookup_token token);
 
@@ -147,6 +148,12 @@ typedef struct kva_fleet_stats {
 	 * stores refused because their probe would pass the cap, dead entries
 	 * (of dropped publishers) reclaimed, chains refused for the same. */
 	uint64_t index_refused, index_reclaimed, chains_refused;
+	/* Lookups answered a miss at once: the I/O thread had 65,536 waiting. */
+	uint64_t lookups_shed;
+	/* Sequence numbers refused: negative (but a replay's end marker) or
+	 * INT64_MAX, live or replayed; replayed batches numbered above the
+	 * highest live number seen (a replay returns what PUB already sent). */
+	uint64_t bad_seq, replay_refused;
 } kva_fleet_stats;
 
 KVA_API void kva_fleet_stats_get(const kva_fleet *f, kva_fleet_stats *out);

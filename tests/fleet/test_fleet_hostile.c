@@ -1,0 +1,398 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The fleet directory against a misbehaving publisher (docs/fleet.md,
+ * "Security"), each attacker bounded and local over tcp://127.0.0.1: a
+ * frame far over max_message_bytes, forged replay numbers, live numbers no
+ * publisher gives out, a stalled I/O thread under a flood of lookups, a
+ * huge batch's decode buffers, timeouts near UINT64_MAX. Hash flooding and
+ * clear storms: test_fleet_index.c and bench/fleet_attack_bench.c.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <msgpack.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include <zmq.h>
+
+#include "apply.h"
+#include "fleet_pub.h"
+#include "fleet_state.h"
+
+#define WAIT_NS (30ull * 1000000000ull)
+
+static uint64_t mono(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static kva_fleet_stats stats(kva_fleet *f)
+{
+	kva_fleet_stats s;
+	kva_fleet_stats_get(f, &s);
+	return s;
+}
+
+static int64_t seq_of(kva_fleet *f)
+{
+	int64_t s = -1;
+	kva_fleet_publisher_seq(f, 0, &s);
+	return s;
+}
+
+/* Polls until cond holds (answering replays of tp, if any), or fails. */
+#define WAIT_UNTIL(tp, cond)                                                                 \
+	do {                                                                                 \
+		uint64_t _end = mono() + WAIT_NS;                                            \
+		while (!(cond)) {                                                            \
+			assert_true(mono() < _end);                                          \
+			if (tp)                                                              \
+				tp_service(tp);                                              \
+			usleep(1000);                                                        \
+		}                                                                            \
+	} while (0)
+
+static kva_fleet *fleet_for(const char *ep, const char *rep, void (*tweak)(kva_fleet_config *))
+{
+	kva_fleet_publisher p = {.endpoint = ep, .replay_endpoint = rep};
+	kva_fleet_config fc;
+	kva_fleet_config_default(&fc);
+	fc.publishers = &p;
+	fc.npublishers = 1;
+	if (tweak)
+		tweak(&fc);
+	int err = 1;
+	kva_fleet *f = kva_fleet_create(&fc, &err);
+	assert_int_equal(err, 0);
+	return f;
+}
+
+/* Until the fleet applied a batch of tp (the subscription is live). */
+static void sync_with(kva_fleet *f, struct tp *tp)
+{
+	uint64_t end = mono() + WAIT_NS;
+	while (stats(f).batches == 0) {
+		assert_true(mono() < end);
+		tp_empty(tp);
+		for (int k = 0; k < 20 && stats(f).batches == 0; k++) {
+			tp_service(tp);
+			usleep(1000);
+		}
+	}
+}
+
+static void caught_up(kva_fleet *f, struct tp *tp)
+{
+	WAIT_UNTIL(tp, seq_of(f) == tp_next_seq(tp));
+}
+
+/* ---- a frame far over max_message_bytes ---- */
+
+static long vm_kib(const char *field)
+{
+	FILE *fp = fopen("/proc/self/status", "r");
+	char line[256];
+	long v = -1;
+	size_t n = strlen(field);
+	while (fp && fgets(line, sizeof line, fp))
+		if (strncmp(line, field, n) == 0)
+			v = atol(line + n);
+	if (fp)
+		fclose(fp);
+	return v;
+}
+
+static const unsigned char EMPTY[] = {0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x90, 0x00};
+
+static void send3(void *pub, uint64_t seq, const void *data, size_t len)
+{
+	unsigned char s[8];
+	for (int i = 0; i < 8; i++)
+		s[i] = (unsigned char)(seq >> (56 - 8 * i));
+	zmq_send(pub, "kv", 2, ZMQ_SNDMORE);
+	zmq_send(pub, s, 8, ZMQ_SNDMORE);
+	zmq_send(pub, data, len, 0);
+}
+
+/* The attacker, in a child process (its memory is not the fleet's): empty
+ * batches until told, then one 128 MiB frame (from pages never written:
+ * it costs the child no memory either), then empty batches until the
+ * parent closes its pipe. */
+static void big_sender(int to_parent, int from_parent)
+{
+	void *z = zmq_ctx_new();
+	void *pub = zmq_socket(z, ZMQ_PUB);
+	char ep[128] = "";
+	size_t len = sizeof ep;
+	if (zmq_bind(pub, "tcp://127.0.0.1:*") || zmq_getsockopt(pub, ZMQ_LAST_ENDPOINT, ep, &len))
+		_exit(1);
+	if (write(to_parent, ep, sizeof ep) != (ssize_t)sizeof ep)
+		_exit(1);
+	fcntl(from_parent, F_SETFL, O_NONBLOCK);
+	uint64_t seq = 0;
+	char c;
+	while (read(from_parent, &c, 1) != 1) {
+		send3(pub, seq++, EMPTY, sizeof EMPTY);
+		usleep(5000);
+	}
+	size_t big = (size_t)128 << 20;
+	zmq_msg_t m;
+	if (zmq_msg_init_size(&m, big))
+		_exit(1);
+	unsigned char s[8] = {0};
+	s[7] = (unsigned char)seq++;
+	zmq_send(pub, "kv", 2, ZMQ_SNDMORE);
+	zmq_send(pub, s, 8, ZMQ_SNDMORE);
+	zmq_msg_send(&m, pub, 0);
+	for (int i = 0; i < 6000 && read(from_parent, &c, 1) != 0; i++) {
+		send3(pub, seq++, EMPTY, sizeof EMPTY);
+		usleep(5000);
+	}
+	_exit(0);
+}
+
+static void max_1mib(kva_fleet_config *c) { c->max_message_bytes = 1u << 20; }
+
+/* One frame of 128 MiB against max_message_bytes of 1 MiB: libzmq received
+ * all of it before the fleet could count it oversized (the peak memory rose
+ * 128 MiB). ZMQ_MAXMSGSIZE (twice the limit) drops the connection at the
+ * frame's header instead: the peak stays put. */
+static void big_frame_is_never_buffered_whole(void **st)
+{
+	(void)st;
+	int up[2], down[2];
+	assert_int_equal(pipe(up), 0);
+	assert_int_equal(pipe(down), 0);
+	pid_t child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		close(up[0]), close(down[1]);
+		big_sender(up[1], down[0]);
+	}
+	close(up[1]), close(down[0]);
+	char ep[128];
+	assert_int_equal(read(up[0], ep, sizeof ep), (ssize_t)sizeof ep);
+	kva_fleet *f = fleet_for(ep, NULL, max_1mib);
+	WAIT_UNTIL(NULL, stats(f).batches > 0);
+	FILE *clear = fopen("/proc/self/clear_refs", "w"); /* the peak starts again from now */
+	assert_non_null(clear);
+	fputs("5", clear);
+	fclose(clear);
+	long base = vm_kib("VmHWM:");
+	assert_true(base > 0);
+	assert_int_equal(write(down[1], "g", 1), 1);
+	WAIT_UNTIL(NULL, stats(f).oversized > 0 || stats(f).publishers_down > 0);
+	usleep(200000);
+	long peak = vm_kib("VmHWM:");
+	kva_fleet_destroy(f);
+	close(down[1]);
+	close(up[0]);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	assert_true(peak - base < 32 * 1024); /* KiB */
+}
+
+/* ---- sequence numbers ---- */
+
+/* A replay answer numbered 2^62: `expected` jumped there and the next
+ * live batches were all duplicates (0 blocks). A replayed number above the
+ * highest live one is refused and counted; the live stream goes on. */
+static void forged_replay_number_cannot_skip_the_stream(void **st)
+{
+	(void)st;
+	void *z = zmq_ctx_new();
+	struct tp *tp = tp_new(z);
+	kva_fleet *f = fleet_for(tp_pub_endpoint(tp), tp_replay_endpoint(tp), NULL);
+	sync_with(f, tp);
+	caught_up(f, tp);
+	kva_fleet_stats s0 = stats(f);
+	tp_replay_forge(tp, (int64_t)1 << 62);
+	tp_lost(tp);
+	tp_empty(tp); /* the gap seen: a replay, answered with the forged number first */
+	for (uint64_t h = 1; h <= 50; h++)
+		tp_store(tp, &h, 1, 16, NULL, -1, 0);
+	caught_up(f, tp);
+	kva_fleet_stats s = stats(f);
+	assert_int_equal(s.blocks, 50);
+	assert_true(s.replay_refused > s0.replay_refused);
+	assert_int_equal(s.restarts, s0.restarts);
+	kva_fleet_destroy(f);
+	tp_free(tp);
+	zmq_ctx_term(z);
+}
+
+/* Live numbers no publisher gives out: a negative one was a restart (every
+ * entry of the publisher dropped by one 50-byte message), INT64_MAX a gap
+ * whose next number overflowed. Both are refused and counted; the stream
+ * and the entries stay. */
+static void live_numbers_out_of_range_are_refused(void **st)
+{
+	(void)st;
+	void *z = zmq_ctx_new();
+	struct tp *tp = tp_new(z);
+	kva_fleet *f = fleet_for(tp_pub_endpoint(tp), tp_replay_endpoint(tp), NULL);
+	sync_with(f, tp);
+	uint64_t a = 7, b = 8;
+	tp_store(tp, &a, 1, 16, NULL, -1, 0);
+	caught_up(f, tp);
+	kva_fleet_stats s0 = stats(f);
+	tp_live_as(tp, -5);
+	tp_live_as(tp, INT64_MAX);
+	tp_live_as(tp, INT64_MIN);
+	tp_store(tp, &b, 1, 16, NULL, -1, 0);
+	caught_up(f, tp);
+	kva_fleet_stats s = stats(f);
+	assert_int_equal(s.bad_seq - s0.bad_seq, 3);
+	assert_int_equal(s.restarts, s0.restarts);
+	assert_int_equal(s.gaps, s0.gaps);
+	assert_int_equal(s.entries_dropped, s0.entries_dropped);
+	assert_int_equal(s.blocks, 2);
+	kva_fleet_destroy(f);
+	tp_free(tp);
+	zmq_ctx_term(z);
+}
+
+static void never_time_out(kva_fleet_config *c) { c->replay_timeout_ns = UINT64_MAX; }
+
+/* replay_timeout_ns near UINT64_MAX wrapped the deadline to "at once": the
+ * replay was retried and given up within two ticks. Saturated, it waits. */
+static void huge_timeouts_mean_never(void **st)
+{
+	(void)st;
+	void *z = zmq_ctx_new();
+	struct tp *tp = tp_new(z);
+	kva_fleet *f = fleet_for(tp_pub_endpoint(tp), tp_replay_endpoint(tp), never_time_out);
+	sync_with(f, tp);
+	caught_up(f, tp);
+	kva_fleet_stats s0 = stats(f);
+	tp_replay_mode(tp, TP_REPLAY_HOLD);
+	tp_lost(tp);
+	tp_empty(tp);
+	WAIT_UNTIL(NULL, stats(f).replays_requested > s0.replays_requested);
+	usleep(300000); /* six ticks of the I/O thread */
+	kva_fleet_stats s = stats(f);
+	assert_int_equal(s.replay_retries, s0.replay_retries);
+	tp_replay_mode(tp, TP_REPLAY_NORMAL);
+	caught_up(f, tp);
+	kva_fleet_destroy(f);
+	tp_free(tp);
+	zmq_ctx_term(z);
+}
+
+/* ---- the command queue while the I/O thread is stalled ---- */
+
+static atomic_int log_hold, log_in;
+
+static void hold_log(void *ctx, int level, const char *msg)
+{
+	(void)ctx, (void)level;
+	if (!strstr(msg, "malformed") || !atomic_load(&log_hold))
+		return;
+	atomic_store(&log_in, 1);
+	while (atomic_load(&log_hold))
+		usleep(1000);
+}
+
+static void with_hold_log(kva_fleet_config *c) { c->log = hold_log; }
+
+/* With the I/O thread stalled (here in the log callback), every lookup was
+ * a queued allocation, without bound. Past 65,536 waiting, a lookup is
+ * finished at once (a miss, lookups_shed) on the caller's thread. */
+static void lookups_past_the_queue_bound_are_shed(void **st)
+{
+	(void)st;
+	void *z = zmq_ctx_new();
+	struct tp *tp = tp_new(z);
+	kva_fleet *f = fleet_for(tp_pub_endpoint(tp), tp_replay_endpoint(tp), with_hold_log);
+	sync_with(f, tp);
+	atomic_store(&log_hold, 1);
+	tp_raw(tp, "\xc1", 1); /* malformed: logged, and the log holds the thread */
+	WAIT_UNTIL(tp, atomic_load(&log_in));
+	const uint32_t extra = 1000;
+	for (uint32_t i = 0; i < KVF_MAX_QUEUED_LOOKUPS + extra; i++)
+		kva_fleet_lookup(f, i, 16, (kva_lookup_token){0});
+	assert_int_equal(stats(f).lookups_shed, extra);
+	assert_int_equal(kva_fleet_lookups_done(f), extra); /* finished at once */
+	atomic_store(&log_hold, 0);
+	WAIT_UNTIL(NULL, kva_fleet_lookups_done(f) == KVF_MAX_QUEUED_LOOKUPS + extra);
+	assert_int_equal(stats(f).lookups, KVF_MAX_QUEUED_LOOKUPS);
+	kva_fleet_destroy(f);
+	tp_free(tp);
+	zmq_ctx_term(z);
+}
+
+/* ---- decode buffers ---- */
+
+/* A batch of 200,000 removals grew the decode buffers to 1.6 MB of hashes
+ * (and more for a batch of max_message_bytes), kept for good. They go back
+ * after such a batch. White-box: the fleet's apply step on its own. */
+static void decode_buffers_shrink_after_a_large_batch(void **st)
+{
+	(void)st;
+	kva_fleet *f = calloc(1, sizeof(*f));
+	assert_int_equal(kvf_index_init(&f->index, 64), 0);
+	f->pubs = calloc(KVA_FLEET_MAX_PUBLISHERS, sizeof(*f->pubs));
+	f->pubs[0].endpoint = "test";
+	f->cfg.full_groups = 1;
+	kvf_batch_init(&f->batch, 0, 0);
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_array(&pk, 3);
+	msgpack_pack_double(&pk, 0);
+	msgpack_pack_array(&pk, 1);
+	msgpack_pack_array(&pk, 4);
+	msgpack_pack_str(&pk, 12);
+	msgpack_pack_str_body(&pk, "BlockRemoved", 12);
+	msgpack_pack_array(&pk, 200000);
+	for (uint32_t i = 0; i < 200000; i++)
+		msgpack_pack_uint64(&pk, i);
+	msgpack_pack_nil(&pk);
+	msgpack_pack_nil(&pk);
+	msgpack_pack_int(&pk, 0);
+	kvf_apply_batch(f, &f->pubs[0], (const uint8_t *)sb.data, sb.size);
+	assert_int_equal(stats(f).blocks_removed, 200000); /* decoded and applied */
+	assert_true(f->batch.hashes_cap <= 65536);
+	msgpack_sbuffer_destroy(&sb);
+	kvf_batch_fini(&f->batch);
+	kvf_index_fini(&f->index);
+	free(f->pubs);
+	free(f);
+}
+
+/* ---- misuse ---- */
+
+/* kva_fleet_lookup(NULL, ...) dereferenced it. */
+static void lookup_on_no_fleet_returns(void **st)
+{
+	(void)st;
+	kva_fleet_lookup(NULL, 1, 16, (kva_lookup_token){0});
+	assert_int_equal(kva_fleet_lookups_done(NULL), 0);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(big_frame_is_never_buffered_whole), /* first: it forks */
+		cmocka_unit_test(forged_replay_number_cannot_skip_the_stream),
+		cmocka_unit_test(live_numbers_out_of_range_are_refused),
+		cmocka_unit_test(huge_timeouts_mean_never),
+		cmocka_unit_test(lookups_past_the_queue_bound_are_shed),
+		cmocka_unit_test(decode_buffers_shrink_after_a_large_batch),
+		cmocka_unit_test(lookup_on_no_fleet_returns),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
