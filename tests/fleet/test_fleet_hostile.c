@@ -12,6 +12,7 @@
 #include <msgpack.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdalign.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -142,7 +143,10 @@ static void big_sender(int to_parent, int from_parent)
 	fcntl(from_parent, F_SETFL, O_NONBLOCK);
 	uint64_t seq = 0;
 	char c;
-	while (read(from_parent, &c, 1) != 1) {
+	ssize_t r;
+	while ((r = read(from_parent, &c, 1)) != 1) {
+		if (r == 0) /* the parent is gone */
+			_exit(1);
 		send3(pub, seq++, EMPTY, sizeof EMPTY);
 		usleep(5000);
 	}
@@ -374,6 +378,22 @@ static void decode_buffers_shrink_after_a_large_batch(void **st)
 
 /* ---- misuse ---- */
 
+/* struct kva_fleet has alignas(64) members (its command queue): it came
+ * from calloc (16 bytes). Fleets created in turn, all aligned. */
+static void fleets_are_aligned(void **st)
+{
+	(void)st;
+	kva_fleet *keep[8];
+	for (int i = 0; i < 8; i++) {
+		void *spacer = malloc((size_t)16 * (i + 1));
+		keep[i] = fleet_for("tcp://127.0.0.1:9", NULL, NULL);
+		assert_int_equal((uintptr_t)keep[i] % alignof(struct kva_fleet), 0);
+		free(spacer);
+	}
+	for (int i = 0; i < 8; i++)
+		kva_fleet_destroy(keep[i]);
+}
+
 /* kva_fleet_lookup(NULL, ...) dereferenced it. */
 static void lookup_on_no_fleet_returns(void **st)
 {
@@ -393,6 +413,7 @@ int main(void)
 		cmocka_unit_test(lookups_past_the_queue_bound_are_shed),
 		cmocka_unit_test(decode_buffers_shrink_after_a_large_batch),
 		cmocka_unit_test(lookup_on_no_fleet_returns),
+		cmocka_unit_test(fleets_are_aligned),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
