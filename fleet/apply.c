@@ -17,20 +17,41 @@
  * caller skips the event: a shared id would merge media (a BlockRemoved on
  * one deleting another's copies); a medium without an id has no entries, so
  * skipping its removals is exact. */
+uint32_t kvf_medium_find(kva_fleet *f, const char **name, size_t *len)
+{
+	if (*len == 0)
+		*name = "GPU", *len = 3;
+	*len = *len > KVF_MEDIUM_MAX ? KVF_MEDIUM_MAX : *len; /* as the decoder keeps it */
+	for (uint32_t i = 0; i < f->nmedia; i++)
+		if (f->media_len[i] == *len && memcmp(f->media[i], *name, *len) == 0)
+			return i;
+	return NO_MEDIUM;
+}
+
 uint32_t kvf_medium_id(kva_fleet *f, const char *name, size_t len)
 {
-	if (len == 0)
-		name = "GPU", len = 3;
-	len = len > KVF_MEDIUM_MAX ? KVF_MEDIUM_MAX : len; /* as the decoder keeps it */
-	for (uint32_t i = 0; i < f->nmedia; i++)
-		if (f->media_len[i] == len && memcmp(f->media[i], name, len) == 0)
-			return i;
-	if (f->nmedia == MAX_MEDIA)
-		return NO_MEDIUM;
+	uint32_t id = kvf_medium_find(f, &name, &len);
+	if (id != NO_MEDIUM || f->nmedia == MAX_MEDIA)
+		return id;
 	memcpy(f->media[f->nmedia], name, len);
 	f->media[f->nmedia][len] = 0;
 	f->media_len[f->nmedia] = (uint8_t)len;
 	return f->nmedia++;
+}
+
+/* The medium id of an event of pub: a publisher names at most
+ * max_media_per_publisher new media, so one cannot fill the fleet's table and
+ * blind the others to theirs. */
+static uint32_t event_medium(kva_fleet *f, struct publisher *pub, const struct kvf_event *ev)
+{
+	const char *name = ev->medium;
+	size_t len = ev->medium_len;
+	uint32_t id = kvf_medium_find(f, &name, &len);
+	if (id != NO_MEDIUM || pub->media_named >= f->cfg.max_media_per_publisher)
+		return id;
+	id = kvf_medium_id(f, name, len);
+	pub->media_named += id != NO_MEDIUM;
+	return id;
 }
 
 /* Every entry of pub goes, and its watches are reported: O(1) in the
@@ -114,15 +135,15 @@ static void apply_decoded(kva_fleet *f, struct publisher *pub)
 			stat_add(f, STAT(ignored_groups), ev->nhashes);
 			continue;
 		}
-		uint32_t medium = kvf_medium_id(f, ev->medium, ev->medium_len);
+		uint32_t medium = event_medium(f, pub, ev);
 		if (medium == NO_MEDIUM) {
 			uint64_t k = atomic_fetch_add_explicit(&f->stats[STAT(ignored_media)],
 			                                       ev->nhashes, memory_order_relaxed);
 			if (k == 0)
 				fleet_log(f, KVA_LOG_WARN,
-				          "kvadmit-fleet: publisher %s: more than %d medium names, "
-				          "events on new ones skipped",
-				          pub->endpoint, MAX_MEDIA);
+				          "kvadmit-fleet: publisher %s: past %d medium names (%u "
+				          "a publisher), events on new ones skipped",
+				          pub->endpoint, MAX_MEDIA, f->cfg.max_media_per_publisher);
 			continue;
 		}
 		uint32_t loc = KVF_LOC(pub->id, medium, ev->group_idx);

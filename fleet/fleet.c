@@ -22,6 +22,7 @@
 #include "apply.h"
 #include "chain.h"
 #include "io_thread.h"
+#include "quota.h"
 #include "watch.h"
 
 void kva_fleet_config_default(kva_fleet_config *c)
@@ -37,6 +38,9 @@ void kva_fleet_config_default(kva_fleet_config *c)
 	c->watch_ns = 600000000000ull;
 	c->full_groups = 1;
 	c->local_media = "GPU";
+	c->max_media_per_publisher = 8;
+	c->max_manifest_per_publisher = 2;
+	c->quarantine_ns = 60000000000ull;
 }
 
 uint64_t kva_fleet_hash_bytes(const void *p, size_t n) { return kvf_hash_from_bytes(p, n); }
@@ -110,6 +114,20 @@ int kva_fleet_chain_register(kva_fleet *f, uint64_t prefix_key, const uint64_t *
 	chain->nhashes = n;
 	memcpy(chain->hashes, hashes, (size_t)n * sizeof(uint64_t));
 	push_cmd(f, &chain->cmd);
+	return 0;
+}
+
+int kva_fleet_report_failure(kva_fleet *f, uint64_t checkpoint_id)
+{
+	if (!f || !checkpoint_id)
+		return -EINVAL;
+	struct cmd *cmd = calloc(1, sizeof(*cmd));
+	if (!cmd)
+		return -ENOMEM;
+	kva_inbox_node_init(&cmd->node);
+	cmd->kind = CMD_FAILURE;
+	cmd->prefix_key = checkpoint_id;
+	push_cmd(f, cmd);
 	return 0;
 }
 
@@ -196,7 +214,9 @@ static int config_valid(const kva_fleet_config *c)
 	if (!c || !c->publishers || c->npublishers == 0 ||
 	    c->npublishers > KVA_FLEET_MAX_PUBLISHERS || c->max_blocks == 0 || c->max_chains == 0 ||
 	    c->max_chain_blocks == 0 || c->max_message_bytes == 0 || c->max_pending == 0 ||
-	    !(c->full_groups | c->state_groups))
+	    !(c->full_groups | c->state_groups) || c->max_media_per_publisher == 0 ||
+	    c->max_media_per_publisher > MAX_MEDIA || c->max_manifest_per_publisher == 0 ||
+	    c->max_manifest_per_publisher > KVA_MAX_CHECKPOINTS)
 		return -EINVAL;
 	for (uint32_t i = 0; i < c->npublishers; i++)
 		if (!c->publishers[i].endpoint)
@@ -344,6 +364,7 @@ static kva_fleet *create_signals_blocked(const kva_fleet_config *cfg, int *err)
 		if ((rc = kvf_pub_init(f, &f->pubs[i], i, endpoint, replay, topic, src->self)))
 			goto fail;
 	}
+	kvf_quota_update(f);
 	stat_set(f, STAT(index_bytes), kvf_index_bytes(&f->index));
 	stat_set(f, STAT(index_cap), f->index.cap);
 	rc = -pthread_create(&f->thread, NULL, kvf_io_thread, f);

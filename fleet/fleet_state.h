@@ -9,6 +9,7 @@
  *   fleet.c          the public API: create, destroy, commands, stats
  *   io_thread.c      the I/O thread, its sockets and its command queue
  *   lookup_answer.c  a lookup answered from the index
+ *   quota.c          a publisher's share of the index, quarantined pairs
  *   replay.c         sequence tracking and replay
  *   apply.c          a decoded batch applied to the index
  *   watch.c          checkpoints a lookup was answered with, and their end
@@ -59,12 +60,19 @@ _Static_assert(KVF_INDEX_PUBS == KVA_FLEET_MAX_PUBLISHERS, "one index slot per p
 #define KVF_MAX_QUEUED_LOOKUPS 65536u
 
 #define MAX_MEDIA 64 /* one table for the fleet; a publisher's media are a 64-bit mask */
+#define QUARANTINE_SLOTS 64 /* (publisher, medium) pairs quarantined at once */
 #define NO_MEDIUM UINT32_MAX
 
 enum { STAT_COUNT = sizeof(kva_fleet_stats) / sizeof(uint64_t) };
 #define STAT(field) (offsetof(kva_fleet_stats, field) / sizeof(uint64_t))
 
-enum cmd_kind { CMD_LOOKUP = 1, CMD_CHAIN = 2, CMD_ADD_PUB = 3, CMD_REMOVE_PUB = 4 };
+enum cmd_kind {
+	CMD_LOOKUP = 1,
+	CMD_CHAIN = 2,
+	CMD_ADD_PUB = 3,
+	CMD_REMOVE_PUB = 4,
+	CMD_FAILURE = 5 /* kva_fleet_report_failure: the checkpoint id in prefix_key */
+};
 
 /* A command from any thread to the I/O thread (R1/A1). */
 struct cmd {
@@ -74,7 +82,7 @@ struct cmd {
 		uint32_t prompt_tokens; /* CMD_LOOKUP */
 		uint32_t pub_id;        /* CMD_ADD_PUB, CMD_REMOVE_PUB */
 	};
-	uint64_t prefix_key; /* CMD_LOOKUP, CMD_CHAIN */
+	uint64_t prefix_key; /* CMD_LOOKUP, CMD_CHAIN; CMD_FAILURE: the checkpoint id */
 	kva_lookup_token token;
 	uint64_t sent_ns; /* when the lookup was handed over (answer latency) */
 };
@@ -128,6 +136,7 @@ struct publisher {
 	uint32_t block_size;
 	uint64_t media;   /* medium ids seen */
 	uint32_t watches; /* live watches on its checkpoints: a drop of none skips the ring */
+	uint8_t media_named; /* names it added to the fleet's medium table */
 };
 
 struct kva_fleet {
@@ -158,6 +167,12 @@ struct kva_fleet {
 	size_t chain_mask, nchains;
 	struct kvf_key chain_key; /* the map's homes (keyed_hash.h) */
 	struct chain *oldest_chain, *newest_chain;
+	/* pairs kva_fleet_report_failure quarantined (quota.c), until then */
+	struct {
+		uint32_t pair;
+		uint64_t until;
+	} quarantine[QUARANTINE_SLOTS];
+	uint32_t nquarantine, quarantine_next;
 	struct watch *watches; /* ring (watch.c) */
 	uint32_t watch_head, nwatches;
 	uint64_t epoch;

@@ -85,11 +85,33 @@ static void del_at(struct kvf_index *ix, size_t i)
 	}
 }
 
+static inline bool over_quota(const struct kvf_index *ix, const struct kvf_index_pub *p)
+{
+	return ix->quota && p->live >= ix->quota;
+}
+
+/* A publisher's live count moves by one (+1 or -1): nover follows. */
+static void live_step(struct kvf_index *ix, struct kvf_index_pub *p, int d)
+{
+	bool was = over_quota(ix, p);
+	p->live += (uint64_t)(int64_t)d;
+	ix->live += (size_t)(ptrdiff_t)d;
+	bool is = over_quota(ix, p);
+	ix->nover += (uint32_t)((int)is - (int)was);
+}
+
+void kvf_index_set_quota(struct kvf_index *ix, size_t quota)
+{
+	ix->quota = quota;
+	ix->nover = 0;
+	for (uint32_t i = 0; i < KVF_INDEX_PUBS; i++)
+		ix->nover += over_quota(ix, &ix->pubs[i]);
+}
+
 /* Removes the live entry at slot i, keeping the counts. */
 static void del_live_at(struct kvf_index *ix, size_t i)
 {
-	pub_of(ix, &ix->slots[i])->live--;
-	ix->live--;
+	live_step(ix, pub_of(ix, &ix->slots[i]), -1);
 	del_at(ix, i);
 }
 
@@ -129,7 +151,9 @@ struct kvf_slot *kvf_index_find(struct kvf_index *ix, uint64_t hash, uint32_t lo
 }
 
 /* Frees one slot: the first dead entry or entry without a reference bit
- * the hand meets. Returns true if that was a live entry (*out: it). */
+ * the hand meets; while a publisher holds its quota or more, only such a
+ * publisher's entries are candidates (one exists, so the hand finds it
+ * within two sweeps). Returns true if that was a live entry (*out: it). */
 static bool evict_one(struct kvf_index *ix, struct kvf_slot *out)
 {
 	for (;;) {
@@ -143,6 +167,8 @@ static bool evict_one(struct kvf_index *ix, struct kvf_slot *out)
 			ix->reclaimed++;
 			return false;
 		}
+		if (ix->nover && !over_quota(ix, pub_of(ix, s)))
+			continue; /* within its share: spared while others are over */
 		if (s->flags & KVF_E_REF) {
 			s->flags &= ~KVF_E_REF;
 			continue;
@@ -183,8 +209,7 @@ bool kvf_index_put(struct kvf_index *ix, uint64_t hash, uint32_t loc, struct kvf
 	ix->slots[i] = (struct kvf_slot){.hash = hash, .loc1 = loc + 1,
 	                                 .flags = KVF_E_REF | p->gen << KVF_GEN_SHIFT};
 	ix->count++;
-	ix->live++;
-	p->live++;
+	live_step(ix, p, +1);
 	return true;
 }
 
@@ -235,8 +260,10 @@ size_t kvf_index_drop_pub(struct kvf_index *ix, uint32_t pub)
 		ix->gen_wraps++;
 		return n;
 	}
+	bool was = over_quota(ix, p);
 	ix->live -= n;
 	p->live = 0;
+	ix->nover -= was && !over_quota(ix, p);
 	p->gen++;
 	return n;
 }

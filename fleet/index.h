@@ -66,6 +66,11 @@ struct kvf_index {
 	uint64_t refused; /* stores past probe_max */
 	uint64_t reclaimed; /* dead entries freed */
 	uint64_t gen_wraps; /* generation wraps (each one scans the table) */
+	/* Each publisher's share of the cap (0: none). While some publisher
+	 * holds its share or more (nover), the cap evicts only such
+	 * publishers' entries: one publisher cannot push out the others'. */
+	size_t quota;
+	uint32_t nover;
 	struct kvf_key key;
 	struct kvf_index_pub *pubs; /* KVF_INDEX_PUBS */
 };
@@ -97,6 +102,10 @@ size_t kvf_index_del_matching(struct kvf_index *ix, uint32_t key, unsigned shift
  * drops of one publisher, when its generation wraps). Returns how many live
  * entries it had. */
 size_t kvf_index_drop_pub(struct kvf_index *ix, uint32_t pub);
+
+/* Sets the share of the cap each publisher may hold before its entries go
+ * first (0: none); scans the publisher table. */
+void kvf_index_set_quota(struct kvf_index *ix, size_t quota);
 
 static inline uint64_t kvf_index_pub_live(const struct kvf_index *ix, uint32_t pub)
 {

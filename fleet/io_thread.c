@@ -18,6 +18,7 @@
 #include "apply.h"
 #include "chain.h"
 #include "lookup_answer.h"
+#include "quota.h"
 #include "replay.h"
 #include "watch.h"
 
@@ -137,6 +138,7 @@ static void pub_add(kva_fleet *f, struct add_cmd *add)
 	if (id >= f->npubs)
 		f->npubs = id + 1;
 	f->pubs_changed = true;
+	kvf_quota_update(f);
 	uint8_t want = SLOT_ADDING;
 	if (rc) {
 		fleet_log(f, KVA_LOG_WARN, "kvadmit-fleet: publisher %s not added (%d)",
@@ -163,6 +165,7 @@ static void pub_remove(kva_fleet *f, uint32_t id)
 		stat_add(f, STAT(publishers_removed), 1);
 	}
 	f->pubs_changed = true;
+	kvf_quota_update(f);
 	atomic_store_explicit(&f->pub_slot[id], SLOT_FREE, memory_order_release);
 }
 
@@ -189,6 +192,9 @@ static void drain_commands(kva_fleet *f, bool woken)
 			pub_add(f, caa_container_of(cmd, struct add_cmd, cmd));
 		} else if (cmd->kind == CMD_REMOVE_PUB) {
 			pub_remove(f, cmd->pub_id);
+			free(cmd);
+		} else if (cmd->kind == CMD_FAILURE) {
+			kvf_quarantine_report(f, cmd->prefix_key, now);
 			free(cmd);
 		} else {
 			kvf_lookup_answer(f, cmd, now);

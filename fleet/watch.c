@@ -119,6 +119,18 @@ void kvf_watches_expire(kva_fleet *f, uint64_t now)
 	}
 }
 
+bool kvf_watch_pair(kva_fleet *f, uint64_t id, uint32_t *pair)
+{
+	for (uint32_t k = 0; k < f->nwatches && id; k++) {
+		const struct watch *w = &f->watches[(f->watch_head + k) % MAX_WATCHES];
+		if (w->id == id) {
+			*pair = w->pair;
+			return true;
+		}
+	}
+	return false;
+}
+
 void kvf_watches_free(kva_fleet *f)
 {
 	for (uint32_t k = 0; k < f->nwatches; k++) {

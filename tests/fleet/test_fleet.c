@@ -106,6 +106,8 @@ static uint32_t fx_max_pending;       /* 0: the default */
 static uint32_t fx_max_chains;        /* 0: the default */
 static uint32_t fx_state_groups;      /* 0: the default (none) */
 static uint64_t fx_watch_ns;          /* 0: the default */
+static uint32_t fx_media_per_pub;     /* 0: the default */
+static uint32_t fx_manifest_per_pub;  /* 0: the default */
 
 /* Publishers: ntp C ones, plus endpoints given by the caller (the Python
  * one); publisher `self` is this engine's own. */
@@ -148,6 +150,10 @@ static struct fx *fx_new(int ntp, const char *extra_pub, const char *extra_rep,
 		fc.state_groups = fx_state_groups;
 	if (fx_watch_ns)
 		fc.watch_ns = fx_watch_ns;
+	if (fx_media_per_pub)
+		fc.max_media_per_publisher = fx_media_per_pub;
+	if (fx_manifest_per_pub)
+		fc.max_manifest_per_publisher = fx_manifest_per_pub;
 	if (max_msg)
 		fc.max_message_bytes = max_msg;
 	int err = 1;
@@ -965,11 +971,14 @@ static void entry_counts_follow_cap_evictions(void **st)
 /* Medium names are compared by length too (a name may hold NUL bytes), so
  * "X\0" sent 63 times is one medium, not 63; and media past the fleet's 64
  * names are skipped and counted, not merged: a removal on one never
- * deletes another's copies. */
+ * deletes another's copies. One publisher fills the table here, allowed
+ * all 64 names (by default 8: test_fleet_hostile.c). */
 static void media_stay_apart(void **st)
 {
 	(void)st;
+	fx_media_per_pub = 64;
 	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
+	fx_media_per_pub = 0;
 	fx_sync(x, 0);
 	register_chain(x);
 	for (uint64_t i = 0; i < 63; i++) {
@@ -1089,11 +1098,16 @@ static void local_copy_wins_at_an_equal_position(void **st)
 
 /* More candidate positions than a manifest holds (KVA_MAX_CHECKPOINTS): the
  * longest are kept, whatever order the media were seen in. Twelve media hold
- * prefixes of 1..12 blocks, the shortest seen first. */
+ * prefixes of 1..12 blocks, the shortest seen first; the one publisher is
+ * allowed them all (by default 8 media and 2 checkpoints a publisher:
+ * test_fleet_hostile.c). */
 static void longest_candidates_fill_the_manifest(void **st)
 {
 	(void)st;
+	fx_manifest_per_pub = KVA_MAX_CHECKPOINTS;
+	fx_media_per_pub = 12;
 	struct fx *x = fx_new(1, NULL, NULL, 0, 0);
+	fx_manifest_per_pub = fx_media_per_pub = 0;
 	fx_sync(x, 0);
 	uint64_t chain[12];
 	for (int i = 0; i < 12; i++)

@@ -8,6 +8,7 @@
  * clear storms: test_fleet_index.c and bench/fleet_attack_bench.c.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <msgpack.h>
 #include <setjmp.h>
@@ -348,7 +349,7 @@ static void decode_buffers_shrink_after_a_large_batch(void **st)
 	assert_int_equal(kvf_index_init(&f->index, 64), 0);
 	f->pubs = calloc(KVA_FLEET_MAX_PUBLISHERS, sizeof(*f->pubs));
 	f->pubs[0].endpoint = "test";
-	f->cfg.full_groups = 1;
+	kva_fleet_config_default(&f->cfg);
 	kvf_batch_init(&f->batch, 0, 0);
 	msgpack_sbuffer sb;
 	msgpack_sbuffer_init(&sb);
@@ -374,6 +375,230 @@ static void decode_buffers_shrink_after_a_large_batch(void **st)
 	kvf_index_fini(&f->index);
 	free(f->pubs);
 	free(f);
+}
+
+/* ---- what one publisher may take of what the fleet shares ---- */
+
+static kva_fleet *fleet_for2(struct tp *a, struct tp *b, void (*tweak)(kva_fleet_config *))
+{
+	kva_fleet_publisher p[2] = {
+	    {.endpoint = tp_pub_endpoint(a), .replay_endpoint = tp_replay_endpoint(a)},
+	    {.endpoint = tp_pub_endpoint(b), .replay_endpoint = tp_replay_endpoint(b)}};
+	kva_fleet_config fc;
+	kva_fleet_config_default(&fc);
+	fc.publishers = p;
+	fc.npublishers = 2;
+	if (tweak)
+		tweak(&fc);
+	int err = 1;
+	kva_fleet *f = kva_fleet_create(&fc, &err);
+	assert_int_equal(err, 0);
+	return f;
+}
+
+static int64_t seq_of_id(kva_fleet *f, uint32_t id)
+{
+	int64_t s = -1;
+	kva_fleet_publisher_seq(f, id, &s);
+	return s;
+}
+
+/* Both publishers live, every batch so far applied. */
+static void sync2(kva_fleet *f, struct tp **tp)
+{
+	for (uint32_t i = 0; i < 2; i++) {
+		uint64_t end = mono() + WAIT_NS;
+		while (seq_of_id(f, i) <= 0) {
+			assert_true(mono() < end);
+			tp_empty(tp[i]);
+			for (int k = 0; k < 20 && seq_of_id(f, i) <= 0; k++) {
+				tp_service(tp[0]), tp_service(tp[1]);
+				usleep(1000);
+			}
+		}
+	}
+}
+
+static void caught_up2(kva_fleet *f, struct tp **tp)
+{
+	for (uint32_t i = 0; i < 2; i++)
+		WAIT_UNTIL(tp[i], seq_of_id(f, i) == tp_next_seq(tp[i]));
+}
+
+static void cap_1024(kva_fleet_config *c) { c->max_blocks = 1024; }
+
+/* 20,000 random blocks from one publisher into a cap of 1,024: the cap's
+ * CLOCK took the other publisher's entries too (an honest checkpoint
+ * evicted). Past its share (half the cap, two publishers) only the
+ * flooding publisher's entries go. Reads the I/O thread's index after
+ * kva_fleet_publisher_seq's acquire, while it is idle. */
+static void one_publisher_cannot_evict_the_others(void **st)
+{
+	(void)st;
+	void *z = zmq_ctx_new();
+	struct tp *tp[2] = {tp_new(z), tp_new(z)};
+	kva_fleet *f = fleet_for2(tp[0], tp[1], cap_1024);
+	sync2(f, tp);
+	uint64_t honest[8];
+	for (int i = 0; i < 8; i++)
+		honest[i] = 900000 + (uint64_t)i;
+	tp_store(tp[0], honest, 8, 16, NULL, -1, 0);
+	caught_up2(f, tp);
+	uint64_t flood[1000];
+	for (int round = 0; round < 20; round++) {
+		for (int i = 0; i < 1000; i++)
+			flood[i] = 1000000 * (uint64_t)(round + 2) + (uint64_t)i;
+		tp_store(tp[1], flood, 1000, 16, NULL, -1, 0);
+		caught_up2(f, tp);
+	}
+	assert_int_equal(kvf_index_pub_live(&f->index, 0), 8);
+	assert_true(stats(f).cap_evictions >= 20000 - 1024);
+	kva_fleet_destroy(f);
+	tp_free(tp[0]), tp_free(tp[1]);
+	zmq_ctx_term(z);
+}
+
+/* 63 invented medium names from one publisher filled the fleet's table of
+ * 64: the other's "CPU" copies were skipped (ignored_media). Now a
+ * publisher adds at most 8 names. */
+static void one_publisher_cannot_fill_the_medium_table(void **st)
+{
+	(void)st;
+	void *z = zmq_ctx_new();
+	struct tp *tp[2] = {tp_new(z), tp_new(z)};
+	kva_fleet *f = fleet_for2(tp[0], tp[1], NULL);
+	sync2(f, tp);
+	char name[16];
+	for (uint64_t i = 0; i < 63; i++) {
+		uint64_t h = 5000 + i;
+		snprintf(name, sizeof name, "bogus%u", (unsigned)i);
+		tp_store(tp[1], &h, 1, 16, name, -1, 0);
+	}
+	caught_up2(f, tp);
+	assert_int_equal(stats(f).ignored_media, 63 - 8);
+	uint64_t honest[4] = {11, 12, 13, 14};
+	tp_store(tp[0], honest, 4, 16, "CPU", -1, 0);
+	caught_up2(f, tp);
+	assert_int_equal(kvf_index_pub_live(&f->index, 0), 4);
+	assert_int_equal(stats(f).ignored_media, 63 - 8);
+	kva_fleet_destroy(f);
+	tp_free(tp[0]), tp_free(tp[1]);
+	zmq_ctx_term(z);
+}
+
+/* An engine whose lookups the fleet answers (as tests/fleet/test_fleet.c's). */
+struct eng {
+	kva_engine *e;
+	kva_plan plan;
+	kva_admission adm[16];
+	uint32_t pages[1024];
+	kva_copy_job copies[16];
+	kva_fallback fb[16];
+	kva_ended ended[16];
+};
+
+static void eng_init(struct eng *g, kva_fleet *f)
+{
+	kva_config c;
+	kva_config_default(&c);
+	c.total_pages = 100;
+	c.page_tokens = 16;
+	c.decode_reserve_pages = 0;
+	c.decode_headroom_pages = 0;
+	c.prefill_chunk_tokens = 256;
+	c.copy_slots = 4;
+	c.max_running = 16;
+	c.lookup_timeout_ns = 120ull * 1000000000ull;
+	c.max_restore_wait_ns = 600ull * 1000000000ull;
+	c.lookup_refresh_ns = 0;
+	c.start_ns = mono();
+	c.lookup = kva_fleet_lookup;
+	c.lookup_ctx = f;
+	int err = 1;
+	g->e = kva_engine_create(&c, &err);
+	assert_int_equal(err, 0);
+	assert_int_equal(kva_fleet_attach(f, g->e), 0);
+}
+
+static void eng_step(struct eng *g)
+{
+	g->plan = (kva_plan){.admitted = g->adm, .admitted_cap = 16, .pages = g->pages,
+	                     .pages_cap = 1024, .copies = g->copies, .copies_cap = 16,
+	                     .fallbacks = g->fb, .fallbacks_cap = 16, .ended = g->ended,
+	                     .ended_cap = 16};
+	assert_true(kva_step(g->e, mono(), &g->plan) >= 0);
+}
+
+/* A request for prefix key, stepped until the fleet answered `done`
+ * lookups in all. */
+static void eng_lookup(struct eng *g, kva_fleet *f, uint64_t id, uint64_t key, uint64_t done)
+{
+	kva_request r = {.id = id, .prefix_key = key, .prompt_tokens = 13 * 16};
+	kva_handle h;
+	assert_int_equal(kva_submit(g->e, &r, &h), 0);
+	uint64_t end = mono() + WAIT_NS;
+	while (kva_fleet_lookups_done(f) < done) {
+		assert_true(mono() < end);
+		eng_step(g);
+		usleep(1000);
+	}
+}
+
+/* One publisher claims the chain's longest prefixes on 8 media: an answer
+ * held its 8 claims and not the honest publisher's shorter checkpoint
+ * (each request then paid 8 failed copies before recomputing). Now one
+ * publisher has at most 2 checkpoints in an answer; and a copy the host
+ * reports failed (kva_fleet_report_failure) quarantines its (publisher,
+ * medium): left out of the answers that follow. Watches (one per answered
+ * checkpoint) tell who was answered. */
+static void one_publisher_cannot_fill_the_manifest(void **st)
+{
+	(void)st;
+	void *z = zmq_ctx_new();
+	struct tp *tp[2] = {tp_new(z), tp_new(z)};
+	kva_fleet *f = fleet_for2(tp[0], tp[1], NULL);
+	sync2(f, tp);
+	uint64_t chain[12];
+	for (int i = 0; i < 12; i++)
+		chain[i] = 7001 + (uint64_t)i;
+	assert_int_equal(kva_fleet_chain_register(f, 42, chain, 12), 0);
+	tp_store(tp[0], chain, 4, 16, NULL, -1, 0);
+	char name[8];
+	for (uint32_t n = 5; n <= 12; n++) {
+		snprintf(name, sizeof name, "m%u", n);
+		tp_store(tp[1], chain, n, 16, name, -1, 0);
+	}
+	caught_up2(f, tp);
+	struct eng *g = calloc(1, sizeof(*g));
+	eng_init(g, f);
+	eng_lookup(g, f, 1, 42, 1);
+	assert_int_equal(f->pubs[1].watches, 2); /* its two longest */
+	assert_int_equal(f->pubs[0].watches, 1); /* the honest one kept */
+
+	/* the engine restores from the longest (m12); the copy fails */
+	uint64_t end = mono() + WAIT_NS;
+	do {
+		assert_true(mono() < end);
+		eng_step(g);
+	} while (g->plan.n_copies == 0);
+	kva_copy_job job = g->copies[0];
+	assert_int_equal(job.position, 12 * 16);
+	assert_int_equal(kva_fleet_report_failure(f, job.checkpoint_id), 0);
+	kva_copy_done(g->e, job.token, job.rank, -5);
+	WAIT_UNTIL(NULL, stats(f).failures_reported == 1);
+	kva_fleet_stats s0 = stats(f);
+	eng_lookup(g, f, 2, 42, kva_fleet_lookups_done(f) + 1);
+	kva_fleet_stats s = stats(f);
+	assert_int_equal(s.quarantine_skips - s0.quarantine_skips, 1); /* m12 left out */
+	assert_int_equal(kva_fleet_report_failure(f, 0), -EINVAL);
+	assert_int_equal(kva_fleet_report_failure(NULL, 1), -EINVAL);
+	assert_int_equal(kva_fleet_report_failure(f, 12345), 0); /* no such watch */
+	WAIT_UNTIL(NULL, stats(f).failures_unknown == 1);
+	kva_fleet_destroy(f);
+	kva_engine_destroy(g->e);
+	free(g);
+	tp_free(tp[0]), tp_free(tp[1]);
+	zmq_ctx_term(z);
 }
 
 /* ---- misuse ---- */
@@ -414,6 +639,9 @@ int main(void)
 		cmocka_unit_test(decode_buffers_shrink_after_a_large_batch),
 		cmocka_unit_test(lookup_on_no_fleet_returns),
 		cmocka_unit_test(fleets_are_aligned),
+		cmocka_unit_test(one_publisher_cannot_evict_the_others),
+		cmocka_unit_test(one_publisher_cannot_fill_the_medium_table),
+		cmocka_unit_test(one_publisher_cannot_fill_the_manifest),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -66,6 +66,13 @@ typedef struct kva_fleet_config {
 	/* Media that are local for this engine's own publisher, comma separated
 	 * (default "GPU"); an absent medium counts as "GPU". */
 	const char *local_media;
+	/* Per publisher (docs/fleet.md, "Security"): new medium names it may add
+	 * to the fleet's 64 (1..64), and checkpoints of its in one answer
+	 * (1..KVA_MAX_CHECKPOINTS). */
+	uint32_t max_media_per_publisher, max_manifest_per_publisher;
+	/* A (publisher, medium) whose copies failed (kva_fleet_report_failure)
+	 * is left out of answers this long. */
+	uint64_t quarantine_ns;
 	void *zmq_context; /* NULL: the fleet's own; the host's to share inproc:// */
 	kva_log_fn log;    /* I/O thread; may be NULL */
 	void *log_ctx;
@@ -73,7 +80,8 @@ typedef struct kva_fleet_config {
 
 /* kva_fleet_config_default - block_size 0, max_blocks 4M, max_chains and max_chain_blocks
  * 65536, max_message_bytes 16 MiB, max_pending 4096, replay_timeout 2 s, drop_after 30 s, watch
- * 10 min, full_groups 1, state_groups 0, "GPU". */
+ * 10 min, full_groups 1, state_groups 0, "GPU", 8 media and 2 checkpoints a publisher,
+ * quarantine 60 s. */
 KVA_API void kva_fleet_config_default(kva_fleet_config *cfg);
 
 /* kva_fleet_create - connect to every publisher, start the I/O thread.
@@ -118,6 +126,13 @@ KVA_API int kva_fleet_publisher_seq(const kva_fleet *f, uint32_t id, int64_t *ne
  * to the kva_fleet_lookup calls made, every answer is in the engine's inbox (acquire). */
 KVA_API uint64_t kva_fleet_lookups_done(const kva_fleet *f);
 
+/* kva_fleet_report_failure - the host's copy of checkpoint_id (a kva_copy_job's, from a fleet
+ * answer) failed: the (publisher, medium) that claimed it is left out of answers for
+ * quarantine_ns (failures_reported; an id the fleet no longer watches: failures_unknown).
+ * Thread: any; one allocation + one enqueue, unawaited.
+ * Returns: 0, -EINVAL (f NULL, id 0), -ENOMEM. */
+KVA_API int kva_fleet_report_failure(kva_fleet *f, uint64_t checkpoint_id);
+
 /* A bytes block hash (vLLM's sha256) as the fleet keys it. */
 KVA_API uint64_t kva_fleet_hash_bytes(const void *p, size_t n);
 
@@ -154,6 +169,9 @@ typedef struct kva_fleet_stats {
 	 * INT64_MAX, live or replayed; replayed batches numbered above the
 	 * highest live number seen (a replay returns what PUB already sent). */
 	uint64_t bad_seq, replay_refused;
+	/* kva_fleet_report_failure: reports applied, ids no longer watched,
+	 * candidate (publisher, medium) pairs left out of answers meanwhile. */
+	uint64_t failures_reported, failures_unknown, quarantine_skips;
 } kva_fleet_stats;
 
 KVA_API void kva_fleet_stats_get(const kva_fleet *f, kva_fleet_stats *out);
