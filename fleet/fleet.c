@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "apply.h"
+#include "auth.h"
 #include "chain.h"
 #include "io_thread.h"
 #include "quota.h"
@@ -135,7 +136,7 @@ static char *dupstr(const char *s) { return s ? strdup(s) : NULL; }
 
 int kva_fleet_add_publisher(kva_fleet *f, const kva_fleet_publisher *p)
 {
-	if (!f || !p || !p->endpoint)
+	if (!f || !p || !p->endpoint || kvf_auth_check(f, p->curve_server_key))
 		return -EINVAL;
 	struct add_cmd *add = calloc(1, sizeof(*add));
 	if (!add)
@@ -155,6 +156,7 @@ int kva_fleet_add_publisher(kva_fleet *f, const kva_fleet_publisher *p)
 		    atomic_compare_exchange_strong_explicit(&f->pub_slot[id], &want, SLOT_ADDING,
 		                                            memory_order_acquire,
 		                                            memory_order_relaxed)) {
+			kvf_auth_publisher(f, id, p->curve_server_key); /* checked above */
 			kva_inbox_node_init(&add->cmd.node);
 			add->cmd.kind = CMD_ADD_PUB;
 			add->cmd.pub_id = id;
@@ -259,6 +261,7 @@ void kva_fleet_destroy(kva_fleet *f)
 	free(f->chain_map);
 	kvf_index_fini(&f->index);
 	kvf_batch_fini(&f->batch);
+	kvf_auth_fini(f);
 	if (f->wake_fd >= 0)
 		close(f->wake_fd);
 	free(f);
@@ -316,6 +319,7 @@ static kva_fleet *create_signals_blocked(const kva_fleet_config *cfg, int *err)
 	}
 	f->cfg = *cfg;
 	f->cfg.publishers = NULL;
+	f->cfg.curve_public_key = f->cfg.curve_secret_key = NULL; /* copied by auth.c */
 	f->wake_fd = -1;
 	f->epoch = 1;
 	kva_inbox_init(&f->commands);
@@ -341,6 +345,8 @@ static kva_fleet *create_signals_blocked(const kva_fleet_config *cfg, int *err)
 	if (!f->chain_map || !f->watches || !f->pubs)
 		goto fail;
 	local_media_init(f, cfg->local_media);
+	if ((rc = kvf_auth_init(f, cfg)))
+		goto fail;
 	f->zmq_ctx = cfg->zmq_context;
 	if (!f->zmq_ctx) {
 		f->zmq_ctx = zmq_ctx_new();
@@ -361,6 +367,10 @@ static kva_fleet *create_signals_blocked(const kva_fleet_config *cfg, int *err)
 			goto fail;
 		}
 		atomic_init(&f->pub_slot[i], SLOT_TAKEN);
+		if ((rc = kvf_auth_publisher(f, i, src->curve_server_key))) {
+			free(endpoint), free(replay), free(topic);
+			goto fail;
+		}
 		if ((rc = kvf_pub_init(f, &f->pubs[i], i, endpoint, replay, topic, src->self)))
 			goto fail;
 	}

@@ -14,6 +14,7 @@
  *   apply.c          a decoded batch applied to the index
  *   watch.c          checkpoints a lookup was answered with, and their end
  *   chain.c          the registered chains
+ *   auth.c           CURVE keys
  *   index.c, wire.c  the table and the decoder
  *
  * Synchronisation (labels):
@@ -173,6 +174,10 @@ struct kva_fleet {
 		uint64_t until;
 	} quarantine[QUARANTINE_SLOTS];
 	uint32_t nquarantine, quarantine_next;
+	/* CURVE (auth.c): publishers' server keys (Z85, "" none; NULL: no key
+	 * pair, so none), the fleet's key pair */
+	char (*server_keys)[41];
+	char curve_public[41], curve_secret[41];
 	struct watch *watches; /* ring (watch.c) */
 	uint32_t watch_head, nwatches;
 	uint64_t epoch;

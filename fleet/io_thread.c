@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "apply.h"
+#include "auth.h"
 #include "chain.h"
 #include "lookup_answer.h"
 #include "quota.h"
@@ -49,6 +50,9 @@ static int pub_open(kva_fleet *f, struct publisher *pub, uint32_t id)
 	if (!pub->sub)
 		return zmq_err();
 	limit_socket(f, pub->sub);
+	int rc = kvf_auth_socket(f, id, pub->sub);
+	if (rc)
+		return rc;
 	const char *topic = pub->topic ? pub->topic : "";
 	if (zmq_setsockopt(pub->sub, ZMQ_SUBSCRIBE, topic, strlen(topic)) < 0)
 		return zmq_err();
@@ -73,6 +77,8 @@ static int pub_open(kva_fleet *f, struct publisher *pub, uint32_t id)
 		if (!pub->dealer)
 			return zmq_err();
 		limit_socket(f, pub->dealer);
+		if ((rc = kvf_auth_socket(f, id, pub->dealer)))
+			return rc;
 		if (zmq_connect(pub->dealer, pub->replay_endpoint) < 0)
 			return zmq_err();
 	}

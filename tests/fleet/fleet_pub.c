@@ -32,15 +32,25 @@ static void be8(unsigned char *b, int64_t v)
 		b[i] = (unsigned char)((uint64_t)v >> (56 - 8 * i));
 }
 
-struct tp *tp_new(void *zctx)
+struct tp *tp_new(void *zctx) { return tp_new_curve(zctx, NULL); }
+
+struct tp *tp_new_curve(void *zctx, const char *secret_key)
 {
 	struct tp *p = calloc(1, sizeof(*p));
-	int zero = 0;
+	int zero = 0, one = 1;
 	size_t len;
 	p->pub = zmq_socket(zctx, ZMQ_PUB);
 	p->router = zmq_socket(zctx, ZMQ_ROUTER);
 	zmq_setsockopt(p->pub, ZMQ_LINGER, &zero, sizeof zero);
 	zmq_setsockopt(p->router, ZMQ_LINGER, &zero, sizeof zero);
+	for (int i = 0; i < 2 && secret_key; i++) {
+		void *sock = i ? p->router : p->pub;
+		if (zmq_setsockopt(sock, ZMQ_CURVE_SERVER, &one, sizeof one) ||
+		    zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, secret_key, 40)) {
+			tp_free(p);
+			return NULL;
+		}
+	}
 	if (zmq_bind(p->pub, "tcp://127.0.0.1:*") || zmq_bind(p->router, "tcp://127.0.0.1:*")) {
 		tp_free(p);
 		return NULL;

@@ -16,6 +16,8 @@ struct tp;
 
 /* Binds tcp://127.0.0.1:* (PUB and ROUTER); NULL on failure. */
 struct tp *tp_new(void *zctx);
+/* The same, both sockets CURVE servers with this secret key (Z85). */
+struct tp *tp_new_curve(void *zctx, const char *secret_key);
 void tp_free(struct tp *p);
 const char *tp_pub_endpoint(const struct tp *p);
 const char *tp_replay_endpoint(const struct tp *p);

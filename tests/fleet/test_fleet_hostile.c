@@ -601,6 +601,86 @@ static void one_publisher_cannot_fill_the_manifest(void **st)
 	zmq_ctx_term(z);
 }
 
+/* ---- authentication ---- */
+
+static char fleet_pk[41], fleet_sk[41];
+
+static void with_fleet_keys(kva_fleet_config *c)
+{
+	c->curve_public_key = fleet_pk;
+	c->curve_secret_key = fleet_sk;
+}
+
+/* Without authentication anyone who can reach the fleet's connection to a
+ * publisher's address is believed. With the publisher's CURVE server key
+ * configured, its real stream is applied, while an impersonator at its
+ * address (no CURVE, or CURVE with another key pair) gets nothing in, and
+ * malformed keys are refused. */
+static void curve_keys_shut_out_impersonators(void **st)
+{
+	(void)st;
+	if (!zmq_has("curve"))
+		skip();
+	char pub_pk[41], pub_sk[41], other_pk[41], other_sk[41];
+	assert_int_equal(zmq_curve_keypair(fleet_pk, fleet_sk), 0);
+	assert_int_equal(zmq_curve_keypair(pub_pk, pub_sk), 0);
+	assert_int_equal(zmq_curve_keypair(other_pk, other_sk), 0);
+	void *z = zmq_ctx_new();
+	struct tp *honest = tp_new_curve(z, pub_sk);
+	struct tp *plain = tp_new(z);              /* at an address the fleet trusts */
+	struct tp *forger = tp_new_curve(z, other_sk); /* CURVE, the wrong key pair */
+	assert_non_null(honest), assert_non_null(plain), assert_non_null(forger);
+	kva_fleet_publisher p[3] = {
+	    {.endpoint = tp_pub_endpoint(honest), .replay_endpoint = tp_replay_endpoint(honest),
+	     .curve_server_key = pub_pk},
+	    {.endpoint = tp_pub_endpoint(plain), .replay_endpoint = tp_replay_endpoint(plain),
+	     .curve_server_key = pub_pk},
+	    {.endpoint = tp_pub_endpoint(forger), .replay_endpoint = tp_replay_endpoint(forger),
+	     .curve_server_key = pub_pk}};
+	kva_fleet_config fc;
+	kva_fleet_config_default(&fc);
+	fc.publishers = p;
+	fc.npublishers = 3;
+	int err = 1;
+	assert_null(kva_fleet_create(&fc, &err)); /* server keys without the fleet's pair */
+	assert_int_equal(err, -EINVAL);
+	with_fleet_keys(&fc);
+	fc.curve_secret_key = "short";
+	assert_null(kva_fleet_create(&fc, &err));
+	assert_int_equal(err, -EINVAL);
+	with_fleet_keys(&fc);
+	kva_fleet *f = kva_fleet_create(&fc, &err);
+	assert_int_equal(err, 0);
+	uint64_t end = mono() + WAIT_NS;
+	while (seq_of_id(f, 0) <= 0) { /* the honest stream, replayed from 0 and live */
+		assert_true(mono() < end);
+		tp_empty(honest), tp_empty(plain), tp_empty(forger);
+		for (int k = 0; k < 20; k++) {
+			tp_service(honest), tp_service(plain), tp_service(forger);
+			usleep(1000);
+		}
+	}
+	for (uint64_t h = 1; h <= 20; h++) {
+		tp_store(plain, &h, 1, 16, NULL, -1, 0);
+		tp_store(forger, &h, 1, 16, NULL, -1, 0);
+	}
+	uint64_t mine = 77;
+	tp_store(honest, &mine, 1, 16, NULL, -1, 0);
+	WAIT_UNTIL(honest, seq_of_id(f, 0) == tp_next_seq(honest));
+	for (int k = 0; k < 200; k++) { /* the others' had as long, and more */
+		tp_service(plain), tp_service(forger);
+		usleep(1000);
+	}
+	assert_int_equal(seq_of_id(f, 1), 0);
+	assert_int_equal(seq_of_id(f, 2), 0);
+	assert_int_equal(stats(f).blocks, 1);
+	kva_fleet_publisher bad = {.endpoint = "tcp://127.0.0.1:9", .curve_server_key = "x"};
+	assert_int_equal(kva_fleet_add_publisher(f, &bad), -EINVAL);
+	kva_fleet_destroy(f);
+	tp_free(honest), tp_free(plain), tp_free(forger);
+	zmq_ctx_term(z);
+}
+
 /* ---- misuse ---- */
 
 /* struct kva_fleet has alignas(64) members (its command queue): it came
@@ -642,6 +722,7 @@ int main(void)
 		cmocka_unit_test(one_publisher_cannot_evict_the_others),
 		cmocka_unit_test(one_publisher_cannot_fill_the_medium_table),
 		cmocka_unit_test(one_publisher_cannot_fill_the_manifest),
+		cmocka_unit_test(curve_keys_shut_out_impersonators),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

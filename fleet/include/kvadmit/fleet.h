@@ -41,6 +41,12 @@ typedef struct kva_fleet_publisher {
 	/* This engine's own publisher: its blocks on a local medium are
 	 * KVA_LOC_LOCAL checkpoints; everything else is KVA_LOC_EXTERNAL. */
 	uint8_t self;
+	/* Its CURVE public key (Z85, 40 characters; its PUB and ROUTER sockets
+	 * are CURVE servers with the secret one): only that publisher is heard
+	 * on both connections, encrypted. NULL: none (plain ZeroMQ, anyone who
+	 * can connect is believed; docs/fleet.md, "Security"). Needs the
+	 * fleet's key pair below. */
+	const char *curve_server_key;
 } kva_fleet_publisher;
 
 typedef struct kva_fleet_config {
@@ -73,6 +79,9 @@ typedef struct kva_fleet_config {
 	/* A (publisher, medium) whose copies failed (kva_fleet_report_failure)
 	 * is left out of answers this long. */
 	uint64_t quarantine_ns;
+	/* The fleet's CURVE key pair (Z85; copied), both or neither: needed by
+	 * publishers with a curve_server_key. */
+	const char *curve_public_key, *curve_secret_key;
 	void *zmq_context; /* NULL: the fleet's own; the host's to share inproc:// */
 	kva_log_fn log;    /* I/O thread; may be NULL */
 	void *log_ctx;
@@ -86,7 +95,8 @@ KVA_API void kva_fleet_config_default(kva_fleet_config *cfg);
 
 /* kva_fleet_create - connect to every publisher, start the I/O thread.
  * Returns: the fleet, or NULL and *err: -EINVAL (a field out of range, an endpoint zmq
- * refuses), -ENOMEM, -errno of zmq or pthread. */
+ * refuses, a malformed CURVE key, a server key without the fleet's key pair), -ENOTSUP (CURVE
+ * keys and a libzmq without CURVE), -ENOMEM, -errno of zmq or pthread. */
 KVA_API kva_fleet *kva_fleet_create(const kva_fleet_config *cfg, int *err);
 /* kva_fleet_destroy - stop the I/O thread, close, free; unanswered lookups time out. */
 KVA_API void kva_fleet_destroy(kva_fleet *f);
@@ -110,7 +120,8 @@ KVA_API int kva_fleet_chain_register(kva_fleet *f, uint64_t prefix_key, const ui
 
 /* kva_fleet_add_publisher - add p; the I/O thread connects at its next turn, unawaited (an
  * endpoint zmq refuses is then logged, counted in publisher_errors, its id freed).
- * Returns: its id (create's are 0..npublishers-1), -EINVAL, -ENOMEM, -ENOSPC (all in use). */
+ * Returns: its id (create's are 0..npublishers-1), -EINVAL (also a curve_server_key that is
+ * malformed or without the fleet's key pair), -ENOMEM, -ENOSPC (all in use). */
 KVA_API int kva_fleet_add_publisher(kva_fleet *f, const kva_fleet_publisher *p);
 
 /* kva_fleet_remove_publisher - drop publisher id, unawaited (one added and not opened yet too,
