@@ -25,6 +25,7 @@
 
 #include "fleet_pub.h"
 #include "index.h"
+#include "unhash.h"
 #include "kvadmit/fleet.h"
 #include <kvadmit/lockfree/hash.h>
 
@@ -43,25 +44,6 @@ static uint64_t mono(void)
 	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-static uint64_t inv_mul(uint64_t a)
-{
-	uint64_t x = a;
-	for (int i = 0; i < 6; i++)
-		x *= 2 - a * x;
-	return x;
-}
-
-/* kva_hash64's inverse: what anyone can compute. */
-static uint64_t unhash64(uint64_t x)
-{
-	x ^= x >> 31 ^ x >> 62;
-	x *= inv_mul(0x94d049bb133111ebull);
-	x ^= x >> 27 ^ x >> 54;
-	x *= inv_mul(0xbf58476d1ce4e5b9ull);
-	x ^= x >> 30 ^ x >> 60;
-	return x;
-}
-
 /* ns per store of n hashes into a fresh index of cap n. */
 static double store_ns(size_t n, int crafted, uint64_t *refused)
 {
@@ -74,7 +56,7 @@ static double store_ns(size_t n, int crafted, uint64_t *refused)
 	for (size_t i = 0; i < n; i++)
 		/* crafted: kva_hash64(h ^ lmix) has its low 40 bits zero: one
 		 * home for every table up to 2^40 slots, unkeyed */
-		h[i] = crafted ? unhash64((uint64_t)(i + 1) << 40) ^ lmix
+		h[i] = crafted ? kva_test_unhash64((uint64_t)(i + 1) << 40) ^ lmix
 		               : kva_hash64(i * 0x9e3779b97f4a7c15ull + 12345);
 	uint64_t t0 = mono();
 	for (size_t i = 0; i < n; i++)

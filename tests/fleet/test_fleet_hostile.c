@@ -208,6 +208,32 @@ static void big_frame_is_never_buffered_whole(void **st)
 	assert_true(peak - base < 32 * 1024); /* KiB */
 }
 
+/* ---- one C publisher over 127.0.0.1 ---- */
+
+struct one {
+	void *z;
+	struct tp *tp;
+	kva_fleet *f;
+};
+
+/* A publisher and a fleet listening to it, the subscription live. */
+static struct one one_new(void (*tweak)(kva_fleet_config *))
+{
+	struct one o = {.z = zmq_ctx_new()};
+	o.tp = tp_new(o.z);
+	assert_non_null(o.tp);
+	o.f = fleet_for(tp_pub_endpoint(o.tp), tp_replay_endpoint(o.tp), tweak);
+	sync_with(o.f, o.tp);
+	return o;
+}
+
+static void one_free(struct one *o)
+{
+	kva_fleet_destroy(o->f);
+	tp_free(o->tp);
+	zmq_ctx_term(o->z);
+}
+
 /* ---- sequence numbers ---- */
 
 /* A replay answer numbered 2^62: `expected` jumped there and the next
@@ -216,10 +242,9 @@ static void big_frame_is_never_buffered_whole(void **st)
 static void forged_replay_number_cannot_skip_the_stream(void **st)
 {
 	(void)st;
-	void *z = zmq_ctx_new();
-	struct tp *tp = tp_new(z);
-	kva_fleet *f = fleet_for(tp_pub_endpoint(tp), tp_replay_endpoint(tp), NULL);
-	sync_with(f, tp);
+	struct one o = one_new(NULL);
+	struct tp *tp = o.tp;
+	kva_fleet *f = o.f;
 	caught_up(f, tp);
 	kva_fleet_stats s0 = stats(f);
 	tp_replay_forge(tp, (int64_t)1 << 62);
@@ -232,9 +257,7 @@ static void forged_replay_number_cannot_skip_the_stream(void **st)
 	assert_int_equal(s.blocks, 50);
 	assert_true(s.replay_refused > s0.replay_refused);
 	assert_int_equal(s.restarts, s0.restarts);
-	kva_fleet_destroy(f);
-	tp_free(tp);
-	zmq_ctx_term(z);
+	one_free(&o);
 }
 
 /* Live numbers no publisher gives out: a negative one was a restart (every
@@ -244,10 +267,9 @@ static void forged_replay_number_cannot_skip_the_stream(void **st)
 static void live_numbers_out_of_range_are_refused(void **st)
 {
 	(void)st;
-	void *z = zmq_ctx_new();
-	struct tp *tp = tp_new(z);
-	kva_fleet *f = fleet_for(tp_pub_endpoint(tp), tp_replay_endpoint(tp), NULL);
-	sync_with(f, tp);
+	struct one o = one_new(NULL);
+	struct tp *tp = o.tp;
+	kva_fleet *f = o.f;
 	uint64_t a = 7, b = 8;
 	tp_store(tp, &a, 1, 16, NULL, -1, 0);
 	caught_up(f, tp);
@@ -263,9 +285,7 @@ static void live_numbers_out_of_range_are_refused(void **st)
 	assert_int_equal(s.gaps, s0.gaps);
 	assert_int_equal(s.entries_dropped, s0.entries_dropped);
 	assert_int_equal(s.blocks, 2);
-	kva_fleet_destroy(f);
-	tp_free(tp);
-	zmq_ctx_term(z);
+	one_free(&o);
 }
 
 static void never_time_out(kva_fleet_config *c) { c->replay_timeout_ns = UINT64_MAX; }
@@ -275,10 +295,9 @@ static void never_time_out(kva_fleet_config *c) { c->replay_timeout_ns = UINT64_
 static void huge_timeouts_mean_never(void **st)
 {
 	(void)st;
-	void *z = zmq_ctx_new();
-	struct tp *tp = tp_new(z);
-	kva_fleet *f = fleet_for(tp_pub_endpoint(tp), tp_replay_endpoint(tp), never_time_out);
-	sync_with(f, tp);
+	struct one o = one_new(never_time_out);
+	struct tp *tp = o.tp;
+	kva_fleet *f = o.f;
 	caught_up(f, tp);
 	kva_fleet_stats s0 = stats(f);
 	tp_replay_mode(tp, TP_REPLAY_HOLD);
@@ -290,9 +309,7 @@ static void huge_timeouts_mean_never(void **st)
 	assert_int_equal(s.replay_retries, s0.replay_retries);
 	tp_replay_mode(tp, TP_REPLAY_NORMAL);
 	caught_up(f, tp);
-	kva_fleet_destroy(f);
-	tp_free(tp);
-	zmq_ctx_term(z);
+	one_free(&o);
 }
 
 /* ---- the command queue while the I/O thread is stalled ---- */
@@ -317,10 +334,9 @@ static void with_hold_log(kva_fleet_config *c) { c->log = hold_log; }
 static void lookups_past_the_queue_bound_are_shed(void **st)
 {
 	(void)st;
-	void *z = zmq_ctx_new();
-	struct tp *tp = tp_new(z);
-	kva_fleet *f = fleet_for(tp_pub_endpoint(tp), tp_replay_endpoint(tp), with_hold_log);
-	sync_with(f, tp);
+	struct one o = one_new(with_hold_log);
+	struct tp *tp = o.tp;
+	kva_fleet *f = o.f;
 	atomic_store(&log_hold, 1);
 	tp_raw(tp, "\xc1", 1); /* malformed: logged, and the log holds the thread */
 	WAIT_UNTIL(tp, atomic_load(&log_in));
@@ -332,9 +348,7 @@ static void lookups_past_the_queue_bound_are_shed(void **st)
 	atomic_store(&log_hold, 0);
 	WAIT_UNTIL(NULL, kva_fleet_lookups_done(f) == KVF_MAX_QUEUED_LOOKUPS + extra);
 	assert_int_equal(stats(f).lookups, KVF_MAX_QUEUED_LOOKUPS);
-	kva_fleet_destroy(f);
-	tp_free(tp);
-	zmq_ctx_term(z);
+	one_free(&o);
 }
 
 /* ---- decode buffers ---- */

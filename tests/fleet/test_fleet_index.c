@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "index.h"
+#include "unhash.h"
 #include <kvadmit/lockfree/hash.h>
 #include "kva_test.h"
 
@@ -200,26 +201,6 @@ static void random_operations_match_a_reference(void **st)
 	kvf_index_fini(&ix);
 }
 
-/* The inverse of kva_hash64 (splitmix64's finaliser): what a publisher can
- * compute to aim blocks at one home of an unkeyed table. */
-static uint64_t inv_mul(uint64_t a)
-{
-	uint64_t x = a; /* Newton: x = x * (2 - a x), doubling the correct bits */
-	for (int i = 0; i < 6; i++)
-		x *= 2 - a * x;
-	return x;
-}
-
-static uint64_t unhash64(uint64_t x)
-{
-	x ^= x >> 31 ^ x >> 62;
-	x *= inv_mul(0x94d049bb133111ebull);
-	x ^= x >> 27 ^ x >> 54;
-	x *= inv_mul(0xbf58476d1ce4e5b9ull);
-	x ^= x >> 30 ^ x >> 60;
-	return x;
-}
-
 /* How far the entry (hash, loc) sits past its home. */
 static size_t displacement(struct kvf_index *ix, uint64_t hash, uint32_t loc)
 {
@@ -241,14 +222,14 @@ static void crafted_keys_do_not_share_a_home(void **st)
 	const uint32_t loc = KVF_LOC(3, 0, 0);
 	size_t far = 0;
 	for (uint64_t k = 0; k < 8192; k++) {
-		/* kva_hash64(x) & mask == 0 for x = unhash64(k << 40) */
-		uint64_t hash = unhash64(k << 40) ^ ((uint64_t)loc * 0x9e3779b97f4a7c15ull);
+		/* kva_hash64(x) & mask == 0 for x = kva_test_unhash64(k << 40) */
+		uint64_t hash = kva_test_unhash64(k << 40) ^ ((uint64_t)loc * 0x9e3779b97f4a7c15ull);
 		assert_int_equal(kva_hash64(hash ^ ((uint64_t)loc * 0x9e3779b97f4a7c15ull)) & ix.mask,
 		                 0);
 		assert_true(kvf_index_put(&ix, hash, loc, NULL, NULL));
 	}
 	for (uint64_t k = 0; k < 8192; k++) {
-		uint64_t hash = unhash64(k << 40) ^ ((uint64_t)loc * 0x9e3779b97f4a7c15ull);
+		uint64_t hash = kva_test_unhash64(k << 40) ^ ((uint64_t)loc * 0x9e3779b97f4a7c15ull);
 		size_t d = displacement(&ix, hash, loc);
 		far = d > far ? d : far;
 	}
