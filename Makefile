@@ -91,6 +91,10 @@ bench: deps
 	if [ -x $(B)/bench/bench/kvadmit-fleet-bench ] || \
 	   cmake --build $(B)/bench -j$(JOBS) --target kvadmit-fleet-bench 2>/dev/null; then \
 	  $(B)/bench/bench/kvadmit-fleet-bench | tee docs/bench/fleet.txt; fi
+	@# the same against a hostile publisher: flooding, a storm of clears (1M entries)
+	if [ -x $(B)/bench/bench/kvadmit-fleet-attack-bench ] || \
+	   cmake --build $(B)/bench -j$(JOBS) --target kvadmit-fleet-attack-bench 2>/dev/null; then \
+	  $(B)/bench/bench/kvadmit-fleet-attack-bench | tee docs/bench/fleet_attack.txt; fi
 
 # libFuzzer targets (tests/fuzz/README.md): their own clang build with
 # ASan+UBSan and allocation-failure injection. `make fuzz` replays the corpus
