@@ -28,7 +28,9 @@
 
 #include "apply.h"
 #include "fleet_pub.h"
+#include "chain.h"
 #include "fleet_state.h"
+#include "unhash.h"
 
 #ifdef KVA_TSAN
 /* As in test_fleet.c: libzmq is not built with ThreadSanitizer (its pipes'
@@ -707,6 +709,37 @@ static void curve_keys_shut_out_impersonators(void **st)
 	zmq_ctx_term(z);
 }
 
+/* ---- hash flooding of the chain map ---- */
+
+static void chains_8192(kva_fleet_config *c) { c->max_chains = 8192; }
+
+/* 4,096 prefix keys crafted to share one home of the chain map under
+ * kva_hash64 (its home before it was keyed): each registration probed the
+ * run before it. Keyed, they spread. White-box: the map is read after a
+ * lookup behind them finished (kva_fleet_lookups_done's acquire). */
+static void crafted_prefix_keys_do_not_share_a_home(void **st)
+{
+	(void)st;
+	kva_fleet *f = fleet_for("tcp://127.0.0.1:9", NULL, chains_8192);
+	uint64_t h = 1;
+	for (uint64_t k = 1; k <= 4096; k++) /* kva_hash64(key) has its low 40 bits zero */
+		assert_int_equal(kva_fleet_chain_register(f, kva_test_unhash64(k << 40), &h, 1), 0);
+	kva_fleet_lookup(f, 1, 16, (kva_lookup_token){0}); /* after them in the queue */
+	WAIT_UNTIL(NULL, kva_fleet_lookups_done(f) == 1);
+	/* the longest run of taken slots: every probe stays within it */
+	size_t n = 0, run = 0, longest = 0;
+	for (size_t i = 0; i <= 2 * f->chain_mask + 1; i++) { /* twice round: a run that wraps */
+		bool taken = f->chain_map[i & f->chain_mask] != NULL;
+		n += taken && i <= f->chain_mask;
+		run = taken ? run + 1 : 0;
+		longest = run > longest ? run : longest;
+	}
+	assert_int_equal(n, 4096);
+	assert_true(longest < 64); /* 4,096 before: one run */
+	assert_int_equal(stats(f).chains_refused, 0);
+	kva_fleet_destroy(f);
+}
+
 /* ---- misuse ---- */
 
 /* struct kva_fleet has alignas(64) members (its command queue): it came
@@ -749,6 +782,7 @@ int main(void)
 		cmocka_unit_test(one_publisher_cannot_fill_the_medium_table),
 		cmocka_unit_test(one_publisher_cannot_fill_the_manifest),
 		cmocka_unit_test(curve_keys_shut_out_impersonators),
+		cmocka_unit_test(crafted_prefix_keys_do_not_share_a_home),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
