@@ -197,7 +197,9 @@ static int storm(size_t n)
 	tp_free(tp[0]);
 	tp_free(tp[1]);
 	zmq_ctx_term(z);
-	return qmax > 100000000u ? 3 : 0;
+	/* only a functional failure fails the smoke test; the times are
+	 * reported, never asserted (a loaded machine stretches them) */
+	return s2.index_scans != s.index_scans ? 3 : 0;
 }
 
 int main(int argc, char **argv)
