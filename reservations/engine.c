@@ -26,6 +26,7 @@
  *                         the scheduler-only state that step wrote.
  */
 #include <errno.h>
+#include <stdalign.h>
 #include <string.h>
 
 #include "admit.h"
@@ -126,7 +127,7 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	if (rc)
 		goto fail;
 	rc = -ENOMEM;
-	e = kva__calloc(sizeof(*e));
+	e = kva__calloc_aligned(sizeof(*e), alignof(kva_engine)); /* alignas members */
 	if (!e)
 		goto fail;
 	e->cfg = *cfg;
@@ -204,7 +205,7 @@ fail_slab:
 fail_pool:
 	kva_pagepool_fini(&e->pool);
 fail_free:
-	kva__free(e, sizeof(*e));
+	kva__free_aligned(e, sizeof(*e), alignof(kva_engine));
 fail:
 	if (err)
 		*err = rc;
@@ -276,7 +277,7 @@ void kva_engine_destroy(kva_engine *e)
 	kva_fanin_fini(&e->inbox);
 	kva_inbox_fini(&e->local);
 	kva_inbox_fini(&e->deferred);
-	kva__free(e, sizeof(*e));
+	kva__free_aligned(e, sizeof(*e), alignof(kva_engine));
 }
 
 /* ---- the step ---------------------------------------------------------------- */

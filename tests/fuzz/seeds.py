@@ -651,13 +651,77 @@ def config_seeds():
     return seeds, regress
 
 
+class Seq(Enc):
+    """fuzz_fleet_seq's input: an operation byte, then seq_of's byte (and 8
+    more for a raw number)."""
+    LIVE, BIG, REPLAY, END, RETRY, GIVE_UP = range(6)
+    EDGES = {-1: 0, "max": 1, "min": 2, 0: 3, -2: 4, "max-1": 5}
+
+    def op(self, op, mode="last", k=0):
+        self.u8(op)
+        if mode == "last":  # the last live number + k (the first: k itself)
+            self.u8((k + 24) << 2)
+        elif mode == "first":
+            self.u8(k << 2)
+        elif mode == "expected":
+            self.u8(((k + 24) << 2) | 1)
+        elif mode == "raw":
+            self.u8(2)
+            for i in range(8):
+                self.u8((k >> (56 - 8 * i)) & 0xFF)
+        else:  # an edge
+            self.u8((self.EDGES[k] << 2) | 3)
+        return self
+
+
+def fleet_seq_seeds():
+    S = Seq
+    seeds = {}
+    c = Seq().op(S.LIVE, "first", 0)
+    for _ in range(10):
+        c.op(S.LIVE, "last", 1)
+    seeds["in-order"] = c
+    c = Seq().op(S.LIVE, "first", 0).op(S.LIVE, "last", 3)  # a gap: a replay from 1
+    c.op(S.REPLAY, "expected", 0).op(S.REPLAY, "expected", 0).op(S.END, "first", 0)
+    c.op(S.LIVE, "last", 1)
+    seeds["gap-and-replay"] = c
+    c = Seq().op(S.LIVE, "first", 0).op(S.LIVE, "last", 2)
+    c.op(S.REPLAY, "raw", 1 << 62).op(S.END, "first", 0)
+    for _ in range(3):
+        c.op(S.LIVE, "last", 1)
+    seeds["forged-replay"] = c
+    c = Seq().op(S.LIVE, "first", 0)
+    for _ in range(3):
+        c.op(S.LIVE, "last", 1)
+    c.op(S.LIVE, "edge", 0).op(S.LIVE, "last", 1)  # the sequence went back: a restart
+    c.op(S.REPLAY, "expected", 0).op(S.END, "first", 0)
+    seeds["restart"] = c
+    c = Seq().op(S.LIVE, "first", 0)
+    for e in (-1, "max", "min", -2, "max-1"):
+        c.op(S.LIVE, "edge", e).op(S.REPLAY, "edge", e)
+    c.op(S.LIVE, "last", 1)
+    seeds["edges"] = c
+    c = Seq().op(S.LIVE, "first", 0).op(S.LIVE, "last", 2)
+    for _ in range(6):  # past max_pending (4): held overflow
+        c.op(S.LIVE, "last", 1)
+    c.op(S.RETRY, "first", 0).op(S.GIVE_UP, "first", 0)
+    c.op(S.REPLAY, "expected", 0).op(S.END, "first", 0).op(S.LIVE, "last", 1)
+    seeds["held-overflow"] = c
+    c = Seq().op(S.LIVE, "first", 5)  # joined late: a replay from 0
+    c.op(S.BIG, "last", 1).op(S.REPLAY, "expected", 0).op(S.REPLAY, "expected", 1)
+    c.op(S.END, "first", 0).op(S.LIVE, "last", 1)
+    seeds["late-join"] = c
+    return seeds
+
+
 def main():
     cfg_seeds, cfg_regress = config_seeds()
     for target, seeds, prefix in (("fuzz_engine", engine_seeds(), "seed-"),
                                   ("fuzz_differential", differential_seeds(), "seed-"),
                                   ("fuzz_lockfree", lockfree_seeds(), "seed-"),
                                   ("fuzz_config", cfg_seeds, "seed-"),
-                                  ("fuzz_config", cfg_regress, "regress-")):
+                                  ("fuzz_config", cfg_regress, "regress-"),
+                                  ("fuzz_fleet_seq", fleet_seq_seeds(), "seed-")):
         d = os.path.join(HERE, "corpus", target)
         os.makedirs(d, exist_ok=True)
         for name, enc in seeds.items():
