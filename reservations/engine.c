@@ -213,7 +213,8 @@ fail:
 }
 
 /* Frees what a queued event owns (answers, evictions); events embedded in
- * records and grants, and cancels (their slab), die with those. */
+ * records and grants, and cancels and priority changes (their slab), die
+ * with those. */
 static void discard_event(struct kva__event *ev)
 {
 	if (ev->type == KVA__EV_ANSWER)
@@ -222,8 +223,6 @@ static void discard_event(struct kva__event *ev)
 		kva__free(ev, sizeof(struct kva__evict));
 	else if (ev->type == KVA__EV_LOCAL)
 		kva__local_free(caa_container_of(ev, struct kva__local, ev));
-	else if (ev->type == KVA__EV_PRIORITY)
-		kva__free(ev, sizeof(struct kva__priority));
 }
 
 static void discard_queue(struct kva_inbox *q, struct kva_inbox_batch *b)
