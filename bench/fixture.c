@@ -191,9 +191,9 @@ int bx_step(struct bx *b)
 
 kva_handle bx_submit(struct bx *b, bool restore)
 {
-	uint64_t id = ++b->next_id;
+	uint64_t id = ++b->next_id, run = b->run ? b->run : 1;
 	kva_request r = {.id = id, .prefix_key = restore ? id : 0, .prompt_tokens = BX_PROMPT,
-	                 .priority = b->levels ? (int32_t)(id % b->levels) : 0};
+	                 .priority = b->levels ? (int32_t)(id / run % b->levels) : 0};
 	kva_handle h;
 	bx_check(kva_submit(b->e, &r, &h), "kva_submit");
 	return h;
@@ -276,8 +276,14 @@ kva_handle bx_waiting_take_random(struct bx *b, uint64_t *rng)
 
 struct bx *bx_blocked_levels(size_t n, uint32_t levels)
 {
+	return bx_blocked_runs(n, levels, 1);
+}
+
+struct bx *bx_blocked_runs(size_t n, uint32_t levels, uint32_t run)
+{
 	n = bx_cap(n);
 	struct bx *b = bx_new_levels(levels);
+	b->run = run;
 	kva_stats st;
 	for (uint32_t i = 0; i < BX_RUNNERS; i++)
 		b->running[i] = bx_submit(b, false);

@@ -37,8 +37,10 @@
 
 struct bx {
 	kva_engine *e;
-	/* 0: FCFS; else KVA_ORDER_PRIORITY with submit id's priority id % levels */
-	uint32_t levels;
+	/* 0: FCFS; else KVA_ORDER_PRIORITY with submit id's priority
+	 * (id / run) % levels: run 0 or 1 interleaves the levels request by
+	 * request, a larger run sends bursts of `run` requests of one priority */
+	uint32_t levels, run;
 	uint64_t now;
 	uint64_t next_id;
 	kva_plan plan;
@@ -83,6 +85,8 @@ struct bx *bx_new_levels(uint32_t levels);
 /* The blocked state with n waiting restores over `levels` priorities (0:
  * FCFS); not cached: the caller frees it (bx_free). */
 struct bx *bx_blocked_levels(size_t n, uint32_t levels);
+/* The same with priorities in bursts of `run` submits (struct bx, run). */
+struct bx *bx_blocked_runs(size_t n, uint32_t levels, uint32_t run);
 void bx_free(struct bx *b);
 
 /* The cached blocked engine with n waiting restores (n is taken through

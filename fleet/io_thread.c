@@ -10,13 +10,16 @@
 #define _GNU_SOURCE
 #include "io_thread.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "apply.h"
+#include "auth.h"
 #include "chain.h"
 #include "lookup_answer.h"
+#include "quota.h"
 #include "replay.h"
 #include "score.h"
 #include "watch.h"
@@ -24,15 +27,33 @@
 #define RECV_BUDGET 256 /* messages per socket per loop turn: lookups stay prompt */
 #define REPLAY_TRIES 3
 #define TICK_MS 50
+#define RCVHWM_MIN 256 /* messages: a burst a small max_pending still takes */
+
+/* What a publisher may make libzmq buffer before the fleet reads a frame:
+ * no frame over twice max_message_bytes (one between counts as oversized,
+ * its number kept; a larger one drops the connection, libzmq's check), and
+ * RCVHWM messages queued. docs/fleet.md, "Security". */
+static void limit_socket(kva_fleet *f, void *sock)
+{
+	int zero = 0;
+	uint32_t pending = f->cfg.max_pending > INT_MAX ? INT_MAX : f->cfg.max_pending;
+	int hwm = pending < RCVHWM_MIN ? RCVHWM_MIN : (int)pending;
+	int64_t max_frame = 2 * (int64_t)f->cfg.max_message_bytes;
+	zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+	zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+	zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max_frame, sizeof max_frame);
+}
 
 static int pub_open(kva_fleet *f, struct publisher *pub, uint32_t id)
 {
-	int zero = 0, hwm = 1000000;
+	int zero = 0;
 	pub->sub = zmq_socket(f->zmq_ctx, ZMQ_SUB);
 	if (!pub->sub)
 		return zmq_err();
-	zmq_setsockopt(pub->sub, ZMQ_LINGER, &zero, sizeof zero);
-	zmq_setsockopt(pub->sub, ZMQ_RCVHWM, &hwm, sizeof hwm);
+	limit_socket(f, pub->sub);
+	int rc = kvf_auth_socket(f, id, pub->sub);
+	if (rc)
+		return rc;
 	const char *topic = pub->topic ? pub->topic : "";
 	if (zmq_setsockopt(pub->sub, ZMQ_SUBSCRIBE, topic, strlen(topic)) < 0)
 		return zmq_err();
@@ -56,8 +77,9 @@ static int pub_open(kva_fleet *f, struct publisher *pub, uint32_t id)
 		pub->dealer = zmq_socket(f->zmq_ctx, ZMQ_DEALER);
 		if (!pub->dealer)
 			return zmq_err();
-		zmq_setsockopt(pub->dealer, ZMQ_LINGER, &zero, sizeof zero);
-		zmq_setsockopt(pub->dealer, ZMQ_RCVHWM, &hwm, sizeof hwm);
+		limit_socket(f, pub->dealer);
+		if ((rc = kvf_auth_socket(f, id, pub->dealer)))
+			return rc;
 		if (zmq_connect(pub->dealer, pub->replay_endpoint) < 0)
 			return zmq_err();
 	}
@@ -123,6 +145,7 @@ static void pub_add(kva_fleet *f, struct add_cmd *add)
 	if (id >= f->npubs)
 		f->npubs = id + 1;
 	f->pubs_changed = true;
+	kvf_quota_update(f);
 	uint8_t want = SLOT_ADDING;
 	if (rc) {
 		fleet_log(f, KVA_LOG_WARN, "kvadmit-fleet: publisher %s not added (%d)",
@@ -149,6 +172,7 @@ static void pub_remove(kva_fleet *f, uint32_t id)
 		stat_add(f, STAT(publishers_removed), 1);
 	}
 	f->pubs_changed = true;
+	kvf_quota_update(f);
 	atomic_store_explicit(&f->pub_slot[id], SLOT_FREE, memory_order_release);
 }
 
@@ -176,9 +200,14 @@ static void drain_commands(kva_fleet *f, bool woken)
 		} else if (cmd->kind == CMD_REMOVE_PUB) {
 			pub_remove(f, cmd->pub_id);
 			free(cmd);
+		} else if (cmd->kind == CMD_FAILURE) {
+			kvf_quarantine_report(f, cmd->prefix_key, now);
+			free(cmd);
 		} else {
 			kvf_lookup_answer(f, cmd, now);
 			free(cmd);
+			/* only a bound (kva_fleet_lookup): no order needed */
+			atomic_fetch_sub_explicit(&f->lookups_queued, 1, memory_order_relaxed);
 		}
 	}
 }

@@ -26,6 +26,7 @@
  *                         the scheduler-only state that step wrote.
  */
 #include <errno.h>
+#include <stdalign.h>
 #include <string.h>
 
 #include "admit.h"
@@ -126,7 +127,7 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	if (rc)
 		goto fail;
 	rc = -ENOMEM;
-	e = kva__calloc(sizeof(*e));
+	e = kva__calloc_aligned(sizeof(*e), alignof(kva_engine)); /* alignas members */
 	if (!e)
 		goto fail;
 	e->cfg = *cfg;
@@ -204,7 +205,7 @@ fail_slab:
 fail_pool:
 	kva_pagepool_fini(&e->pool);
 fail_free:
-	kva__free(e, sizeof(*e));
+	kva__free_aligned(e, sizeof(*e), alignof(kva_engine));
 fail:
 	if (err)
 		*err = rc;
@@ -212,7 +213,8 @@ fail:
 }
 
 /* Frees what a queued event owns (answers, evictions); events embedded in
- * records and grants, and cancels (their slab), die with those. */
+ * records and grants, and cancels and priority changes (their slab), die
+ * with those. */
 static void discard_event(struct kva__event *ev)
 {
 	if (ev->type == KVA__EV_ANSWER)
@@ -221,8 +223,6 @@ static void discard_event(struct kva__event *ev)
 		kva__free(ev, sizeof(struct kva__evict));
 	else if (ev->type == KVA__EV_LOCAL)
 		kva__local_free(caa_container_of(ev, struct kva__local, ev));
-	else if (ev->type == KVA__EV_PRIORITY)
-		kva__free(ev, sizeof(struct kva__priority));
 }
 
 static void discard_queue(struct kva_inbox *q, struct kva_inbox_batch *b)
@@ -276,7 +276,7 @@ void kva_engine_destroy(kva_engine *e)
 	kva_fanin_fini(&e->inbox);
 	kva_inbox_fini(&e->local);
 	kva_inbox_fini(&e->deferred);
-	kva__free(e, sizeof(*e));
+	kva__free_aligned(e, sizeof(*e), alignof(kva_engine));
 }
 
 /* ---- the step ---------------------------------------------------------------- */

@@ -222,24 +222,23 @@ int kva_set_priority(kva_engine *e, kva_handle h, int32_t p)
 {
 	if (!e || !e->lv)
 		return -EINVAL;
-	struct kva__priority *ev = NULL;
+	struct kva__cancel *c = NULL;
 	kva_rcu_read_lock();
 	struct kva__req *r = find(e, h);
 	/* A2: pairs with R2 of lifecycle.c. */
 	int rc = !r || kva__state_is_terminal(atomic_load_explicit(&r->state, memory_order_acquire))
 	                 ? -ENOENT
 	                 : 0;
-	if (!rc && !(ev = kva__alloc(sizeof(*ev))))
+	if (!rc && !(c = kva__cancel_new(e))) /* a slab slot: no heap allocation */
 		rc = -ENOMEM;
 	kva_rcu_read_unlock();
 	if (rc)
 		return rc;
-	kva_inbox_node_init(&ev->ev.node);
-	ev->ev.type = KVA__EV_PRIORITY;
-	ev->ev.slot = h.slot;
-	ev->h = h;
-	ev->priority = p;
-	kva__event_push(e, &ev->ev);
+	kva_inbox_node_init(&c->ev.node);
+	c->ev.type = KVA__EV_PRIORITY;
+	c->h = h;
+	c->priority = p;
+	kva__event_push(e, &c->ev);
 	return 0;
 }
 

@@ -172,11 +172,11 @@ static int dispatch_event(kva_engine *e, struct kva__event *ev)
 		break;
 	}
 	case KVA__EV_PRIORITY: {
-		struct kva__priority *p = caa_container_of(ev, struct kva__priority, ev);
+		struct kva__cancel *p = caa_container_of(ev, struct kva__cancel, ev);
 		struct kva__req *r = kva__rec_find(e, p->h.slot, p->h.gen, p->h.id);
 		if (r && kva__waiting_queue_set_priority(e, r, p->priority) != 0)
 			return -ENOMEM;
-		kva__free(p, sizeof(*p));
+		kva__cancel_free(e, p);
 		break;
 	}
 	case KVA__EV_RESET:
@@ -202,6 +202,7 @@ static struct kva__req *event_req_hint(kva_engine *e, struct kva_inbox_node *n)
 	struct kva__event *ev = caa_container_of(n, struct kva__event, node);
 	switch (ev->type) {
 	case KVA__EV_CANCEL:
+	case KVA__EV_PRIORITY:
 		return kva_slab_get(&e->slab, caa_container_of(ev, struct kva__cancel, ev)->h.slot);
 	case KVA__EV_ANSWER:
 		return kva_slab_get(&e->slab, caa_container_of(ev, struct kva__answer, ev)->token.slot);
@@ -245,7 +246,9 @@ static void scout(kva_engine *e, struct kva_inbox_batch *b, struct scouts *sc)
 		if ((r = event_req_hint(e, x))) {
 			__builtin_prefetch(r->wq.link.prev);
 			__builtin_prefetch(r->wq.link.next);
-			kva_idmap_prefetch(&e->live_ids, r->id);
+			/* a priority change moves r in the queue, its id stays */
+			if (caa_container_of(x, struct kva__event, node)->type != KVA__EV_PRIORITY)
+				kva_idmap_prefetch(&e->live_ids, r->id);
 		}
 	}
 }

@@ -482,8 +482,9 @@ KVA_API int kva_grow(kva_engine *e, kva_handle h, uint32_t pages, uint32_t *ids_
  * return at once.  Returns: 0, -EINVAL (NULL engine), -ENOENT, -EBUSY. */
 KVA_API int kva_preempt(kva_engine *e, kva_handle h);
 /* kva_set_priority - h's priority becomes p (KVA_ORDER_PRIORITY).  Thread: any.
- * Cost: O(1) here (one event); the step moves a waiting request to the back of its new level, O(1)
- * while that level is in use (docs/design.md: priority order).  Effect: next step; a request
+ * Cost: O(1) here (one event, a slot of the engine's own event slab, no heap allocation); the
+ * step moves a waiting request to the back of its new level, O(1) while that level is in use
+ * (docs/design.md: priority order).  Effect: next step; a request
  * already admitted keeps running, and p counts when it is preempted.
  * Returns: 0, -EINVAL (NULL engine, or FCFS order), -ENOENT (unknown or ended), -ENOMEM. */
 KVA_API int kva_set_priority(kva_engine *e, kva_handle h, int32_t p);

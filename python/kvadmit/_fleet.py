@@ -30,6 +30,7 @@ typedef struct kva_fleet_publisher {
     const char *replay_endpoint;
     const char *topic;
     uint8_t self;
+    const char *curve_server_key;
 } kva_fleet_publisher;
 typedef struct kva_fleet_block_size {
     const char *medium;
@@ -50,6 +51,9 @@ typedef struct kva_fleet_config {
     uint64_t watch_ns;
     uint32_t full_groups, state_groups;
     const char *local_media;
+    uint32_t max_media_per_publisher, max_manifest_per_publisher;
+    uint64_t quarantine_ns;
+    const char *curve_public_key, *curve_secret_key;
     void *zmq_context;
     void *log;
     void *log_ctx;

@@ -4,6 +4,7 @@
 
 #include <msgpack.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -18,6 +19,8 @@ struct tp {
 	enum tp_replay mode;
 	int reply_frames; /* 3 (vLLM before v0.26, SGLang) or 4 (vLLM v0.26 on: the topic too) */
 	void *zctx;
+	bool forge;        /* tp_replay_forge */
+	int64_t forge_seq;
 	struct {
 		int64_t seq;
 		size_t len;
@@ -31,10 +34,12 @@ static void be8(unsigned char *b, int64_t v)
 		b[i] = (unsigned char)((uint64_t)v >> (56 - 8 * i));
 }
 
-struct tp *tp_new(void *zctx)
+struct tp *tp_new(void *zctx) { return tp_new_curve(zctx, NULL); }
+
+struct tp *tp_new_curve(void *zctx, const char *secret_key)
 {
 	struct tp *p = calloc(1, sizeof(*p));
-	int zero = 0;
+	int zero = 0, one = 1;
 	size_t len;
 	p->reply_frames = 3;
 	p->zctx = zctx;
@@ -42,6 +47,14 @@ struct tp *tp_new(void *zctx)
 	p->router = zmq_socket(zctx, ZMQ_ROUTER);
 	zmq_setsockopt(p->pub, ZMQ_LINGER, &zero, sizeof zero);
 	zmq_setsockopt(p->router, ZMQ_LINGER, &zero, sizeof zero);
+	for (int i = 0; i < 2 && secret_key; i++) {
+		void *sock = i ? p->router : p->pub;
+		if (zmq_setsockopt(sock, ZMQ_CURVE_SERVER, &one, sizeof one) ||
+		    zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, secret_key, 40)) {
+			tp_free(p);
+			return NULL;
+		}
+	}
 	if (zmq_bind(p->pub, "tcp://127.0.0.1:*") || zmq_bind(p->router, "tcp://127.0.0.1:*")) {
 		tp_free(p);
 		return NULL;
@@ -286,6 +299,24 @@ void tp_clear(struct tp *p) { batch(p, ev_clear, NULL, 0); }
 void tp_empty(struct tp *p) { batch(p, ev_none, NULL, 0); }
 void tp_raw(struct tp *p, const void *payload, size_t len) { send_numbered(p, payload, len, 0); }
 
+/* [0.0, [], 0]: an empty array_like batch. */
+static const unsigned char EMPTY_BATCH[] = {0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x90, 0x00};
+
+void tp_live_as(struct tp *p, int64_t seq)
+{
+	unsigned char s[8];
+	be8(s, seq);
+	zmq_send(p->pub, "kv", 2, ZMQ_SNDMORE);
+	zmq_send(p->pub, s, 8, ZMQ_SNDMORE);
+	zmq_send(p->pub, EMPTY_BATCH, sizeof EMPTY_BATCH, 0);
+}
+
+void tp_replay_forge(struct tp *p, int64_t seq)
+{
+	p->forge = true;
+	p->forge_seq = seq;
+}
+
 void tp_frames(struct tp *p, int nframes)
 {
 	for (int i = 0; i < nframes; i++)
@@ -325,6 +356,14 @@ void tp_service(struct tp *p)
 				p->mode = TP_REPLAY_NORMAL;
 			if (mode == TP_REPLAY_ONCE_THEN_HOLD)
 				p->mode = TP_REPLAY_HOLD; /* after this answer */
+			if (p->forge) {
+				unsigned char sb[8];
+				be8(sb, p->forge_seq);
+				zmq_send(p->router, zmq_msg_data(&f[0]), zmq_msg_size(&f[0]), ZMQ_SNDMORE);
+				zmq_send(p->router, "", 0, ZMQ_SNDMORE);
+				zmq_send(p->router, sb, 8, ZMQ_SNDMORE);
+				zmq_send(p->router, EMPTY_BATCH, sizeof EMPTY_BATCH, 0);
+			}
 			int64_t lo = p->seq > RING ? p->seq - RING : 0;
 			if (mode == TP_REPLAY_END_ONLY)
 				lo = p->seq; /* nothing that far back */

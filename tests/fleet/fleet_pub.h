@@ -16,6 +16,8 @@ struct tp;
 
 /* Binds tcp://127.0.0.1:* (PUB and ROUTER); NULL on failure. */
 struct tp *tp_new(void *zctx);
+/* The same, both sockets CURVE servers with this secret key (Z85). */
+struct tp *tp_new_curve(void *zctx, const char *secret_key);
 void tp_free(struct tp *p);
 const char *tp_pub_endpoint(const struct tp *p);
 const char *tp_replay_endpoint(const struct tp *p);
@@ -64,5 +66,12 @@ void tp_store_medium(struct tp *p, const uint64_t *hashes, uint32_t n, uint32_t 
 /* One batch of `rounds` x (AllBlocksCleared, BlockStored of the one block
  * first_hash + round), then `tail` more AllBlocksCleared. */
 void tp_clear_rounds(struct tp *p, uint32_t rounds, uint64_t first_hash, uint32_t tail);
+
+/* A hostile publisher (tests/fleet/test_fleet_hostile.c). tp_live_as: an
+ * empty batch numbered seq on PUB (not buffered, the count not moved);
+ * tp_replay_forge: every replay answer starts with an empty batch
+ * numbered seq. */
+void tp_live_as(struct tp *p, int64_t seq);
+void tp_replay_forge(struct tp *p, int64_t seq);
 
 #endif
