@@ -29,8 +29,12 @@ struct kvf_score;
 struct kvf_score *kvf_score_new(uint32_t full_groups, uint64_t max_blocks);
 void kvf_score_free(struct kvf_score *s);
 
+/* Held until kvf_score_flush (or until many are held), then applied in
+ * their order; entries of groups that are not full are not copied. */
 void kvf_score_add(struct kvf_score *s, uint64_t hash, uint32_t loc);
 void kvf_score_del(struct kvf_score *s, uint64_t hash, uint32_t loc);
+/* Applies the held adds and removals: readers see them from then on. */
+void kvf_score_flush(struct kvf_score *s);
 /* Every entry of publisher pub (a scan of the table). */
 void kvf_score_drop_publisher(struct kvf_score *s, uint32_t pub);
 /* The publisher's identity, when it changed (cheap when it did not). */
