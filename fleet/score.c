@@ -66,12 +66,15 @@ struct kvf_score {
 	/* read by every query, written once */
 	struct slot *slots;
 	size_t mask;
+	struct kvf_key key; /* homes: keyed, as the index's (a publisher cannot aim) */
 	uint32_t full_groups;
 	void *map; /* the mapping slots lie in, and its length */
 	size_t map_len;
 	/* the I/O thread's, on lines of their own: its writes do not take the
 	 * line above from the readers' caches */
 	_Alignas(64) size_t count, cap;
+	size_t probe_max; /* farthest an entry may sit from its home */
+	uint64_t refused; /* adds past probe_max: not copied (the index's own cap) */
 	uint32_t npending;
 	struct op pending[PENDING];
 	/* published with release stores (I/O thread), read with acquire loads
@@ -88,7 +91,7 @@ static void ident_free(struct rcu_head *head)
 
 static inline size_t home(const struct kvf_score *s, uint64_t hash)
 {
-	return (size_t)kva_hash64(hash) & s->mask;
+	return (size_t)kvf_siphash13(&s->key, hash, 0, 0) & s->mask;
 }
 
 /* I/O thread: slot <- (hash, loc1). The odd number is stored before the
@@ -148,6 +151,8 @@ struct kvf_score *kvf_score_new(uint32_t full_groups, uint64_t max_blocks)
 	(void)madvise(s->slots, bytes, MADV_HUGEPAGE); /* a hint: 4 KiB pages work too */
 	s->mask = n - 1;
 	s->cap = n / 4 * 3;
+	s->probe_max = KVF_PROBE_MAX;
+	kvf_key_random(&s->key);
 	s->full_groups = full_groups;
 	return s;
 }
@@ -177,8 +182,13 @@ static void add_at(struct kvf_score *s, size_t i, uint64_t hash, uint32_t loc1)
 {
 	if (s->count >= s->cap)
 		return; /* the index's cap keeps below it: not reached */
-	while (loc1_at(s, i))
-		i = (i + 1) & s->mask;
+	/* a run longer than probe_max only forms from keys aimed at one home
+	 * (and a reader would walk it): refused and counted, as the index does */
+	for (size_t d = 0; loc1_at(s, i); d++, i = (i + 1) & s->mask)
+		if (d >= s->probe_max) {
+			s->refused++;
+			return;
+		}
 	slot_write(&s->slots[i], hash, loc1);
 	s->count++;
 }
@@ -259,6 +269,10 @@ static void push(struct kvf_score *s, uint64_t hash, uint32_t loc, uint32_t del)
 
 void kvf_score_add(struct kvf_score *s, uint64_t hash, uint32_t loc) { push(s, hash, loc, 0); }
 void kvf_score_del(struct kvf_score *s, uint64_t hash, uint32_t loc) { push(s, hash, loc, 1); }
+
+size_t kvf_score_home(const struct kvf_score *s, uint64_t hash) { return home(s, hash); }
+uint64_t kvf_score_refused(const struct kvf_score *s) { return s->refused; }
+void kvf_score_set_probe_max(struct kvf_score *s, size_t probe_max) { s->probe_max = probe_max; }
 
 void kvf_score_drop_publisher(struct kvf_score *s, uint32_t pub)
 {
