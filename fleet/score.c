@@ -128,9 +128,11 @@ struct kvf_score *kvf_score_new(uint32_t full_groups, uint64_t max_blocks)
 {
 	if (kva_rcu_init()) /* liburcu's call_rcu thread with signals blocked */
 		return NULL;
-	struct kvf_score *s = calloc(1, sizeof(*s));
+	/* aligned: the I/O thread's fields start a cache line of their own */
+	struct kvf_score *s = aligned_alloc(_Alignof(struct kvf_score), sizeof(*s));
 	if (!s)
 		return NULL;
+	memset(s, 0, sizeof(*s));
 	size_t n = 16;
 	while (n / 4 * 3 < max_blocks && n < ((size_t)1 << 40))
 		n *= 2;
