@@ -23,10 +23,21 @@
  * the tail is that one run's. Untimed before it: the load runs until every
  * producer's window is full, then 1,000 more steps (tl_settle).
  * KVA_BENCH_SMALL caps N, the steps and the load.
+ *
+ * Two controls, timed by the same thread's CPU clock right after every step
+ * under the same load: a fixed run of arithmetic (registers only) and a
+ * dependent random walk over a 256 MiB ring (a cache and TLB miss per hop,
+ * like a step's record accesses at 1M waiting), each sized to about a
+ * median step. Neither calls kvadmit, so their tails are what this machine
+ * adds to any short piece of work (the hypervisor taking the vCPU without
+ * reporting steal time, interrupts, other threads' TLB shootdowns, memory
+ * contention); counters control_ and memctl_ p50 ... max. A step's tail
+ * above the memory control's is the step's own.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "bm.h"
 #include "fixture.h"
@@ -36,6 +47,7 @@
 #define WAITING 1000000
 #define STEPS 50000
 #define SMALL_STEPS 300
+#define CONTROL_NS 10000 /* each control's work, about a median step */
 
 static size_t steps_to_run(void)
 {
@@ -106,6 +118,84 @@ static uint64_t clock_overhead_ns(void)
 	return v[sizeof(v) / sizeof(v[0]) / 2];
 }
 
+static uint64_t alu_work(uint64_t rounds)
+{
+	uint64_t x = 0x9e3779b97f4a7c15u;
+	for (uint64_t i = 0; i < rounds; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		__asm__ volatile("" : "+r"(x)); /* keeps every round */
+	}
+	return x;
+}
+
+struct controls {
+	uint32_t *ring; /* one cycle through every slot (Sattolo's shuffle) */
+	uint32_t at;
+	uint64_t alu_rounds, hops;
+};
+
+static uint64_t alu_run(struct controls *c, uint64_t rounds)
+{
+	uint64_t c0 = bx_cpu_ns();
+	uint64_t x = alu_work(rounds);
+	__asm__ volatile("" : : "r"(x) : "memory"); /* as in walk_run */
+	(void)c;
+	return bx_cpu_ns() - c0;
+}
+
+static uint64_t walk_run(struct controls *c, uint64_t hops)
+{
+	uint64_t c0 = bx_cpu_ns();
+	/* The ring is this function's own memory: without the barriers the
+	 * compiler may move the walk out from between the clock reads. */
+	__asm__ volatile("" ::: "memory");
+	uint32_t at = c->at;
+	for (uint64_t i = 0; i < hops; i++)
+		at = c->ring[at];
+	__asm__ volatile("" : : "r"(at) : "memory");
+	c->at = at;
+	return bx_cpu_ns() - c0;
+}
+
+/* How many units of run() take CONTROL_NS here, before the load starts:
+ * the median of 101 probes of `probe` units. */
+static uint64_t calibrate(struct controls *c, uint64_t (*run)(struct controls *, uint64_t),
+			  uint64_t probe)
+{
+	uint64_t v[101];
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+		v[i] = run(c, probe);
+	qsort(v, sizeof(v) / sizeof(v[0]), sizeof(v[0]), bx_cmp_u64);
+	uint64_t per = v[sizeof(v) / sizeof(v[0]) / 2];
+	return per ? probe * CONTROL_NS / per : probe;
+}
+
+static void controls_init(struct controls *c)
+{
+	uint32_t n = bx_small() ? (1u << 20) : (uint32_t)((256u << 20) / sizeof(uint32_t)); /* 256 MiB */
+	/* On huge pages where the kernel gives them, as kvadmit's slab chunks
+	 * are (alloc.c): a miss per hop, not a TLB walk on top of it. */
+	c->ring = aligned_alloc(2u << 20, (size_t)n * sizeof(*c->ring));
+	if (!c->ring)
+		bx_check(-ENOMEM, "the memory control's ring");
+#ifdef MADV_HUGEPAGE
+	(void)madvise(c->ring, (size_t)n * sizeof(*c->ring), MADV_HUGEPAGE);
+#endif
+	for (uint32_t i = 0; i < n; i++)
+		c->ring[i] = i;
+	uint64_t x = 88172645463325252u;
+	for (uint32_t i = n - 1; i > 0; i--) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		uint32_t j = (uint32_t)(x % i), t = c->ring[i];
+		c->ring[i] = c->ring[j], c->ring[j] = t;
+	}
+	c->at = 0;
+	c->alu_rounds = calibrate(c, alu_run, 4096);
+	c->hops = calibrate(c, walk_run, 256);
+}
+
 static uint64_t noisy_rounds(struct tl_load *l)
 {
 	return atomic_load_explicit(&l->noisy_rounds, memory_order_relaxed);
@@ -120,9 +210,12 @@ static void bm_step_tail(gb_state *s, void *arg)
 	tl_config_default(&cfg);
 	size_t cap = steps_to_run();
 	uint64_t *cpu = malloc(cap * sizeof(*cpu)), *wall = malloc(cap * sizeof(*wall));
-	if (!cpu || !wall)
+	uint64_t *alu = malloc(cap * sizeof(*alu)), *mem = malloc(cap * sizeof(*mem));
+	if (!cpu || !wall || !alu || !mem)
 		bx_check(-ENOMEM, "step times");
 	uint64_t overhead = clock_overhead_ns();
+	struct controls ctl;
+	controls_init(&ctl);
 	tl_start(&l, b, &cfg);
 
 	struct tl_sample x;
@@ -130,6 +223,9 @@ static void bm_step_tail(gb_state *s, void *arg)
 		tl_stop(&l);
 		free(cpu);
 		free(wall);
+		free(alu);
+		free(mem);
+		free(ctl.ring);
 		gb_skip_with_error(s, "the producers never filled their windows");
 		gb_keep_running_batch(s, 1);
 		return;
@@ -145,6 +241,8 @@ static void bm_step_tail(gb_state *s, void *arg)
 			tl_step(&l, &x);
 			batch_ns += x.wall_ns;
 			if (k < cap) {
+				alu[k] = alu_run(&ctl, ctl.alu_rounds);
+				mem[k] = walk_run(&ctl, ctl.hops);
 				cpu[k] = x.cpu_ns;
 				wall[k++] = x.wall_ns;
 			}
@@ -169,6 +267,8 @@ static void bm_step_tail(gb_state *s, void *arg)
 			   GB_COUNTER_DEFAULT);
 		report_tail(s, "cpu", cpu, k);
 		report_tail(s, "wall", wall, k);
+		report_tail(s, "control", alu, k);
+		report_tail(s, "memctl", mem, k);
 		gb_counter(s, "cpu_clock_overhead_us", (double)overhead / 1e3, GB_COUNTER_DEFAULT);
 		gb_counter(s, "steps", steps, GB_COUNTER_DEFAULT);
 		gb_counter(s, "step_period_us", (double)elapsed / 1e3 / steps, GB_COUNTER_DEFAULT);
@@ -185,6 +285,9 @@ static void bm_step_tail(gb_state *s, void *arg)
 	gb_set_items_processed(s, gb_iterations_done(s));
 	free(cpu);
 	free(wall);
+	free(alu);
+	free(mem);
+	free(ctl.ring);
 }
 
 void bm_register_step_tail(void)
