@@ -34,6 +34,7 @@ int main(int argc, char **argv)
 	bm_register_stalls();
 	bm_register_step_tail();
 	bm_register_priority();
+	bm_register_machine();
 	int ran = gb_run(argc, argv);
 	bm_cleanup_step();
 	bm_cleanup_events();

@@ -18,6 +18,7 @@ void bm_register_churn(void);     /* bm_churn.c */
 void bm_register_stalls(void);    /* bm_stalls.c */
 void bm_register_step_tail(void); /* bm_step_tail.c */
 void bm_register_priority(void);  /* bm_priority.c */
+void bm_register_machine(void);   /* bm_machine.c */
 
 /* BM_churn's processes: kvadmit-bench BM_CHURN_CHILD_FLAG <index> runs one
  * process's churn rounds (bm_churn.c) instead of the suite. */

@@ -37,11 +37,11 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 
 #include "bm.h"
 #include "fixture.h"
 #include "gbench.h"
+#include "memwalk.h"
 #include "tailload.h"
 
 #define WAITING 1000000
@@ -131,8 +131,7 @@ static uint64_t alu_work(uint64_t rounds)
 }
 
 struct controls {
-	uint32_t *ring; /* one cycle through every slot (Sattolo's shuffle) */
-	uint32_t at;
+	struct mw_ring *ring; /* memwalk.h's shared ring */
 	uint64_t alu_rounds, hops;
 };
 
@@ -140,7 +139,7 @@ static uint64_t alu_run(struct controls *c, uint64_t rounds)
 {
 	uint64_t c0 = bx_cpu_ns();
 	uint64_t x = alu_work(rounds);
-	__asm__ volatile("" : : "r"(x) : "memory"); /* as in walk_run */
+	__asm__ volatile("" : : "r"(x) : "memory"); /* keeps the work between the reads */
 	(void)c;
 	return bx_cpu_ns() - c0;
 }
@@ -148,14 +147,7 @@ static uint64_t alu_run(struct controls *c, uint64_t rounds)
 static uint64_t walk_run(struct controls *c, uint64_t hops)
 {
 	uint64_t c0 = bx_cpu_ns();
-	/* The ring is this function's own memory: without the barriers the
-	 * compiler may move the walk out from between the clock reads. */
-	__asm__ volatile("" ::: "memory");
-	uint32_t at = c->at;
-	for (uint64_t i = 0; i < hops; i++)
-		at = c->ring[at];
-	__asm__ volatile("" : : "r"(at) : "memory");
-	c->at = at;
+	mw_walk(c->ring, hops);
 	return bx_cpu_ns() - c0;
 }
 
@@ -174,24 +166,7 @@ static uint64_t calibrate(struct controls *c, uint64_t (*run)(struct controls *,
 
 static void controls_init(struct controls *c)
 {
-	uint32_t n = bx_small() ? (1u << 20) : (uint32_t)((256u << 20) / sizeof(uint32_t)); /* 256 MiB */
-	/* On huge pages where the kernel gives them, as kvadmit's slab chunks
-	 * are (alloc.c): a miss per hop, not a TLB walk on top of it. */
-	c->ring = aligned_alloc(2u << 20, (size_t)n * sizeof(*c->ring));
-	if (!c->ring)
-		bx_check(-ENOMEM, "the memory control's ring");
-#ifdef MADV_HUGEPAGE
-	(void)madvise(c->ring, (size_t)n * sizeof(*c->ring), MADV_HUGEPAGE);
-#endif
-	for (uint32_t i = 0; i < n; i++)
-		c->ring[i] = i;
-	uint64_t x = 88172645463325252u;
-	for (uint32_t i = n - 1; i > 0; i--) {
-		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-		uint32_t j = (uint32_t)(x % i), t = c->ring[i];
-		c->ring[i] = c->ring[j], c->ring[j] = t;
-	}
-	c->at = 0;
+	c->ring = mw_shared();
 	c->alu_rounds = calibrate(c, alu_run, 4096);
 	c->hops = calibrate(c, walk_run, 256);
 }
@@ -225,7 +200,6 @@ static void bm_step_tail(gb_state *s, void *arg)
 		free(wall);
 		free(alu);
 		free(mem);
-		free(ctl.ring);
 		gb_skip_with_error(s, "the producers never filled their windows");
 		gb_keep_running_batch(s, 1);
 		return;
@@ -287,7 +261,6 @@ static void bm_step_tail(gb_state *s, void *arg)
 	free(wall);
 	free(alu);
 	free(mem);
-	free(ctl.ring);
 }
 
 void bm_register_step_tail(void)
