@@ -160,7 +160,7 @@ static void *pool_grower(void *arg)
 	while (!atomic_load_explicit(&l->stop, memory_order_relaxed)) {
 		x = x * 6364136223846793005ull + 1442695040888963407ull;
 		size_t n = 1 + (size_t)(x >> 62);
-		if (!kva_pagepool_take_n(&l->pool, ids, n) ||
+		if (kva_pagepool_take_n(&l->pool, ids, n) != 0 ||
 		    !kva_capacity_try_reserve(&l->cap, one, 0)) {
 			atomic_store_explicit(&l->failed, 1, memory_order_relaxed);
 			break;
@@ -194,7 +194,7 @@ static void bm_stall_pool_take(gb_state *s, void *arg)
 	while (gb_keep_running_batch(s, 1)) { /* one iteration: the whole run */
 		for (size_t i = 0; i < n; i++) {
 			uint64_t t0 = bx_clock_ns();
-			bool ok = kva_pagepool_take_n(&l->pool, ids, POOL_TAKE);
+			bool ok = kva_pagepool_take_n(&l->pool, ids, POOL_TAKE) == 0;
 			uint64_t t1 = bx_clock_ns();
 			if (ok)
 				kva_pagepool_put_n(&l->pool, ids, POOL_TAKE);
