@@ -10,6 +10,7 @@
  * token_budget.c) and what lies below them (lifecycle.c, grant.c, held.c,
  * stats.c).
  */
+#include <errno.h>
 #include <string.h>
 
 #include "admit.h"
