@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * pagepool: lock-free pool of page ids (uint32_t, 0 .. n-1).
+ * pagepool: pool of page ids (uint32_t, 0 .. n-1), every call bounded.
  *
  * A bitmap: bit i of the map is set while id i is in the pool. `avail`
  * counts the ids no take has claimed yet. A take claims n ids from `avail`
