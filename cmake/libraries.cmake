@@ -98,6 +98,9 @@ target_include_directories(kvadmit_lockfree PUBLIC
   $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>
   $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 target_link_libraries(kvadmit_lockfree PUBLIC PkgConfig::kvadmit_URCU Threads::Threads)
+if(KVADMIT_FAULT_INJECTION) # the page pool's claim hook (pagepool.h)
+  target_compile_definitions(kvadmit_lockfree PUBLIC KVA_FAULT_INJECTION=1)
+endif()
 
 # The engine and the CPU importer: the archive, and the shared library from
 # its own objects (KVA_API exported).

@@ -11,25 +11,30 @@
  *          takes those ids (the previous owner is done with them)
  *   R2/A2  summary_set -> the summary_clear that erases that set bit (the
  *          clear's recheck then sees the put's bits in map[w])
- *   R3/A3  put_n's count in avail -> the claim in take_n that counts on
- *          those ids (their bits are set: the claimer's scan finds them)
+ *   R3/A3  put_n's (or give_back's) count in avail -> the claim in claim
+ *          that counts on those ids (their bits are set: the claimer's
+ *          scan finds them)
  *
- * Why a take that has claimed always gets its ids: let B be the ids whose
- * bits are set and D the ids owed to takes that have claimed. Then
- * B >= avail + D: a put sets its bits before it adds to avail (R3), a claim
- * moves n from avail to D, and a fetch_and takes bits only for a take that
- * is still owed them (its mask has at most that many bits), moving them
- * from B and D alike. So while a take is owed ids, set bits exist. A pass
- * over the whole map that does not find them means other takes took bits
- * in the meantime, each one it was owed: some call always completes
- * (lock-free), whoever is descheduled where.
+ * Why a take that comes up short was crowded out, and never loses an id:
+ * let B be the ids whose bits are set and D the ids owed to takes that
+ * have claimed. Then B >= avail + D: a put sets its bits before it adds to
+ * avail (R3), a claim moves n from avail to D, a give-back (give_back) puts
+ * its collected ids as a put does and moves the rest of its claim from D
+ * to avail, and a fetch_and takes bits only for a take that is still owed
+ * them (its mask has at most that many bits), moving them from B and D
+ * alike. So while a take is owed ids, set bits exist, and puts only add
+ * bits: a pass over every word that does not find them means other takes
+ * took bits in the words it had not reached yet, each one it was owed.
+ * The take then gives back and says -EAGAIN rather than pass again, so its
+ * work is bounded (KVA_PAGEPOOL_CLAIM_TRIES, KVA_PAGEPOOL_PASSES) however
+ * the others run, and another call completed meanwhile.
  *
  * The summary is a hint that may lag: a bit is set by the put that makes its
  * word non-empty, cleared by whoever sees the word empty, and a clear looks
  * at the word again afterwards and sets the bit back if a put slipped in
  * before it (R2/A2). A word with ids and a clear summary bit exists only
  * while some thread is between its clear and its recheck, so a take's first
- * pass trusts the summary and any later pass reads every word.
+ * pass trusts the summary and its second reads every word.
  */
 #include <kvadmit/lockfree/pagepool.h>
 
@@ -41,6 +46,39 @@
 #endif
 
 #define BITS 64u
+
+#ifdef KVA_FAULT_INJECTION
+static _Atomic uint32_t claim_faults; /* claim CASes still to fail */
+static _Atomic uint64_t claim_tries, passes;
+
+void kva__pagepool_fault_arm(uint32_t k, uint64_t *tries, uint64_t *pass)
+{
+	/* Relaxed throughout: test counters, read after the calls they count. */
+	atomic_store_explicit(&claim_faults, k, memory_order_relaxed);
+	*tries = atomic_exchange_explicit(&claim_tries, 0, memory_order_relaxed);
+	*pass = atomic_exchange_explicit(&passes, 0, memory_order_relaxed);
+}
+
+/* Counts a claim CAS; true: it is to fail as if another thread won it. */
+static bool claim_fault(void)
+{
+	atomic_fetch_add_explicit(&claim_tries, 1, memory_order_relaxed);
+	uint32_t k = atomic_load_explicit(&claim_faults, memory_order_relaxed);
+	while (k && k != UINT32_MAX &&
+	       !atomic_compare_exchange_weak_explicit(&claim_faults, &k, k - 1, memory_order_relaxed,
+						      memory_order_relaxed))
+		;
+	return k != 0;
+}
+
+static void count_pass(void)
+{
+	atomic_fetch_add_explicit(&passes, 1, memory_order_relaxed);
+}
+#else
+#define claim_fault() false
+#define count_pass() ((void)0)
+#endif
 
 static inline uint64_t bit(uint32_t i)
 {
@@ -190,43 +228,6 @@ static size_t take_range(struct kva_pagepool *p, uint32_t a, uint32_t b, uint32_
 	return got;
 }
 
-bool kva_pagepool_take(struct kva_pagepool *p, uint32_t *id)
-{
-	return kva_pagepool_take_n(p, id, 1);
-}
-
-bool kva_pagepool_take_n(struct kva_pagepool *p, uint32_t *ids, size_t n)
-{
-	if (n == 0)
-		return true;
-	if (n > p->n)
-		return false;
-	/* Claim n, all or nothing. Relaxed: only a guess for the CAS. */
-	uint64_t a = atomic_load_explicit(&p->avail, memory_order_relaxed);
-	do {
-		if (a < n)
-			return false;
-		/* A3: pairs with R3 in put_n — the bits of the ids we count on
-		 * are set before we scan for them. */
-	} while (!atomic_compare_exchange_weak_explicit(&p->avail, &a, a - n, memory_order_acquire,
-							memory_order_relaxed));
-	/* Relaxed: where to start looking, nothing more. */
-	uint32_t start = atomic_load_explicit(&p->hint, memory_order_relaxed);
-	if (start >= p->words)
-		start = 0;
-	uint32_t last = start;
-	size_t got = 0;
-	/* The first pass follows the summary, later ones read every word (the
-	 * file comment: a summary bit may lag while its clearer runs). */
-	for (bool trusted = true; got < n; trusted = false) {
-		got = take_range(p, start, p->words, ids, got, n, trusted, &last);
-		got = take_range(p, 0, start, ids, got, n, trusted, &last);
-	}
-	if (last != start) /* Relaxed: a hint (see above). */
-		atomic_store_explicit(&p->hint, last, memory_order_relaxed);
-	return true;
-}
-
 static void put_word(struct kva_pagepool *p, uint32_t w, uint64_t m)
 {
 	/* R1: pairs with A1 in take_word — we are done with these ids. */
@@ -237,6 +238,92 @@ static void put_word(struct kva_pagepool *p, uint32_t w, uint64_t m)
 void kva_pagepool_put(struct kva_pagepool *p, uint32_t id)
 {
 	kva_pagepool_put_n(p, &id, 1);
+}
+
+/* Sets the ids' bits: one fetch_or per run of ids in the same word. */
+static void put_ids(struct kva_pagepool *p, const uint32_t *ids, size_t n)
+{
+	uint32_t w = ids[0] / BITS;
+	uint64_t m = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (ids[i] / BITS != w) {
+			put_word(p, w, m);
+			w = ids[i] / BITS;
+			m = 0;
+		}
+		m |= bit(ids[i]);
+	}
+	put_word(p, w, m);
+}
+
+int kva_pagepool_take(struct kva_pagepool *p, uint32_t *id)
+{
+	return kva_pagepool_take_n(p, id, 1);
+}
+
+/* Moves n from avail to this take's claim: 0, -ENOSPC (fewer than n), or
+ * -EAGAIN after KVA_PAGEPOOL_CLAIM_TRIES failed CASes. */
+static int claim(struct kva_pagepool *p, size_t n)
+{
+	/* Relaxed: only a guess for the CAS. */
+	uint64_t a = atomic_load_explicit(&p->avail, memory_order_relaxed);
+	for (uint32_t tries = 0; tries < KVA_PAGEPOOL_CLAIM_TRIES; tries++) {
+		if (a < n)
+			return -ENOSPC;
+		if (claim_fault()) {
+			a = atomic_load_explicit(&p->avail, memory_order_relaxed);
+			continue;
+		}
+		/* A3: pairs with R3 in put_n and give_back — the bits of the
+		 * ids we count on are set before we scan for them. */
+		if (atomic_compare_exchange_weak_explicit(&p->avail, &a, a - n, memory_order_acquire,
+							  memory_order_relaxed))
+			return 0;
+	}
+	return -EAGAIN;
+}
+
+/* A take crowded out of its claim: the `got` ids it collected go back as a
+ * put's do (bits first), and the whole claim, collected or not, back into
+ * avail, so count and map are as if the take had never run. */
+static void give_back(struct kva_pagepool *p, const uint32_t *ids, size_t got, size_t n)
+{
+	if (got)
+		put_ids(p, ids, got);
+	/* R3: pairs with A3 in claim — the bits are set before the ids count. */
+	atomic_fetch_add_explicit(&p->avail, n, memory_order_release);
+}
+
+int kva_pagepool_take_n(struct kva_pagepool *p, uint32_t *ids, size_t n)
+{
+	if (n == 0)
+		return 0;
+	if (n > p->n)
+		return -ENOSPC;
+	int rc = claim(p, n);
+	if (rc)
+		return rc;
+	/* Relaxed: where to start looking, nothing more. */
+	uint32_t start = atomic_load_explicit(&p->hint, memory_order_relaxed);
+	if (start >= p->words)
+		start = 0;
+	uint32_t last = start;
+	size_t got = 0;
+	/* The first pass follows the summary, the second reads every word
+	 * (the file comment: a summary bit may lag while its clearer runs). */
+	for (uint32_t pass = 0; got < n && pass < KVA_PAGEPOOL_PASSES; pass++) {
+		bool trusted = pass == 0;
+		count_pass();
+		got = take_range(p, start, p->words, ids, got, n, trusted, &last);
+		got = take_range(p, 0, start, ids, got, n, trusted, &last);
+	}
+	if (got < n) { /* other takes took what we were owed (file comment) */
+		give_back(p, ids, got, n);
+		return -EAGAIN;
+	}
+	if (last != start) /* Relaxed: a hint (see above). */
+		atomic_store_explicit(&p->hint, last, memory_order_relaxed);
+	return 0;
 }
 
 void kva_pagepool_put_n(struct kva_pagepool *p, const uint32_t *ids, size_t n)
@@ -250,21 +337,10 @@ void kva_pagepool_put_n(struct kva_pagepool *p, const uint32_t *ids, size_t n)
 			if (ids[i] >= p->n)
 				return;
 	}
-	/* One fetch_or per run of ids in the same word. */
-	uint32_t w = ids[0] / BITS;
-	uint64_t m = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (ids[i] / BITS != w) {
-			put_word(p, w, m);
-			w = ids[i] / BITS;
-			m = 0;
-		}
-		m |= bit(ids[i]);
-	}
-	put_word(p, w, m);
+	put_ids(p, ids, n);
 	/* Relaxed: a hint, so the next take starts among these ids. */
 	atomic_store_explicit(&p->hint, ids[0] / BITS, memory_order_relaxed);
-	/* R3: pairs with A3 in take_n — the bits are set before the ids count. */
+	/* R3: pairs with A3 in claim — the bits are set before the ids count. */
 	atomic_fetch_add_explicit(&p->avail, n, memory_order_release);
 }
 

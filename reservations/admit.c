@@ -10,6 +10,7 @@
  * token_budget.c) and what lies below them (lifecycle.c, grant.c, held.c,
  * stats.c).
  */
+#include <errno.h>
 #include <string.h>
 
 #include "admit.h"
@@ -105,27 +106,38 @@ static void log_pages_missing(kva_engine *e, struct kva__req *r)
 	         "kvadmit: no page ids for request %llu's owned credits", (unsigned long long)r->id);
 }
 
-/* The head's just reserved credits found no page ids: they go back and the
- * head waits. */
-static int pages_missing(kva_engine *e, struct kva__req *r, struct kva_credits reserved)
+/* The head's just reserved credits got no page ids (take_pages' rc): they
+ * go back and the head waits. -EAGAIN: other threads kept the page pool
+ * busy for a whole bounded take (KVA_PAGEPOOL_CLAIM_TRIES,
+ * KVA_PAGEPOOL_PASSES), so the step stops trying, as for a contended
+ * reservation: the head waits for the next step, which the plan's backlog
+ * asks for. Otherwise ids were missing, which cannot happen. */
+static int pages_not_taken(kva_engine *e, struct kva__req *r, struct kva_credits reserved, int rc,
+                           bool restore)
 {
 	kva_capacity_release(&e->cap, reserved);
+	if (rc == -EAGAIN) {
+		e->contended = true;
+		kva__head_timers_block(e, r, restore);
+		return 0;
+	}
 	log_pages_missing(e, r);
 	e->plan->head_blocked = true;
 	return 0;
 }
 
-/* Takes n page ids for the `total` credits r just reserved; false: the pool
- * had fewer ids (nothing taken). */
-static bool take_pages(kva_engine *e, struct kva__grant *g, uint32_t n, uint32_t total)
+/* Takes n page ids for the `total` credits r just reserved: 0, or the
+ * pool's -ENOSPC / -EAGAIN (nothing taken). */
+static int take_pages(kva_engine *e, struct kva__grant *g, uint32_t n, uint32_t total)
 {
-	if (!kva_pagepool_take_n(&e->pool, g->pages, n))
-		return false;
+	int rc = kva_pagepool_take_n(&e->pool, g->pages, n);
+	if (rc)
+		return rc;
 	atomic_store_explicit(&g->npages, n, memory_order_relaxed);
 	atomic_store_explicit(&g->reserved, total - n, memory_order_relaxed);
 	g->import_pages = n;
 	kva__st_add(e, ST_RESERVED_PAGES, total);
-	return true;
+	return 0;
 }
 
 /* The head's page list could not be allocated: it holds the line this step
@@ -277,8 +289,9 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 		struct kva_credits want = {total, local ? 0 : 1, 1};
 		int got = reserve(e, want);
 		if (got > 0) {
-			if (!take_pages(e, kva__grant(r), kp, total))
-				return pages_missing(e, r, want);
+			int rc = take_pages(e, kva__grant(r), kp, total);
+			if (rc)
+				return pages_not_taken(e, r, want, rc, true);
 			/* rule retry-then-shorter: a new reservation (after
 			 * preemption or reset too)
 			 * gets the whole retry budget; the grant outlives them */
@@ -324,8 +337,9 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 		kva__head_timers_block(e, r, false);
 		return 0;
 	}
-	if (!take_pages(e, kva__grant(r), first, first))
-		return pages_missing(e, r, want);
+	int rc = take_pages(e, kva__grant(r), first, first);
+	if (rc)
+		return pages_not_taken(e, r, want, rc, false);
 	if (legacy) {
 		kva__head_timers_forget(e, r);
 		kva__fallback(e, r, KVA_REASON_LEGACY);
@@ -336,7 +350,9 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 }
 
 /* An imported request admitted for a longer local checkpoint materialises
- * its pages from credits it already owns. false: no room (plan or memory). */
+ * its pages from credits it already owns. false: no room (plan or memory),
+ * or the page pool stayed contended (it waits, READY, for the next step,
+ * which the plan's backlog asks for). */
 static bool take_more(kva_engine *e, struct kva__req *r, uint32_t tokens)
 {
 	struct kva__grant *g = kva__grant(r);
@@ -351,7 +367,12 @@ static bool take_more(kva_engine *e, struct kva__req *r, uint32_t tokens)
 		return false;
 	}
 	g = kva__grant(r);
-	if (!kva_pagepool_take_n(&e->pool, g->pages + n, want - n)) {
+	int rc = kva_pagepool_take_n(&e->pool, g->pages + n, want - n);
+	if (rc == -EAGAIN) {
+		e->contended = true;
+		return false;
+	}
+	if (rc) {
 		log_pages_missing(e, r); /* admitted with the imported pages only */
 		return true;
 	}

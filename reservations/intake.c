@@ -328,6 +328,18 @@ static int take_running(kva_engine *e, kva_handle h, uint32_t to, struct kva__re
 	return kva__state_is_terminal(s) ? -ENOENT : -EBUSY;
 }
 
+/* A host thread's take: one the pool gives up to contention (-EAGAIN,
+ * other threads kept winning it) is tried again, KVA__GROW_TAKES takes in
+ * all, since no step waits for this thread; then the pool's answer. */
+#define KVA__GROW_TAKES 16
+static int take_ids(kva_engine *e, uint32_t *ids, uint32_t n)
+{
+	int rc = -EAGAIN;
+	for (int i = 0; i < KVA__GROW_TAKES && rc == -EAGAIN; i++)
+		rc = kva_pagepool_take_n(&e->pool, ids, n);
+	return rc;
+}
+
 /* Adds pages to a RUNNING request inside the GROWING ownership window. */
 static int grow_owned(kva_engine *e, struct kva__req *r, uint32_t pages, uint32_t *ids_out)
 {
@@ -344,8 +356,9 @@ static int grow_owned(kva_engine *e, struct kva__req *r, uint32_t pages, uint32_
 	/* Growth may dip below the decode watermark: that is what it is for. */
 	if (extra && !kva_capacity_try_reserve(&e->cap, (struct kva_credits){extra, 0, 0}, 0))
 		return -ENOSPC;
-	if (!kva_pagepool_take_n(&e->pool, g->pages + n, pages)) {
-		/* cannot happen while ids >= credits; never hand out garbage */
+	if (take_ids(e, g->pages + n, pages) != 0) {
+		/* contended throughout, or (cannot happen while ids >= credits)
+		 * missing: never hand out garbage */
 		kva_capacity_release(&e->cap, (struct kva_credits){extra, 0, 0});
 		return -ENOSPC;
 	}

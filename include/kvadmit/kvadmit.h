@@ -474,7 +474,9 @@ KVA_API int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan);
 /* ---- running requests -------------------------------------------------- */
 /* kva_grow - add pages to a RUNNING request, ids to ids_out (may be NULL; not written with
  * KVA_CONFIG_CREDITS_ONLY): its reservation first, then free credits, even below the watermark.  Thread: any, one call per handle at a time.
- * Returns: 0, -EINVAL (NULL engine, 0 pages), -ENOSPC (nothing changed), -ENOENT, -EBUSY (not
+ * Cost: lock-free; a page-id take that other threads keep crowding out is tried 16 times.
+ * Returns: 0, -EINVAL (NULL engine, 0 pages), -ENOSPC (nothing changed: no free credits, or
+ * other threads kept the page pool contended through all 16 takes), -ENOENT, -EBUSY (not
  * running, or cancelling), -ERANGE, -ENOMEM. */
 KVA_API int kva_grow(kva_engine *e, kva_handle h, uint32_t pages, uint32_t *ids_out);
 /* kva_preempt - RUNNING to the front of the waiting queue, with a fresh lookup or the host's

@@ -34,6 +34,7 @@
  *               documented order (from the hint's word, lowest first,
  *               across words and the partial last word); count agrees.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -612,8 +613,10 @@ static void fuzz_pagepool(void)
 		uint8_t op = fz_u8(&in);
 		uint32_t k = (op & 0x80) ? fz_below(&in, NP + 2) : (op >> 2) % 20;
 		if (op & 1) {
-			bool ok = (op & 2) && k == 1 ? kva_pagepool_take(&pool, tmp)
-						     : kva_pagepool_take_n(&pool, tmp, k);
+			int rc = (op & 2) && k == 1 ? kva_pagepool_take(&pool, tmp)
+						    : kva_pagepool_take_n(&pool, tmp, k);
+			CHECK(rc == 0 || rc == -ENOSPC); /* alone: never contended */
+			bool ok = rc == 0;
 			CHECK(ok == ppm_take(&model, want, k));
 			if (!ok)
 				continue;
@@ -640,9 +643,9 @@ static void fuzz_pagepool(void)
 		CHECK(kva_pagepool_count(&pool) == model.count);
 	}
 	uint32_t left = model.count;
-	CHECK(kva_pagepool_take_n(&pool, tmp, left) && ppm_take(&model, want, left));
+	CHECK(kva_pagepool_take_n(&pool, tmp, left) == 0 && ppm_take(&model, want, left));
 	CHECK(memcmp(tmp, want, left * sizeof(uint32_t)) == 0);
-	CHECK(!kva_pagepool_take(&pool, tmp) && kva_pagepool_count(&pool) == 0);
+	CHECK(kva_pagepool_take(&pool, tmp) == -ENOSPC && kva_pagepool_count(&pool) == 0);
 	kva_pagepool_fini(&pool);
 }
 

@@ -5,13 +5,15 @@
  * second hand-out of a held id is caught the moment it happens. Workers
  * count what they saw; the main thread asserts. Takes of more than
  * 64 ids (several map words) run against small ones: with credits they must
- * always get their ids, and a large take must not starve.
+ * always get their ids or hear -EAGAIN (contended, nothing taken; never
+ * -ENOSPC), and a large take must not starve.
  */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -44,8 +46,21 @@ struct worker {
 	uint64_t double_handouts; /* took an id someone else held */
 	uint64_t bad_ids;	  /* id out of range */
 	uint64_t stolen;	  /* put an id that was no longer ours */
-	uint64_t missing;	  /* credits held but no ids found */
+	uint64_t missing;	  /* credits held but -ENOSPC */
+	uint64_t contended;	  /* credits held, -EAGAIN: tried again */
 };
+
+/* A take for credits held: 0 taken, -EAGAIN (counted) tried again, else
+ * counted as missing ids. */
+static bool take_held(struct worker *w, uint32_t *ids, size_t k)
+{
+	int rc;
+	while ((rc = kva_pagepool_take_n(&w->sh->pool, ids, k)) == -EAGAIN)
+		w->contended++;
+	if (rc)
+		w->missing++;
+	return rc == 0;
+}
 
 static void own(struct worker *w, uint32_t id)
 {
@@ -98,9 +113,9 @@ static void *mixed_worker(void *arg)
 			bool ok;
 			if ((r >> 4) & 1) {
 				k = 1;
-				ok = kva_pagepool_take(&sh->pool, batch);
+				ok = kva_pagepool_take(&sh->pool, batch) == 0;
 			} else {
-				ok = kva_pagepool_take_n(&sh->pool, batch, k);
+				ok = kva_pagepool_take_n(&sh->pool, batch, k) == 0;
 			}
 			if (!ok) {
 				w->refused++;
@@ -143,8 +158,7 @@ static void *credit_worker(void *arg)
 			w->refused++;
 			continue;
 		}
-		if (!kva_pagepool_take_n(&sh->pool, batch, k)) {
-			w->missing++;
+		if (!take_held(w, batch, k)) {
 			kva_capacity_release(&sh->cap, c);
 			continue;
 		}
@@ -172,8 +186,7 @@ static void *big_worker(void *arg)
 	for (uint64_t i = 0; i < w->iters; i++) {
 		while (!kva_capacity_try_reserve(&sh->cap, c, 0))
 			w->refused++; /* the small ones hold credits this instant */
-		if (!kva_pagepool_take_n(&sh->pool, w->batch, k)) {
-			w->missing++;
+		if (!take_held(w, w->batch, k)) {
 			kva_capacity_release(&sh->cap, c);
 			continue;
 		}
@@ -235,14 +248,14 @@ static void check_and_free(struct shared *sh, struct worker *w)
 	unsigned char *seen = calloc(sh->n, 1);
 	assert_non_null(all);
 	assert_non_null(seen);
-	assert_true(kva_pagepool_take_n(&sh->pool, all, sh->n));
+	assert_int_equal(kva_pagepool_take_n(&sh->pool, all, sh->n), 0);
 	for (uint32_t i = 0; i < sh->n; i++) {
 		assert_true(all[i] < sh->n);
 		assert_int_equal(seen[all[i]]++, 0);
 		assert_int_equal(atomic_load(&sh->owner[all[i]]), 0);
 	}
 	uint32_t extra;
-	assert_false(kva_pagepool_take(&sh->pool, &extra));
+	assert_int_equal(kva_pagepool_take(&sh->pool, &extra), -ENOSPC);
 	free(all);
 	free(seen);
 	free(sh->owner);

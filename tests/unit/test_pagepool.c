@@ -5,8 +5,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifndef KVA_DEBUG
 #define KVA_DEBUG 0
@@ -26,14 +28,14 @@ static void test_init_holds_every_id_once(void **state)
 
 	assert_int_equal(kva_pagepool_init(&p, N), 0);
 	assert_int_equal(kva_pagepool_count(&p), N);
-	assert_true(kva_pagepool_take_n(&p, ids, N));
+	assert_int_equal(kva_pagepool_take_n(&p, ids, N), 0);
 	for (int i = 0; i < N; i++) {
 		assert_int_equal(ids[i], i); /* init: lowest first */
 		assert_int_equal(seen[ids[i]]++, 0);
 	}
 	assert_int_equal(kva_pagepool_count(&p), 0);
 	uint32_t id;
-	assert_false(kva_pagepool_take(&p, &id));
+	assert_int_equal(kva_pagepool_take(&p, &id), -ENOSPC);
 	kva_pagepool_fini(&p);
 }
 
@@ -44,14 +46,14 @@ static void test_take_n_is_all_or_nothing(void **state)
 	uint32_t ids[8], more[8];
 
 	assert_int_equal(kva_pagepool_init(&p, 8), 0);
-	assert_true(kva_pagepool_take_n(&p, ids, 5));
+	assert_int_equal(kva_pagepool_take_n(&p, ids, 5), 0);
 	assert_int_equal(kva_pagepool_count(&p), 3);
-	assert_false(kva_pagepool_take_n(&p, more, 4));
+	assert_int_equal(kva_pagepool_take_n(&p, more, 4), -ENOSPC);
 	assert_int_equal(kva_pagepool_count(&p), 3);
-	assert_false(kva_pagepool_take_n(&p, more, 9)); /* more than the pool */
-	assert_true(kva_pagepool_take_n(&p, more, 3));
+	assert_int_equal(kva_pagepool_take_n(&p, more, 9), -ENOSPC); /* more than the pool */
+	assert_int_equal(kva_pagepool_take_n(&p, more, 3), 0);
 	assert_int_equal(kva_pagepool_count(&p), 0);
-	assert_true(kva_pagepool_take_n(&p, more, 0)); /* nothing asked, nothing taken */
+	assert_int_equal(kva_pagepool_take_n(&p, more, 0), 0); /* nothing asked, nothing taken */
 	kva_pagepool_fini(&p);
 }
 
@@ -62,10 +64,10 @@ static void test_a_put_id_is_the_next_taken(void **state)
 	uint32_t ids[200], back[200], id;
 
 	assert_int_equal(kva_pagepool_init(&p, 200), 0);
-	assert_true(kva_pagepool_take_n(&p, ids, 200));
+	assert_int_equal(kva_pagepool_take_n(&p, ids, 200), 0);
 	kva_pagepool_put(&p, ids[130]);
 	assert_int_equal(kva_pagepool_count(&p), 1);
-	assert_true(kva_pagepool_take(&p, &id));
+	assert_int_equal(kva_pagepool_take(&p, &id), 0);
 	assert_int_equal(id, 130);
 
 	/* The take starts in the word of the put's first id (128..191), lowest
@@ -73,7 +75,7 @@ static void test_a_put_id_is_the_next_taken(void **state)
 	const uint32_t put[5] = {150, 3, 140, 199, 64};
 	kva_pagepool_put_n(&p, put, 5);
 	assert_int_equal(kva_pagepool_count(&p), 5);
-	assert_true(kva_pagepool_take_n(&p, back, 5));
+	assert_int_equal(kva_pagepool_take_n(&p, back, 5), 0);
 	const uint32_t want[5] = {140, 150, 199, 3, 64};
 	assert_memory_equal(back, want, sizeof(want));
 	kva_pagepool_fini(&p);
@@ -87,11 +89,11 @@ static void test_put_n_stacks_on_existing_ids(void **state)
 	unsigned char seen[6] = {0};
 
 	assert_int_equal(kva_pagepool_init(&p, 6), 0);
-	assert_true(kva_pagepool_take_n(&p, a, 3));
-	assert_true(kva_pagepool_take_n(&p, b, 3));
+	assert_int_equal(kva_pagepool_take_n(&p, a, 3), 0);
+	assert_int_equal(kva_pagepool_take_n(&p, b, 3), 0);
 	kva_pagepool_put_n(&p, a, 3);
 	kva_pagepool_put_n(&p, b, 3);
-	assert_true(kva_pagepool_take_n(&p, all, 6));
+	assert_int_equal(kva_pagepool_take_n(&p, all, 6), 0);
 	for (int i = 0; i < 6; i++)
 		assert_int_equal(seen[all[i]]++, 0);
 	kva_pagepool_fini(&p);
@@ -108,14 +110,14 @@ static void test_a_large_take_spans_words_in_order(void **state)
 	uint64_t rng = 99;
 
 	assert_int_equal(kva_pagepool_init(&p, N), 0);
-	assert_true(kva_pagepool_take_n(&p, ids, N));
+	assert_int_equal(kva_pagepool_take_n(&p, ids, N), 0);
 	for (uint32_t i = N - 1; i > 0; i--) { /* shuffle */
 		uint32_t j = (uint32_t)(kva_test_rand(&rng) % (i + 1)), t = ids[i];
 		ids[i] = ids[j];
 		ids[j] = t;
 	}
 	kva_pagepool_put_n(&p, ids, N);
-	assert_true(kva_pagepool_take_n(&p, back, N));
+	assert_int_equal(kva_pagepool_take_n(&p, back, N), 0);
 	uint32_t w = ids[0] / 64; /* the hint: ids from that word first */
 	for (uint32_t i = 0; i < N; i++)
 		assert_int_equal(back[i], (w * 64 + i) % N);
@@ -130,9 +132,9 @@ static void test_empty_pool(void **state)
 
 	assert_int_equal(kva_pagepool_init(&p, 0), 0);
 	assert_int_equal(kva_pagepool_count(&p), 0);
-	assert_false(kva_pagepool_take(&p, &id));
-	assert_false(kva_pagepool_take_n(&p, &id, 1));
-	assert_true(kva_pagepool_take_n(&p, &id, 0));
+	assert_int_equal(kva_pagepool_take(&p, &id), -ENOSPC);
+	assert_int_equal(kva_pagepool_take_n(&p, &id, 1), -ENOSPC);
+	assert_int_equal(kva_pagepool_take_n(&p, &id, 0), 0);
 	kva_pagepool_fini(&p);
 }
 
@@ -154,7 +156,9 @@ static void test_random_sequence_matches_a_set(void **state)
 		if (((r >> 20) & 7) == 0) /* now and then more than a round */
 			k = 1 + (size_t)((r >> 24) % 200);
 		if (r & 1) {
-			bool ok = kva_pagepool_take_n(&p, tmp, k);
+			int rc = kva_pagepool_take_n(&p, tmp, k);
+			assert_true(rc == 0 || rc == -ENOSPC); /* alone: never contended */
+			bool ok = rc == 0;
 			assert_int_equal(ok, N - nheld >= k);
 			if (!ok)
 				continue;
@@ -208,7 +212,9 @@ static void test_takes_follow_the_documented_order_exactly(void **state)
 		if (((r >> 20) & 15) == 0) /* now and then many words at once */
 			k = 1 + (size_t)((r >> 24) % 3000);
 		if (r & 1) {
-			bool ok = kva_pagepool_take_n(&p, got, k);
+			int rc = kva_pagepool_take_n(&p, got, k);
+			assert_true(rc == 0 || rc == -ENOSPC); /* alone: never contended */
+			bool ok = rc == 0;
 			assert_int_equal(ok, ppm_take(&m, want, k));
 			if (!ok)
 				continue;
@@ -248,13 +254,13 @@ static void test_a_take_finds_ids_whose_summary_bit_lags(void **state)
 	uint32_t got[3];
 
 	assert_int_equal(kva_pagepool_init(&p, N), 0);
-	assert_true(kva_pagepool_take_n(&p, ids, N));
+	assert_int_equal(kva_pagepool_take_n(&p, ids, N), 0);
 	assert_summary_exact(&p); /* every bit clear */
 	const uint32_t back[3] = {5000, 70, 8000};
 	kva_pagepool_put_n(&p, back, 3);
 	for (uint32_t s = 0; s < 2; s++) /* every summary bit lags */
 		atomic_store(&p.summary[s], 0);
-	assert_true(kva_pagepool_take_n(&p, got, 3));
+	assert_int_equal(kva_pagepool_take_n(&p, got, 3), 0);
 	const uint32_t want[3] = {5000, 8000, 70}; /* from the put's word on */
 	assert_memory_equal(got, want, sizeof(want));
 	assert_int_equal(kva_pagepool_count(&p), 0);
@@ -270,11 +276,11 @@ static void test_a_stale_summary_bit_is_cleared_by_the_take_that_finds_it(void *
 	uint32_t ids[256], id;
 
 	assert_int_equal(kva_pagepool_init(&p, 256), 0);
-	assert_true(kva_pagepool_take_n(&p, ids, 256));
+	assert_int_equal(kva_pagepool_take_n(&p, ids, 256), 0);
 	kva_pagepool_put(&p, 200);
 	atomic_fetch_or(&p.summary[0], 0x3); /* words 0 and 1: empty, named */
 	atomic_store(&p.hint, 0);
-	assert_true(kva_pagepool_take(&p, &id));
+	assert_int_equal(kva_pagepool_take(&p, &id), 0);
 	assert_int_equal(id, 200);
 	assert_summary_exact(&p);
 	kva_pagepool_fini(&p);
@@ -291,7 +297,7 @@ static void test_put_of_an_id_out_of_range_is_dropped_in_debug_builds(void **sta
 	struct kva_pagepool p;
 	uint32_t ids[4], id;
 	assert_int_equal(kva_pagepool_init(&p, 4), 0);
-	assert_true(kva_pagepool_take(&p, &id));
+	assert_int_equal(kva_pagepool_take(&p, &id), 0);
 	kva_pagepool_put(&p, 4); /* one past the last id */
 	assert_int_equal(kva_pagepool_count(&p), 3);
 	const uint32_t mixed[2] = {id, 4};
@@ -299,13 +305,91 @@ static void test_put_of_an_id_out_of_range_is_dropped_in_debug_builds(void **sta
 	assert_int_equal(kva_pagepool_count(&p), 3);
 	kva_pagepool_put(&p, id);
 	assert_int_equal(kva_pagepool_count(&p), 4);
-	assert_true(kva_pagepool_take_n(&p, ids, 4));
+	assert_int_equal(kva_pagepool_take_n(&p, ids, 4), 0);
 	unsigned char seen[4] = {0};
 	for (int i = 0; i < 4; i++) {
 		assert_true(ids[i] < 4);
 		assert_int_equal(seen[ids[i]]++, 0);
 	}
 	kva_pagepool_fini(&p);
+}
+
+/* Other takes took the ids a take was owed while it passed (simulated: the
+ * count says 5, the map holds 3). The take collects in
+ * KVA_PAGEPOOL_PASSES passes, no more, then gives back the 3 it found and
+ * its whole claim and says -EAGAIN: pool and count as before, nothing lost
+ * or counted twice. (The take passed again and again until it found them:
+ * the watchdog ends such a run.) */
+static void test_a_crowded_out_take_gives_back_and_says_eagain(void **state)
+{
+	(void)state;
+	struct kva_pagepool p;
+	enum { N = 200 }; /* 4 words */
+	uint32_t ids[N], got[5];
+	alarm(10); /* a take that loops fails here rather than hangs */
+	assert_int_equal(kva_pagepool_init(&p, N), 0);
+	assert_int_equal(kva_pagepool_take_n(&p, ids, N), 0);
+	const uint32_t back[3] = {5, 70, 140};
+	kva_pagepool_put_n(&p, back, 3);
+	atomic_fetch_add(&p.avail, 2); /* owed, but taken by "others" */
+#ifdef KVA_FAULT_INJECTION
+	uint64_t tries, passes;
+	kva__pagepool_fault_arm(0, &tries, &passes);
+#endif
+	assert_int_equal(kva_pagepool_take_n(&p, got, 5), -EAGAIN);
+#ifdef KVA_FAULT_INJECTION
+	kva__pagepool_fault_arm(0, &tries, &passes);
+	assert_int_equal(tries, 1);
+	assert_int_equal(passes, KVA_PAGEPOOL_PASSES);
+#endif
+	assert_int_equal(kva_pagepool_count(&p), 5);
+	assert_summary_exact(&p);
+	for (uint32_t w = 0; w < p.words; w++) /* exactly the 3 ids are back */
+		assert_int_equal(atomic_load(&p.map[w]), w == 0 ? 1ull << 5
+							 : w == 1 ? 1ull << 6
+							 : w == 2 ? 1ull << 12 : 0);
+	atomic_fetch_sub(&p.avail, 2); /* the "others" done */
+	assert_int_equal(kva_pagepool_take_n(&p, got, 3), 0);
+	assert_int_equal(kva_pagepool_count(&p), 0);
+	kva_pagepool_fini(&p);
+	alarm(0);
+}
+
+/* Other threads win every claim CAS (test builds: a fault hook): the take
+ * gives up after KVA_PAGEPOOL_CLAIM_TRIES tries with nothing taken, and
+ * one that wins at its last try succeeds. (The claim retried for ever.) */
+static void test_a_starved_claim_gives_up_after_its_tries(void **state)
+{
+	(void)state;
+#ifndef KVA_FAULT_INJECTION
+	skip();
+#else
+	struct kva_pagepool p;
+	uint32_t ids[8];
+	uint64_t tries, passes;
+	alarm(10);
+	assert_int_equal(kva_pagepool_init(&p, 100), 0);
+	kva__pagepool_fault_arm(UINT32_MAX, &tries, &passes);
+	assert_int_equal(kva_pagepool_take_n(&p, ids, 8), -EAGAIN);
+	kva__pagepool_fault_arm(KVA_PAGEPOOL_CLAIM_TRIES - 1, &tries, &passes);
+	assert_int_equal(tries, KVA_PAGEPOOL_CLAIM_TRIES);
+	assert_int_equal(passes, 0);
+	assert_int_equal(kva_pagepool_count(&p), 100);
+	assert_int_equal(kva_pagepool_take_n(&p, ids, 8), 0); /* wins the last try */
+	kva__pagepool_fault_arm(0, &tries, &passes);
+	assert_int_equal(tries, KVA_PAGEPOOL_CLAIM_TRIES);
+	assert_int_equal(passes, 1);
+	assert_int_equal(kva_pagepool_count(&p), 92);
+	/* an empty pool is -ENOSPC at once, starved or not */
+	kva_pagepool_put_n(&p, ids, 8);
+	uint32_t all[100];
+	assert_int_equal(kva_pagepool_take_n(&p, all, 100), 0);
+	kva__pagepool_fault_arm(UINT32_MAX, &tries, &passes);
+	assert_int_equal(kva_pagepool_take_n(&p, ids, 1), -ENOSPC);
+	kva__pagepool_fault_arm(0, &tries, &passes);
+	kva_pagepool_fini(&p);
+	alarm(0);
+#endif
 }
 
 int main(void)
@@ -322,6 +406,8 @@ int main(void)
 	    cmocka_unit_test(test_a_take_finds_ids_whose_summary_bit_lags),
 	    cmocka_unit_test(test_a_stale_summary_bit_is_cleared_by_the_take_that_finds_it),
 	    cmocka_unit_test(test_put_of_an_id_out_of_range_is_dropped_in_debug_builds),
+	    cmocka_unit_test(test_a_crowded_out_take_gives_back_and_says_eagain),
+	    cmocka_unit_test(test_a_starved_claim_gives_up_after_its_tries),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
