@@ -2,7 +2,7 @@
 """Stats (kva_stats as a frozen dataclass built from the C declaration),
 histogram_bounds, and the metrics text (kva_stats_format_as)."""
 import dataclasses
-from typing import Dict, Union
+from typing import Dict, Tuple, Union
 
 from ._errors import CONVERSION, KvadmitError, arg_error, error
 from ._lib import ffi, lib
@@ -66,6 +66,13 @@ class Stats:
     lookup_latency: Histogram
     copy_duration: Histogram
     time_to_admission: Histogram
+    cost_restores: int
+    cost_other_checkpoint: int
+    cost_recomputes: int
+    prefill_tokens_per_s: int
+    tier_bytes_per_s: Tuple[int, ...]  # index: Tier
+    tier_setup_ns: Tuple[int, ...]
+    copy_slot_interval_ns: int
 
 
 def _check_stats():
@@ -92,6 +99,7 @@ def histogram_bounds():
 _FIELDS = ffi.typeof("kva_stats").fields
 _PLAIN = tuple(name for name, f in _FIELDS if f.type.kind == "primitive")
 _HISTS = tuple(name for name, f in _FIELDS if f.type.kind == "struct")
+_TIERED = ("tier_bytes_per_s", "tier_setup_ns")
 _REASONS = tuple(_REASON.get(i, i) for i in range(ffi.typeof("kva_stats").fields[
     [n for n, _ in _FIELDS].index("fallbacks")][1].type.length))
 _new_stats = object.__new__
@@ -103,6 +111,8 @@ def stats_from_c(s):
     instance dict at once, about twice as fast (python/README.md)."""
     values = {name: getattr(s, name) for name in _PLAIN}
     values["fallbacks"] = dict(zip(_REASONS, s.fallbacks))
+    for name in _TIERED:
+        values[name] = tuple(getattr(s, name))
     bounds = histogram_bounds()
     for name in _HISTS:
         v = getattr(s, name)
