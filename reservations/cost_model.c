@@ -91,10 +91,12 @@ static double ewma(const struct kva__cost *m, double old, double x, bool first)
 static void slot_released(kva_engine *e)
 {
 	struct kva__cost *m = &e->cost;
-	if (m->last_release)
+	if (m->releases)
 		m->slot_interval_ns = ewma(m, m->slot_interval_ns, (double)(e->now - m->last_release),
-		                           m->slot_interval_ns == 0);
-	m->last_release = e->now ? e->now : 1;
+		                           m->releases == 1);
+	m->last_release = e->now;
+	if (m->releases < 2)
+		m->releases++;
 }
 
 void kva__cost_slot_released(kva_engine *e)
@@ -174,7 +176,7 @@ static double slot_wait_ns(const kva_engine *e, double copy)
 {
 	if (kva_capacity_free(&e->cap).slots)
 		return 0;
-	return e->cost.slot_interval_ns ? e->cost.slot_interval_ns : copy / e->cfg.copy_slots;
+	return e->cost.releases > 1 ? e->cost.slot_interval_ns : copy / e->cfg.copy_slots;
 }
 
 /* Predicted time to first token restoring entry c of a prompt, without

@@ -26,7 +26,8 @@ struct kva__cost {
 	bool prefill_seen;
 	struct kva__tier_rate tier[KVA_TIER_COUNT];
 	double slot_interval_ns; /* mean time between copy-slot releases */
-	uint64_t last_release;   /* step clock of the last one; 0: none yet */
+	uint64_t last_release;   /* step clock of the last one */
+	uint32_t releases;       /* seen (saturating): 0 none, 1 no interval yet */
 	/* the head the choice was made for, and what it chose from */
 	const void *head;
 	uint32_t head_gen;
