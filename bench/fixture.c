@@ -105,11 +105,14 @@ static void directory(void *ctx, uint64_t key, uint32_t prompt, kva_lookup_token
 	b->pending[b->n_pending++] = t;
 }
 
-struct bx *bx_new(void)
+struct bx *bx_new(void) { return bx_new_as(KVA_POLICY_WAIT); }
+
+struct bx *bx_new_as(int policy)
 {
 	struct bx *b = xcalloc(1, sizeof(*b));
 	kva_config c;
 	kva_config_default(&c);
+	c.policy = policy; /* COST: kva_config_default's seeds */
 	c.total_pages = BX_TOTAL_PAGES;
 	c.page_tokens = BX_PAGE_TOKENS;
 	c.decode_reserve_pages = 0;
@@ -266,9 +269,9 @@ kva_handle bx_waiting_take_random(struct bx *b, uint64_t *rng)
 	}
 }
 
-static struct bx *build_blocked(size_t n)
+static struct bx *build_blocked(size_t n, int policy)
 {
-	struct bx *b = bx_new();
+	struct bx *b = bx_new_as(policy);
 	kva_stats st;
 	for (uint32_t i = 0; i < BX_RUNNERS; i++)
 		b->running[i] = bx_submit(b, false);
@@ -299,19 +302,23 @@ static struct bx *build_blocked(size_t n)
 
 static struct {
 	size_t n;
+	int policy;
 	struct bx *b;
 } cache[CACHE_SLOTS];
 
-struct bx *bx_blocked(size_t n)
+struct bx *bx_blocked(size_t n) { return bx_blocked_as(n, KVA_POLICY_WAIT); }
+
+struct bx *bx_blocked_as(size_t n, int policy)
 {
 	n = bx_cap(n);
 	for (int i = 0; i < CACHE_SLOTS; i++)
-		if (cache[i].b && cache[i].n == n)
+		if (cache[i].b && cache[i].n == n && cache[i].policy == policy)
 			return cache[i].b;
 	for (int i = 0; i < CACHE_SLOTS; i++)
 		if (!cache[i].b) {
 			cache[i].n = n;
-			cache[i].b = build_blocked(n);
+			cache[i].policy = policy;
+			cache[i].b = build_blocked(n, policy);
 			return cache[i].b;
 		}
 	bx_check(-ENOSPC, "fixture cache");
