@@ -170,8 +170,18 @@ static bool config_valid(const kva_config *c)
 		return false;
 	if (c->decode_reserve_pages >= c->total_pages || c->decode_headroom_pages > c->total_pages)
 		return false;
-	if (c->policy != KVA_POLICY_WAIT && c->policy != KVA_POLICY_LEGACY)
+	if (c->policy != KVA_POLICY_WAIT && c->policy != KVA_POLICY_LEGACY &&
+	    c->policy != KVA_POLICY_COST)
 		return false;
+	const kva_cost_config *k = &c->cost;
+	if (c->policy == KVA_POLICY_COST) {
+		if (!k->page_bytes || !k->prefill_tokens_per_s || !k->half_life ||
+		    k->half_life > 65535 || k->margin_pct > 1000)
+			return false;
+		for (int t = 0; t < KVA_TIER_COUNT; t++)
+			if (!k->tier_bytes_per_s[t])
+				return false;
+	}
 	bool first = c->importers[0].submit != NULL;
 	for (uint32_t i = 1; i < c->world_size; i++)
 		if ((c->importers[i].submit != NULL) != first)
@@ -200,8 +210,13 @@ static void configure(void)
 	c->lookup_refresh_ns = u64_class();
 	c->start_ns = u64_class();
 	uint8_t b = fz_u8(&S.in);
-	static const int policies[4] = {KVA_POLICY_WAIT, KVA_POLICY_LEGACY, 2, -1};
+	static const int policies[4] = {KVA_POLICY_WAIT, KVA_POLICY_LEGACY, KVA_POLICY_COST, -1};
 	c->policy = policies[b & 3];
+	/* bit 7: an unknown policy instead of COST; a broken cost config beside WAIT (not read) */
+	if ((b & 0x80) && c->policy == KVA_POLICY_COST)
+		c->policy = KVA_POLICY_COST + 1;
+	else if ((b & 0x80) && c->policy == KVA_POLICY_WAIT)
+		c->cost.half_life = 0;
 	if (!(b & 4))
 		c->lookup = lookup_cb;
 	if (b & 8)
