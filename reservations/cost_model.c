@@ -235,14 +235,16 @@ bool kva__cost_choose(kva_engine *e, struct kva__req *r)
 	double recompute = prefill_ns(m, r->prompt_tokens);
 	bool recomputes = recompute * (1 + m->margin) < best_t;
 	const kva_checkpoint *b = &ents[best];
-	kva__log(e, KVA_LOG_DEBUG, KVA_LOGEV_COST, r, recomputes ? KVA_REASON_COST : 0,
-	         round_ns(recomputes ? recompute : best_t),
-	         "kvadmit: request %llu %s: restore %u tokens (tier %u) %.1f ms, longest %u %.1f ms, "
-	         "recompute %.1f ms",
-	         (unsigned long long)r->id,
-	         recomputes ? "recomputes" : best != cur ? "takes another checkpoint" : "restores",
-	         b->position, b->tier, best_t / 1e6, ents[cur].position, cur_t / 1e6,
-	         recompute / 1e6);
+	/* the level first: a variadic call with doubles costs a busy head's admission */
+	if (e->cfg.log_level <= KVA_LOG_DEBUG && (e->cfg.log || e->cfg.log_record))
+		kva__log(e, KVA_LOG_DEBUG, KVA_LOGEV_COST, r, recomputes ? KVA_REASON_COST : 0,
+		         round_ns(recomputes ? recompute : best_t),
+		         "kvadmit: request %llu %s: restore %u tokens (tier %u) %.1f ms, longest %u %.1f ms, "
+		         "recompute %.1f ms",
+		         (unsigned long long)r->id,
+		         recomputes ? "recomputes" : best != cur ? "takes another checkpoint" : "restores",
+		         b->position, b->tier, best_t / 1e6, ents[cur].position, cur_t / 1e6,
+		         recompute / 1e6);
 	if (recomputes) {
 		kva__st_add_single_writer(e, ST_COST_RECOMPUTE, 1);
 		m->head = NULL;
