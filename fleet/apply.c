@@ -15,7 +15,7 @@
 /* The tier a medium's name says (kva_checkpoint.tier): vLLM's "GPU" and
  * "CPU", LMCache's and Mooncake's names for DRAM, disks and remote stores,
  * matched without case; anything else is unknown. */
-static uint8_t medium_tier(const char *name, size_t len)
+uint8_t kvf_medium_tier(const char *name, size_t len)
 {
 	static const struct {
 		const char *word;
@@ -58,7 +58,7 @@ uint32_t kvf_medium_id(kva_fleet *f, const char *name, size_t len)
 	memcpy(f->media[f->nmedia], name, len);
 	f->media[f->nmedia][len] = 0;
 	f->media_len[f->nmedia] = (uint8_t)len;
-	f->media_tier[f->nmedia] = medium_tier(name, len);
+	f->media_tier[f->nmedia] = kvf_medium_tier(name, len);
 	return f->nmedia++;
 }
 
