@@ -5,7 +5,7 @@ B := build
 CMAKE_COMMON := -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
 CTEST := ctest --output-on-failure --timeout 1200 -j$(JOBS)
 
-.PHONY: all deps build run test test-rel test-asan test-tsan bench fuzz check-valgrind clean \
+.PHONY: all deps build run test test-rel test-asan test-tsan test-ubsan bench fuzz check-valgrind clean \
 	fuzz-build test-fuzz verify check-fresh check-fresh-run
 
 all: build
@@ -38,8 +38,9 @@ test: deps
 	$(MAKE) test-rel
 	$(MAKE) test-asan
 	$(MAKE) test-tsan
+	$(MAKE) test-ubsan
 	$(MAKE) test-fuzz
-	@echo "make test: all three builds passed"
+	@echo "make test: all four builds passed"
 
 test-rel:
 	cmake -S . -B $(B)/rel -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_COMMON)
@@ -54,6 +55,16 @@ test-asan:
 	cmake --build $(B)/asan -j$(JOBS)
 	cd $(B)/asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(CTEST)
+
+# UBSan alone over the system's malloc (16-byte blocks, unlike ASan's
+# allocator): a struct with alignas members from a plain allocation is caught
+# by the alignment check. The unit, scenario, conformance and fleet suites.
+test-ubsan:
+	cmake -S . -B $(B)/ubsan -DCMAKE_BUILD_TYPE=Debug -DKVADMIT_SANITIZE=undefined \
+	  -DKVADMIT_WITH_JEMALLOC=OFF -DKVADMIT_WITH_CUDA=OFF -DKVADMIT_STRESS_SCALE=25 $(CMAKE_COMMON)
+	cmake --build $(B)/ubsan -j$(JOBS)
+	cd $(B)/ubsan && UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  $(CTEST) -L 'unit|scenario|conformance|fleet'
 
 test-tsan:
 	cmake -S . -B $(B)/tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVADMIT_SANITIZE=thread \
@@ -80,6 +91,14 @@ bench: deps
 	if [ -x $(B)/bench/bench/kvadmit-fleet-bench ] || \
 	   cmake --build $(B)/bench -j$(JOBS) --target kvadmit-fleet-bench 2>/dev/null; then \
 	  $(B)/bench/bench/kvadmit-fleet-bench | tee docs/bench/fleet.txt; fi
+	@# kva_fleet_score: latency under load, ingest with and without it
+	if [ -x $(B)/bench/bench/kvadmit-fleet-score-bench ] || \
+	   cmake --build $(B)/bench -j$(JOBS) --target kvadmit-fleet-score-bench 2>/dev/null; then \
+	  $(B)/bench/bench/kvadmit-fleet-score-bench | tee docs/bench/fleet_score.txt; fi
+	@# the same against a hostile publisher: flooding, a storm of clears (1M entries)
+	if [ -x $(B)/bench/bench/kvadmit-fleet-attack-bench ] || \
+	   cmake --build $(B)/bench -j$(JOBS) --target kvadmit-fleet-attack-bench 2>/dev/null; then \
+	  $(B)/bench/bench/kvadmit-fleet-attack-bench | tee docs/bench/fleet_attack.txt; fi
 
 # libFuzzer targets (tests/fuzz/README.md): their own clang build with
 # ASan+UBSan and allocation-failure injection. `make fuzz` replays the corpus
@@ -92,7 +111,8 @@ fuzz-build:
 	CC=clang CXX=clang++ cmake -S . -B $(B)/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DKVADMIT_BUILD_FUZZ=ON -DKVADMIT_FAULT_INJECTION=ON -DKVADMIT_WITH_CUDA=OFF \
 	  -DKVADMIT_WITH_JEMALLOC=OFF -DKVADMIT_BUILD_TESTS=OFF -DKVADMIT_BUILD_BENCH=OFF $(CMAKE_COMMON)
-	cmake --build $(B)/fuzz -j$(JOBS) --target fuzz_engine fuzz_differential fuzz_lockfree fuzz_config fuzz_fleet_wire
+	cmake --build $(B)/fuzz -j$(JOBS) --target fuzz_engine fuzz_differential fuzz_lockfree fuzz_config fuzz_fleet_wire \
+	  fuzz_fleet_seq
 
 fuzz: fuzz-build
 	tests/fuzz/run.sh $(B)/fuzz $(FUZZ_SECONDS)

@@ -33,9 +33,11 @@ int main(int argc, char **argv)
 	bm_register_churn();
 	bm_register_stalls();
 	bm_register_step_tail();
+	bm_register_priority();
 	int ran = gb_run(argc, argv);
 	bm_cleanup_step();
 	bm_cleanup_events();
+	bm_cleanup_priority();
 	bx_cache_clear();
 	gb_shutdown();
 	return ran < 0 ? 1 : 0;

@@ -17,6 +17,7 @@ void bm_register_lifecycle(void); /* bm_lifecycle.c */
 void bm_register_churn(void);     /* bm_churn.c */
 void bm_register_stalls(void);    /* bm_stalls.c */
 void bm_register_step_tail(void); /* bm_step_tail.c */
+void bm_register_priority(void);  /* bm_priority.c */
 
 /* BM_churn's processes: kvadmit-bench BM_CHURN_CHILD_FLAG <index> runs one
  * process's churn rounds (bm_churn.c) instead of the suite. */
@@ -25,5 +26,6 @@ int bm_churn_child(const char *index);
 
 void bm_cleanup_step(void);
 void bm_cleanup_events(void);
+void bm_cleanup_priority(void);
 
 #endif

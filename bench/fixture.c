@@ -105,14 +105,15 @@ static void directory(void *ctx, uint64_t key, uint32_t prompt, kva_lookup_token
 	b->pending[b->n_pending++] = t;
 }
 
-struct bx *bx_new(void) { return bx_new_as(KVA_POLICY_WAIT); }
-
-struct bx *bx_new_as(int policy)
+/* enum kva_policy `policy`; `levels` as in struct bx */
+static struct bx *new_engine(int policy, uint32_t levels)
 {
 	struct bx *b = xcalloc(1, sizeof(*b));
+	b->levels = levels;
 	kva_config c;
 	kva_config_default(&c);
 	c.policy = policy; /* COST: kva_config_default's seeds */
+	c.order = levels ? KVA_ORDER_PRIORITY : KVA_ORDER_FCFS;
 	c.total_pages = BX_TOTAL_PAGES;
 	c.page_tokens = BX_PAGE_TOKENS;
 	c.decode_reserve_pages = 0;
@@ -148,6 +149,12 @@ struct bx *bx_new_as(int policy)
 	};
 	return b;
 }
+
+struct bx *bx_new(void) { return new_engine(KVA_POLICY_WAIT, 0); }
+
+struct bx *bx_new_as(int policy) { return new_engine(policy, 0); }
+
+struct bx *bx_new_levels(uint32_t levels) { return new_engine(KVA_POLICY_WAIT, levels); }
 
 void bx_pending_reserve(struct bx *b, size_t n)
 {
@@ -187,8 +194,9 @@ int bx_step(struct bx *b)
 
 kva_handle bx_submit(struct bx *b, bool restore)
 {
-	uint64_t id = ++b->next_id;
-	kva_request r = {.id = id, .prefix_key = restore ? id : 0, .prompt_tokens = BX_PROMPT};
+	uint64_t id = ++b->next_id, run = b->run ? b->run : 1;
+	kva_request r = {.id = id, .prefix_key = restore ? id : 0, .prompt_tokens = BX_PROMPT,
+	                 .priority = b->levels ? (int32_t)(id / run % b->levels) : 0};
 	kva_handle h;
 	bx_check(kva_submit(b->e, &r, &h), "kva_submit");
 	return h;
@@ -269,9 +277,11 @@ kva_handle bx_waiting_take_random(struct bx *b, uint64_t *rng)
 	}
 }
 
-static struct bx *build_blocked(size_t n, int policy)
+/* n already through bx_cap */
+static struct bx *build_blocked(size_t n, int policy, uint32_t levels, uint32_t run)
 {
-	struct bx *b = bx_new_as(policy);
+	struct bx *b = new_engine(policy, levels);
+	b->run = run;
 	kva_stats st;
 	for (uint32_t i = 0; i < BX_RUNNERS; i++)
 		b->running[i] = bx_submit(b, false);
@@ -300,6 +310,16 @@ static struct bx *build_blocked(size_t n, int policy)
 	return b;
 }
 
+struct bx *bx_blocked_levels(size_t n, uint32_t levels)
+{
+	return bx_blocked_runs(n, levels, 1);
+}
+
+struct bx *bx_blocked_runs(size_t n, uint32_t levels, uint32_t run)
+{
+	return build_blocked(bx_cap(n), KVA_POLICY_WAIT, levels, run);
+}
+
 static struct {
 	size_t n;
 	int policy;
@@ -318,7 +338,7 @@ struct bx *bx_blocked_as(size_t n, int policy)
 		if (!cache[i].b) {
 			cache[i].n = n;
 			cache[i].policy = policy;
-			cache[i].b = build_blocked(n, policy);
+			cache[i].b = build_blocked(n, policy, 0, 1);
 			return cache[i].b;
 		}
 	bx_check(-ENOSPC, "fixture cache");

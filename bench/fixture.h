@@ -37,6 +37,10 @@
 
 struct bx {
 	kva_engine *e;
+	/* 0: FCFS; else KVA_ORDER_PRIORITY with submit id's priority
+	 * (id / run) % levels: run 0 or 1 interleaves the levels request by
+	 * request, a larger run sends bursts of `run` requests of one priority */
+	uint32_t levels, run;
 	uint64_t now;
 	uint64_t next_id;
 	kva_plan plan;
@@ -78,6 +82,13 @@ int bx_cmp_u64(const void *a, const void *b);
 struct bx *bx_new(void);
 /* The same under enum kva_policy `policy` (bx_new: KVA_POLICY_WAIT). */
 struct bx *bx_new_as(int policy);
+/* bx_new under KVA_ORDER_PRIORITY over `levels` priorities (0: FCFS). */
+struct bx *bx_new_levels(uint32_t levels);
+/* The blocked state with n waiting restores over `levels` priorities (0:
+ * FCFS); not cached: the caller frees it (bx_free). */
+struct bx *bx_blocked_levels(size_t n, uint32_t levels);
+/* The same with priorities in bursts of `run` submits (struct bx, run). */
+struct bx *bx_blocked_runs(size_t n, uint32_t levels, uint32_t run);
 void bx_free(struct bx *b);
 
 /* The cached blocked engine with n waiting restores (n is taken through

@@ -48,6 +48,7 @@
  */
 #define _GNU_SOURCE 1 /* pthread_setname_np */
 #include <errno.h>
+#include <stdalign.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdatomic.h>
@@ -227,7 +228,12 @@ kva_cuda_importer *kva_cuda_importer_create(const kva_cuda_importer_config *cfg,
 	}
 
 	rc = -ENOMEM;
-	imp = calloc(1, sizeof(*imp));
+	/* aligned: alignas(64) members (as the CPU importer) */
+	size_t size = (sizeof(*imp) + alignof(kva_cuda_importer) - 1) / alignof(kva_cuda_importer) *
+	              alignof(kva_cuda_importer);
+	imp = aligned_alloc(alignof(kva_cuda_importer), size);
+	if (imp)
+		memset(imp, 0, size);
 	if (!imp) {
 		kva__cuda_create_fail(rc, cudaSuccess, "out of memory");
 		goto out_release;

@@ -10,6 +10,7 @@
 
 #include <string.h>
 
+#include "score.h"
 #include "watch.h"
 
 /* The tier a medium's name says (kva_checkpoint.tier): vLLM's "GPU" and
@@ -45,16 +46,22 @@ uint8_t kvf_medium_tier(const char *name, size_t len)
  * caller skips the event: a shared id would merge media (a BlockRemoved on
  * one deleting another's copies); a medium without an id has no entries, so
  * skipping its removals is exact. */
+uint32_t kvf_medium_find(kva_fleet *f, const char **name, size_t *len)
+{
+	if (*len == 0)
+		*name = "GPU", *len = 3;
+	*len = *len > KVF_MEDIUM_MAX ? KVF_MEDIUM_MAX : *len; /* as the decoder keeps it */
+	for (uint32_t i = 0; i < f->nmedia; i++)
+		if (f->media_len[i] == *len && memcmp(f->media[i], *name, *len) == 0)
+			return i;
+	return NO_MEDIUM;
+}
+
 uint32_t kvf_medium_id(kva_fleet *f, const char *name, size_t len)
 {
-	if (len == 0)
-		name = "GPU", len = 3;
-	len = len > KVF_MEDIUM_MAX ? KVF_MEDIUM_MAX : len; /* as the decoder keeps it */
-	for (uint32_t i = 0; i < f->nmedia; i++)
-		if (f->media_len[i] == len && memcmp(f->media[i], name, len) == 0)
-			return i;
-	if (f->nmedia == MAX_MEDIA)
-		return NO_MEDIUM;
+	uint32_t id = kvf_medium_find(f, &name, &len);
+	if (id != NO_MEDIUM || f->nmedia == MAX_MEDIA)
+		return id;
 	memcpy(f->media[f->nmedia], name, len);
 	f->media[f->nmedia][len] = 0;
 	f->media_len[f->nmedia] = (uint8_t)len;
@@ -62,44 +69,84 @@ uint32_t kvf_medium_id(kva_fleet *f, const char *name, size_t len)
 	return f->nmedia++;
 }
 
-/* Every entry of pub goes, and its watches are reported. Finding them scans
- * the whole table (max_blocks entries), so a publisher without entries
- * (counted, nentries) skips that. */
+/* The medium id of an event of pub: a publisher names at most
+ * max_media_per_publisher new media, so one cannot fill the fleet's table and
+ * blind the others to theirs. */
+static uint32_t event_medium(kva_fleet *f, struct publisher *pub, const struct kvf_event *ev)
+{
+	const char *name = ev->medium;
+	size_t len = ev->medium_len;
+	uint32_t id = kvf_medium_find(f, &name, &len);
+	if (id != NO_MEDIUM || pub->media_named >= f->cfg.max_media_per_publisher)
+		return id;
+	id = kvf_medium_id(f, name, len);
+	pub->media_named += id != NO_MEDIUM;
+	return id;
+}
+
+/* Every entry of pub goes, and its watches are reported: O(1) in the
+ * index (its generation moves on, index.h). */
 static size_t drop_entries(kva_fleet *f, struct publisher *pub)
 {
-	size_t n = 0;
-	if (pub->nentries) {
-		n = kvf_index_del_matching(&f->index, (uint32_t)pub->id << 16, 16, NULL);
-		pub->nentries = 0;
-		stat_add(f, STAT(index_scans), 1);
-	}
+	size_t n = kvf_index_drop_pub(&f->index, pub->id);
+	if (n && f->score)
+		kvf_score_drop_publisher(f->score, pub->id);
 	kvf_watches_check(f, 0, pub->id);
 	return n;
+}
+
+void kvf_index_stats(kva_fleet *f)
+{
+	stat_set(f, STAT(blocks), f->index.live);
+	stat_set(f, STAT(cap_evictions), f->index.evicted);
+	stat_set(f, STAT(index_refused), f->index.refused);
+	stat_set(f, STAT(index_reclaimed), f->index.reclaimed);
+	stat_set(f, STAT(index_scans), f->index.gen_wraps);
 }
 
 void kvf_drop_publisher(kva_fleet *f, struct publisher *pub, const char *why)
 {
 	size_t n = drop_entries(f, pub);
 	stat_add(f, STAT(entries_dropped), n);
-	stat_set(f, STAT(blocks), f->index.count); /* also when no batch follows */
+	kvf_index_stats(f); /* also when no batch follows */
 	pub->media = 0;
 	fleet_log(f, KVA_LOG_WARN, "kvadmit-fleet: publisher %s: %s, %zu entries dropped",
 	          pub->endpoint, why, n);
 }
 
+/* The decode buffers a large batch grew go back after it: a batch of
+ * max_message_bytes takes several times that decoded, and it would stay. */
+#define BATCH_KEEP_EVENTS 4096u
+#define BATCH_KEEP_HASHES 65536u
+
+static void batch_shrink(kva_fleet *f)
+{
+	if (f->batch.events_cap > BATCH_KEEP_EVENTS || f->batch.hashes_cap > BATCH_KEEP_HASHES)
+		kvf_batch_fini(&f->batch); /* the next decode grows them again */
+}
+
+static void apply_decoded(kva_fleet *f, struct publisher *pub);
+
 void kvf_apply_batch(kva_fleet *f, struct publisher *pub, const uint8_t *data, size_t len)
 {
 	int rc = kvf_decode(&f->batch, data, len);
-	if (rc) {
-		uint64_t k =
-		    atomic_fetch_add_explicit(&f->stats[STAT(malformed)], 1, memory_order_relaxed);
-		if ((k & (k + 1)) == 0) /* 1st, 2nd, 4th ... */
-			fleet_log(f, KVA_LOG_WARN,
-			          "kvadmit-fleet: publisher %s: malformed batch (%d)",
-			          pub->endpoint, rc);
+	if (rc == 0)
+		apply_decoded(f, pub);
+	batch_shrink(f);
+	if (rc == 0)
 		return;
-	}
+	uint64_t k = atomic_fetch_add_explicit(&f->stats[STAT(malformed)], 1, memory_order_relaxed);
+	if ((k & (k + 1)) == 0) /* 1st, 2nd, 4th ... */
+		fleet_log(f, KVA_LOG_WARN, "kvadmit-fleet: publisher %s: malformed batch (%d)",
+		          pub->endpoint, rc);
+}
+
+static void apply_decoded(kva_fleet *f, struct publisher *pub)
+{
 	stat_add(f, STAT(unknown_events), f->batch.unknown_events);
+	stat_add(f, STAT(undecodable_events), f->batch.undecodable_events);
+	if (f->score)
+		kvf_score_rank(f->score, pub->id, f->batch.dp_rank);
 	/* Only the batch's last AllBlocksCleared touches the index: it wipes
 	 * whatever the events before it would store or remove there, and each
 	 * clear may scan the whole table. They are still counted. */
@@ -123,34 +170,45 @@ void kvf_apply_batch(kva_fleet *f, struct publisher *pub, const uint8_t *data, s
 			stat_add(f, STAT(ignored_groups), ev->nhashes);
 			continue;
 		}
-		uint32_t medium = kvf_medium_id(f, ev->medium, ev->medium_len);
+		uint32_t medium = event_medium(f, pub, ev);
 		if (medium == NO_MEDIUM) {
 			uint64_t k = atomic_fetch_add_explicit(&f->stats[STAT(ignored_media)],
 			                                       ev->nhashes, memory_order_relaxed);
 			if (k == 0)
 				fleet_log(f, KVA_LOG_WARN,
-				          "kvadmit-fleet: publisher %s: more than %d medium names, "
-				          "events on new ones skipped",
-				          pub->endpoint, MAX_MEDIA);
+				          "kvadmit-fleet: publisher %s: past %d medium names (%u "
+				          "a publisher), events on new ones skipped",
+				          pub->endpoint, MAX_MEDIA, f->cfg.max_media_per_publisher);
 			continue;
 		}
 		uint32_t loc = KVF_LOC(pub->id, medium, ev->group_idx);
 		if (ev->type == KVF_EV_STORED) {
-			if (!f->cfg.block_size && !pub->block_size) {
+			uint32_t want = configured_block_size(f, medium, ev->group_idx);
+			if (want && ev->block_size && ev->block_size != want) {
+				/* its positions would be wrong: not indexed */
+				stat_add(f, STAT(block_size_mismatch), ev->nhashes);
+				continue;
+			}
+			if (!want && !pub->block_size) {
 				if (!ev->block_size) {
 					stat_add(f, STAT(no_block_size), ev->nhashes);
 					continue;
 				}
 				pub->block_size = ev->block_size;
+				if (f->score)
+					kvf_score_block_size(f->score, pub->id, ev->block_size);
 			}
 			pub->media |= 1ull << medium;
 			for (uint32_t k = 0; k < ev->nhashes && !wiped; k++) {
 				struct kvf_slot out;
-				bool evicted;
-				if (kvf_index_put(&f->index, hashes[k], loc, &out, &evicted))
-					pub->nentries++;
-				if (evicted) /* the cap took some publisher's entry */
-					f->pubs[KVF_LOC_PUB(out.loc1 - 1)].nentries--;
+				bool evicted = false;
+				bool added = kvf_index_put(&f->index, hashes[k], loc, &out, &evicted);
+				if (!f->score)
+					continue;
+				if (evicted) /* first: the copy never holds more than the cap */
+					kvf_score_del(f->score, out.hash, out.loc1 - 1);
+				if (added)
+					kvf_score_add(f->score, hashes[k], loc);
 			}
 			stored += ev->nhashes;
 		} else {
@@ -158,8 +216,8 @@ void kvf_apply_batch(kva_fleet *f, struct publisher *pub, const uint8_t *data, s
 			for (uint32_t k = 0; k < ev->nhashes && !wiped; k++) {
 				/* flags + 1, 0 if absent */
 				uint32_t flags1 = kvf_index_del(&f->index, hashes[k], loc);
-				if (flags1)
-					pub->nentries--;
+				if (flags1 && f->score)
+					kvf_score_del(f->score, hashes[k], loc);
 				if (flags1 && ((flags1 - 1) & KVF_E_WATCHED))
 					watched = true;
 			}
@@ -170,8 +228,7 @@ void kvf_apply_batch(kva_fleet *f, struct publisher *pub, const uint8_t *data, s
 	}
 	stat_add(f, STAT(blocks_stored), stored);
 	stat_add(f, STAT(blocks_removed), removed);
-	stat_set(f, STAT(blocks), f->index.count);
-	stat_set(f, STAT(cap_evictions), f->index.evicted);
+	kvf_index_stats(f);
 	/* Last, and release: a stats reader that sees the batch counted sees
 	 * its blocks (its acquire loads, kva_fleet_stats_get). */
 	atomic_fetch_add_explicit(&f->stats[STAT(batches)], 1, memory_order_release);

@@ -9,7 +9,17 @@
 
 #include <stdlib.h>
 
-#include <kvadmit/lockfree/hash.h>
+#include "keyed_hash.h"
+
+/* Probes past this many slots are refused: the map is at most half full,
+ * and its homes are keyed, so only a host choosing keys at random meets it,
+ * about never. */
+#define CHAIN_PROBE_MAX 1024u
+
+static inline size_t chain_home(const kva_fleet *f, uint64_t prefix_key)
+{
+	return (size_t)kvf_siphash13(&f->chain_key, prefix_key, 0, 0) & f->chain_mask;
+}
 
 void kvf_chain_unref(struct chain *chain)
 {
@@ -19,9 +29,11 @@ void kvf_chain_unref(struct chain *chain)
 
 struct chain **kvf_chain_slot(kva_fleet *f, uint64_t prefix_key)
 {
-	for (size_t i = kva_hash64(prefix_key) & f->chain_mask;; i = (i + 1) & f->chain_mask)
+	size_t i = chain_home(f, prefix_key);
+	for (uint32_t dist = 0; dist <= CHAIN_PROBE_MAX; dist++, i = (i + 1) & f->chain_mask)
 		if (!f->chain_map[i] || f->chain_map[i]->cmd.prefix_key == prefix_key)
 			return &f->chain_map[i];
+	return NULL;
 }
 
 static void chain_map_del(kva_fleet *f, struct chain **slot)
@@ -33,7 +45,7 @@ static void chain_map_del(kva_fleet *f, struct chain **slot)
 			j = (j + 1) & f->chain_mask;
 			if (!f->chain_map[j])
 				return;
-			size_t home = kva_hash64(f->chain_map[j]->cmd.prefix_key) & f->chain_mask;
+			size_t home = chain_home(f, f->chain_map[j]->cmd.prefix_key);
 			if (i <= j ? (home <= i || home > j) : (home <= i && home > j))
 				break;
 		}
@@ -58,6 +70,11 @@ static void chain_unlink(kva_fleet *f, struct chain *chain)
 void kvf_chain_add(kva_fleet *f, struct chain *chain)
 {
 	struct chain **slot = kvf_chain_slot(f, chain->cmd.prefix_key);
+	if (!slot) { /* its run is too long: refused, as the index refuses */
+		stat_add(f, STAT(chains_refused), 1);
+		free(chain);
+		return;
+	}
 	if (*slot) { /* a new chain for a known key replaces it */
 		struct chain *old = *slot;
 		chain_unlink(f, old);

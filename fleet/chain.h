@@ -20,11 +20,13 @@ struct chain {
 
 void kvf_chain_unref(struct chain *chain);
 
-/* The map slot of prefix_key: the chain registered for it, or an empty one. */
+/* The map slot of prefix_key: the chain registered for it, or an empty one;
+ * NULL when neither is within the probe cap. */
 struct chain **kvf_chain_slot(kva_fleet *f, uint64_t prefix_key);
 
 /* Takes chain over (refs 1), replacing one registered for its key, or
- * evicting the oldest chain at max_chains. */
+ * evicting the oldest chain at max_chains; frees it if the probe cap
+ * refuses its key (counted in chains_refused). */
 void kvf_chain_add(kva_fleet *f, struct chain *chain);
 
 /* Drops the map's reference to every chain (kva_fleet_destroy). */

@@ -13,14 +13,18 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdalign.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "apply.h"
+#include "auth.h"
 #include "chain.h"
 #include "io_thread.h"
+#include "score.h"
+#include "quota.h"
 #include "watch.h"
 
 void kva_fleet_config_default(kva_fleet_config *c)
@@ -36,6 +40,9 @@ void kva_fleet_config_default(kva_fleet_config *c)
 	c->watch_ns = 600000000000ull;
 	c->full_groups = 1;
 	c->local_media = "GPU";
+	c->max_media_per_publisher = 8;
+	c->max_manifest_per_publisher = 2;
+	c->quarantine_ns = 60000000000ull;
 }
 
 uint64_t kva_fleet_hash_bytes(const void *p, size_t n) { return kvf_hash_from_bytes(p, n); }
@@ -51,18 +58,37 @@ static void push_cmd(kva_fleet *f, struct cmd *cmd)
 	}
 }
 
+/* A lookup answered a miss at once, on the caller's thread, counted in
+ * stat. */
+static void lookup_miss_now(kva_fleet *f, kva_lookup_token token, size_t stat)
+{
+	kva_engine *e = atomic_load_explicit(&f->engine, memory_order_acquire); /* A2 */
+	kva_manifest m = {0};
+	atomic_fetch_add_explicit(&f->stats[stat], 1, memory_order_relaxed);
+	if (e)
+		kva_lookup_answer(e, token, &m);
+	atomic_fetch_add_explicit(&f->lookups_done, 1, memory_order_release); /* R3 */
+}
+
 void kva_fleet_lookup(void *fleet, uint64_t prefix_key, uint32_t prompt_tokens,
                       kva_lookup_token token)
 {
 	kva_fleet *f = fleet;
+	if (!f)
+		return; /* no fleet, no engine to answer: the lookup times out */
+	/* The queue is bounded: a stalled I/O thread costs no memory past
+	 * KVF_MAX_QUEUED_LOOKUPS commands (relaxed: a bound, nothing read
+	 * after it). */
+	if (atomic_fetch_add_explicit(&f->lookups_queued, 1, memory_order_relaxed) >=
+	    KVF_MAX_QUEUED_LOOKUPS) {
+		atomic_fetch_sub_explicit(&f->lookups_queued, 1, memory_order_relaxed);
+		lookup_miss_now(f, token, STAT(lookups_shed));
+		return;
+	}
 	struct cmd *cmd = malloc(sizeof(*cmd));
 	if (!cmd) {
-		kva_engine *e = atomic_load_explicit(&f->engine, memory_order_acquire); /* A2 */
-		kva_manifest m = {0};
-		atomic_fetch_add_explicit(&f->stats[STAT(lookup_nomem)], 1, memory_order_relaxed);
-		if (e)
-			kva_lookup_answer(e, token, &m);
-		atomic_fetch_add_explicit(&f->lookups_done, 1, memory_order_release);
+		atomic_fetch_sub_explicit(&f->lookups_queued, 1, memory_order_relaxed);
+		lookup_miss_now(f, token, STAT(lookup_nomem));
 		return;
 	}
 	kva_inbox_node_init(&cmd->node);
@@ -93,11 +119,25 @@ int kva_fleet_chain_register(kva_fleet *f, uint64_t prefix_key, const uint64_t *
 	return 0;
 }
 
+int kva_fleet_report_failure(kva_fleet *f, uint64_t checkpoint_id)
+{
+	if (!f || !checkpoint_id)
+		return -EINVAL;
+	struct cmd *cmd = calloc(1, sizeof(*cmd));
+	if (!cmd)
+		return -ENOMEM;
+	kva_inbox_node_init(&cmd->node);
+	cmd->kind = CMD_FAILURE;
+	cmd->prefix_key = checkpoint_id;
+	push_cmd(f, cmd);
+	return 0;
+}
+
 static char *dupstr(const char *s) { return s ? strdup(s) : NULL; }
 
 int kva_fleet_add_publisher(kva_fleet *f, const kva_fleet_publisher *p)
 {
-	if (!f || !p || !p->endpoint)
+	if (!f || !p || !p->endpoint || kvf_auth_check(f, p->curve_server_key))
 		return -EINVAL;
 	struct add_cmd *add = calloc(1, sizeof(*add));
 	if (!add)
@@ -117,6 +157,7 @@ int kva_fleet_add_publisher(kva_fleet *f, const kva_fleet_publisher *p)
 		    atomic_compare_exchange_strong_explicit(&f->pub_slot[id], &want, SLOT_ADDING,
 		                                            memory_order_acquire,
 		                                            memory_order_relaxed)) {
+			kvf_auth_publisher(f, id, p->curve_server_key); /* checked above */
 			kva_inbox_node_init(&add->cmd.node);
 			add->cmd.kind = CMD_ADD_PUB;
 			add->cmd.pub_id = id;
@@ -176,10 +217,17 @@ static int config_valid(const kva_fleet_config *c)
 	if (!c || !c->publishers || c->npublishers == 0 ||
 	    c->npublishers > KVA_FLEET_MAX_PUBLISHERS || c->max_blocks == 0 || c->max_chains == 0 ||
 	    c->max_chain_blocks == 0 || c->max_message_bytes == 0 || c->max_pending == 0 ||
-	    !(c->full_groups | c->state_groups))
+	    !(c->full_groups | c->state_groups) || c->max_media_per_publisher == 0 ||
+	    c->max_media_per_publisher > MAX_MEDIA || c->max_manifest_per_publisher == 0 ||
+	    c->max_manifest_per_publisher > KVA_MAX_CHECKPOINTS)
 		return -EINVAL;
 	for (uint32_t i = 0; i < c->npublishers; i++)
 		if (!c->publishers[i].endpoint)
+			return -EINVAL;
+	if (c->nblock_sizes > MAX_MEDIA * 32 || (c->nblock_sizes && !c->block_sizes))
+		return -EINVAL;
+	for (uint32_t i = 0; i < c->nblock_sizes; i++)
+		if (c->block_sizes[i].group_idx > 31 || c->block_sizes[i].block_size == 0)
 			return -EINVAL;
 	return 0;
 }
@@ -218,7 +266,9 @@ void kva_fleet_destroy(kva_fleet *f)
 	kvf_chains_free(f);
 	free(f->chain_map);
 	kvf_index_fini(&f->index);
+	kvf_score_free(f->score);
 	kvf_batch_fini(&f->batch);
+	kvf_auth_fini(f);
 	if (f->wake_fd >= 0)
 		close(f->wake_fd);
 	free(f);
@@ -263,13 +313,20 @@ kva_fleet *kva_fleet_create(const kva_fleet_config *cfg, int *err)
 static kva_fleet *create_signals_blocked(const kva_fleet_config *cfg, int *err)
 {
 	int rc;
-	kva_fleet *f = calloc(1, sizeof(*f));
+	/* aligned: its queue's head and tail are alignas(64), which calloc's
+	 * 16 bytes do not honour (UBSan's alignment check) */
+	size_t size = (sizeof(kva_fleet) + alignof(kva_fleet) - 1) / alignof(kva_fleet) *
+	              alignof(kva_fleet);
+	kva_fleet *f = aligned_alloc(alignof(kva_fleet), size);
+	if (f)
+		memset(f, 0, size);
 	if (!f) {
 		*err = -ENOMEM;
 		return NULL;
 	}
 	f->cfg = *cfg;
 	f->cfg.publishers = NULL;
+	f->cfg.curve_public_key = f->cfg.curve_secret_key = NULL; /* copied by auth.c */
 	f->wake_fd = -1;
 	f->epoch = 1;
 	kva_inbox_init(&f->commands);
@@ -288,12 +345,27 @@ static kva_fleet *create_signals_blocked(const kva_fleet_config *cfg, int *err)
 		map_size *= 2;
 	f->chain_map = calloc(map_size, sizeof(*f->chain_map));
 	f->chain_mask = map_size - 1;
+	kvf_key_random(&f->chain_key);
 	f->watches = calloc(MAX_WATCHES, sizeof(*f->watches));
 	f->pubs = calloc(KVA_FLEET_MAX_PUBLISHERS, sizeof(*f->pubs)); /* ids stay put */
 	rc = -ENOMEM;
 	if (!f->chain_map || !f->watches || !f->pubs)
 		goto fail;
+	if (cfg->score && !(f->score = kvf_score_new(cfg->full_groups, cfg->max_blocks)))
+		goto fail;
 	local_media_init(f, cfg->local_media);
+	for (uint32_t i = 0; i < cfg->nblock_sizes; i++) {
+		const kva_fleet_block_size *b = &cfg->block_sizes[i];
+		uint32_t medium = kvf_medium_id(f, b->medium ? b->medium : "GPU",
+		                                b->medium ? strlen(b->medium) : 3);
+		rc = -EINVAL; /* more media names than the fleet's table holds */
+		if (medium == NO_MEDIUM)
+			goto fail;
+		f->block_sizes[medium][b->group_idx] = b->block_size;
+	}
+	f->cfg.block_sizes = NULL; /* copied into the table */
+	if ((rc = kvf_auth_init(f, cfg)))
+		goto fail;
 	f->zmq_ctx = cfg->zmq_context;
 	if (!f->zmq_ctx) {
 		f->zmq_ctx = zmq_ctx_new();
@@ -314,9 +386,14 @@ static kva_fleet *create_signals_blocked(const kva_fleet_config *cfg, int *err)
 			goto fail;
 		}
 		atomic_init(&f->pub_slot[i], SLOT_TAKEN);
+		if ((rc = kvf_auth_publisher(f, i, src->curve_server_key))) {
+			free(endpoint), free(replay), free(topic);
+			goto fail;
+		}
 		if ((rc = kvf_pub_init(f, &f->pubs[i], i, endpoint, replay, topic, src->self)))
 			goto fail;
 	}
+	kvf_quota_update(f);
 	stat_set(f, STAT(index_bytes), kvf_index_bytes(&f->index));
 	stat_set(f, STAT(index_cap), f->index.cap);
 	rc = -pthread_create(&f->thread, NULL, kvf_io_thread, f);
@@ -337,6 +414,20 @@ int kva_fleet_attach(kva_fleet *f, kva_engine *e)
 		return -EINVAL;
 	atomic_store_explicit(&f->engine, e, memory_order_release); /* R2 */
 	return 0;
+}
+
+int kva_fleet_score(const kva_fleet *f, const uint64_t *hashes, uint32_t n,
+                    kva_fleet_match *out, uint32_t cap)
+{
+	if (!f || (!hashes && n) || (!out && cap))
+		return -EINVAL;
+	if (!f->score)
+		return -ENOTSUP;
+	uint32_t bs[MAX_MEDIA];
+	for (uint32_t m = 0; m < MAX_MEDIA; m++)
+		bs[m] = position_block_size(f, m);
+	return kvf_score_query(f->score, (const char(*)[KVF_MEDIUM_MAX + 1])f->media, bs, hashes,
+	                       n, out, cap);
 }
 
 void kva_fleet_stats_get(const kva_fleet *f, kva_fleet_stats *out)

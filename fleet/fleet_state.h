@@ -9,10 +9,13 @@
  *   fleet.c          the public API: create, destroy, commands, stats
  *   io_thread.c      the I/O thread, its sockets and its command queue
  *   lookup_answer.c  a lookup answered from the index
+ *   quota.c          a publisher's share of the index, quarantined pairs
  *   replay.c         sequence tracking and replay
  *   apply.c          a decoded batch applied to the index
  *   watch.c          checkpoints a lookup was answered with, and their end
  *   chain.c          the registered chains
+ *   score.c          the readers' copy of the index (kva_fleet_score)
+ *   auth.c           CURVE keys
  *   index.c, wire.c  the table and the decoder
  *
  * Synchronisation (labels):
@@ -52,13 +55,26 @@
 #include "index.h"
 #include "wire.h"
 
+_Static_assert(KVF_INDEX_PUBS == KVA_FLEET_MAX_PUBLISHERS, "one index slot per publisher id");
+
+/* Lookups waiting for the I/O thread; past it kva_fleet_lookup answers a
+ * miss at once (lookups_shed). */
+#define KVF_MAX_QUEUED_LOOKUPS 65536u
+
 #define MAX_MEDIA 64 /* one table for the fleet; a publisher's media are a 64-bit mask */
+#define QUARANTINE_SLOTS 64 /* (publisher, medium) pairs quarantined at once */
 #define NO_MEDIUM UINT32_MAX
 
 enum { STAT_COUNT = sizeof(kva_fleet_stats) / sizeof(uint64_t) };
 #define STAT(field) (offsetof(kva_fleet_stats, field) / sizeof(uint64_t))
 
-enum cmd_kind { CMD_LOOKUP = 1, CMD_CHAIN = 2, CMD_ADD_PUB = 3, CMD_REMOVE_PUB = 4 };
+enum cmd_kind {
+	CMD_LOOKUP = 1,
+	CMD_CHAIN = 2,
+	CMD_ADD_PUB = 3,
+	CMD_REMOVE_PUB = 4,
+	CMD_FAILURE = 5 /* kva_fleet_report_failure: the checkpoint id in prefix_key */
+};
 
 /* A command from any thread to the I/O thread (R1/A1). */
 struct cmd {
@@ -68,7 +84,7 @@ struct cmd {
 		uint32_t prompt_tokens; /* CMD_LOOKUP */
 		uint32_t pub_id;        /* CMD_ADD_PUB, CMD_REMOVE_PUB */
 	};
-	uint64_t prefix_key; /* CMD_LOOKUP, CMD_CHAIN */
+	uint64_t prefix_key; /* CMD_LOOKUP, CMD_CHAIN; CMD_FAILURE: the checkpoint id */
 	kva_lookup_token token;
 	uint64_t sent_ns; /* when the lookup was handed over (answer latency) */
 };
@@ -120,8 +136,9 @@ struct publisher {
 	size_t held_bytes;
 	bool held_overflow;
 	uint32_t block_size;
-	uint64_t media;  /* medium ids seen */
-	size_t nentries; /* its index entries: a clear of none costs no scan */
+	uint64_t media;   /* medium ids seen */
+	uint32_t watches; /* live watches on its checkpoints: a drop of none skips the ring */
+	uint8_t media_named; /* names it added to the fleet's medium table */
 };
 
 struct kva_fleet {
@@ -140,6 +157,7 @@ struct kva_fleet {
 	uint32_t monitor_gen;
 	_Atomic uint8_t pub_slot[KVA_FLEET_MAX_PUBLISHERS];
 	_Atomic uint64_t lookups_done;
+	_Atomic uint64_t lookups_queued; /* in the command queue: bounded */
 	struct kvf_index index;
 	struct kvf_batch batch;
 	char media[MAX_MEDIA][KVF_MEDIUM_MAX + 1];
@@ -150,12 +168,43 @@ struct kva_fleet {
 	/* chains (chain.c): open-addressing map key -> chain, FIFO list */
 	struct chain **chain_map;
 	size_t chain_mask, nchains;
+	struct kvf_key chain_key; /* the map's homes (keyed_hash.h) */
 	struct chain *oldest_chain, *newest_chain;
+	/* pairs kva_fleet_report_failure quarantined (quota.c), until then */
+	struct {
+		uint32_t pair;
+		uint64_t until;
+	} quarantine[QUARANTINE_SLOTS];
+	uint32_t nquarantine, quarantine_next;
+	/* CURVE (auth.c): publishers' server keys (Z85, "" none; NULL: no key
+	 * pair, so none), the fleet's key pair */
+	char (*server_keys)[41];
+	char curve_public[41], curve_secret[41];
 	struct watch *watches; /* ring (watch.c) */
 	uint32_t watch_head, nwatches;
 	uint64_t epoch;
 	_Atomic uint64_t stats[STAT_COUNT];
+	struct kvf_score *score; /* cfg.score: the readers' copy of the index (score.c) */
+	/* cfg.block_sizes by medium id and group (0: not configured); read by
+	 * any thread after create, written only there */
+	uint32_t block_sizes[MAX_MEDIA][32];
 };
+
+/* The block size configured for (medium, group) (group <= 31), else the
+ * fleet's block_size; 0 when neither is set. */
+static inline uint32_t configured_block_size(const kva_fleet *f, uint32_t medium, uint32_t group)
+{
+	uint32_t bs = f->block_sizes[medium][group];
+	return bs ? bs : f->cfg.block_size;
+}
+
+/* The block size positions on medium count in: the first full group's
+ * (0: none configured, the publisher's own). */
+static inline uint32_t position_block_size(const kva_fleet *f, uint32_t medium)
+{
+	return configured_block_size(f, medium,
+	                             (uint32_t)__builtin_ctz(f->cfg.full_groups | 1u << 31));
+}
 
 static inline void stat_add(kva_fleet *f, size_t i, uint64_t v)
 {
@@ -171,6 +220,12 @@ static inline uint64_t now_ns(void)
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* now + d, saturated: a timeout near UINT64_MAX means never, not at once. */
+static inline uint64_t deadline_after(uint64_t now, uint64_t d)
+{
+	return d > UINT64_MAX - now ? UINT64_MAX : now + d;
 }
 
 /* One line to the user's log callback, if any. */

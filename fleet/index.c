@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * index: the (block hash, location) table. See index.h. The home of an
- * entry mixes both halves of its key, so one block stored on many nodes
- * spreads over the table instead of clustering.
+ * entry is SipHash of both halves of its key under the index's key, so one
+ * block stored on many nodes spreads over the table instead of clustering,
+ * and nobody without the key can aim blocks at one run.
  */
 #include "index.h"
 
@@ -10,11 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <kvadmit/lockfree/hash.h>
-
-static inline size_t home(const struct kvf_index *ix, uint64_t hash, uint32_t loc)
+size_t kvf_index_home(const struct kvf_index *ix, uint64_t hash, uint32_t loc)
 {
-	return (size_t)kva_hash64(hash ^ ((uint64_t)loc * 0x9e3779b97f4a7c15ull)) & ix->mask;
+	return (size_t)kvf_siphash13(&ix->key, hash, loc, 4) & ix->mask;
 }
 
 int kvf_index_init(struct kvf_index *ix, size_t cap)
@@ -26,17 +25,24 @@ int kvf_index_init(struct kvf_index *ix, size_t cap)
 	while (n / 4 * 3 < cap)
 		n *= 2;
 	ix->slots = calloc(n, sizeof(struct kvf_slot));
-	if (!ix->slots)
+	ix->pubs = calloc(KVF_INDEX_PUBS, sizeof(*ix->pubs));
+	if (!ix->slots || !ix->pubs) {
+		kvf_index_fini(ix);
 		return -ENOMEM;
+	}
 	ix->mask = n - 1;
 	ix->cap = cap;
+	ix->probe_max = KVF_PROBE_MAX;
+	kvf_key_random(&ix->key);
 	return 0;
 }
 
 void kvf_index_fini(struct kvf_index *ix)
 {
 	free(ix->slots);
+	free(ix->pubs);
 	ix->slots = NULL;
+	ix->pubs = NULL;
 }
 
 size_t kvf_index_bytes(const struct kvf_index *ix)
@@ -44,19 +50,19 @@ size_t kvf_index_bytes(const struct kvf_index *ix)
 	return (ix->mask + 1) * sizeof(struct kvf_slot);
 }
 
-struct kvf_slot *kvf_index_find(struct kvf_index *ix, uint64_t hash, uint32_t loc)
+static inline struct kvf_index_pub *pub_of(const struct kvf_index *ix, const struct kvf_slot *s)
 {
-	for (size_t i = home(ix, hash, loc);; i = (i + 1) & ix->mask) {
-		struct kvf_slot *s = &ix->slots[i];
-		if (!s->loc1)
-			return NULL;
-		if (s->hash == hash && s->loc1 == loc + 1)
-			return s;
-	}
+	return &ix->pubs[KVF_LOC_PUB(s->loc1 - 1) % KVF_INDEX_PUBS];
+}
+
+static inline bool is_dead(const struct kvf_index *ix, const struct kvf_slot *s)
+{
+	return (s->flags >> KVF_GEN_SHIFT) != pub_of(ix, s)->gen;
 }
 
 /* Backward-shift deletion at slot i: later entries of the run move up so
- * that no probe sequence is broken (no tombstones). */
+ * that no probe sequence is broken (no tombstones). Moving only brings an
+ * entry closer to its home: probe_max still holds. */
 static void del_at(struct kvf_index *ix, size_t i)
 {
 	size_t j = i;
@@ -69,7 +75,7 @@ static void del_at(struct kvf_index *ix, size_t i)
 				ix->count--;
 				return;
 			}
-			size_t h = home(ix, s->hash, s->loc1 - 1);
+			size_t h = kvf_index_home(ix, s->hash, s->loc1 - 1);
 			/* s may move to i when its home is not in (i, j] cyclically */
 			if (i <= j ? (h <= i || h > j) : (h <= i && h > j))
 				break;
@@ -79,7 +85,76 @@ static void del_at(struct kvf_index *ix, size_t i)
 	}
 }
 
-static void evict_one(struct kvf_index *ix, struct kvf_slot *out)
+static inline bool over_quota(const struct kvf_index *ix, const struct kvf_index_pub *p)
+{
+	return ix->quota && p->live >= ix->quota;
+}
+
+/* A publisher's live count moves by one (+1 or -1): nover follows. */
+static void live_step(struct kvf_index *ix, struct kvf_index_pub *p, int d)
+{
+	bool was = over_quota(ix, p);
+	p->live += (uint64_t)(int64_t)d;
+	ix->live += (size_t)(ptrdiff_t)d;
+	bool is = over_quota(ix, p);
+	ix->nover += (uint32_t)((int)is - (int)was);
+}
+
+void kvf_index_set_quota(struct kvf_index *ix, size_t quota)
+{
+	ix->quota = quota;
+	ix->nover = 0;
+	for (uint32_t i = 0; i < KVF_INDEX_PUBS; i++)
+		ix->nover += over_quota(ix, &ix->pubs[i]);
+}
+
+/* Removes the live entry at slot i, keeping the counts. */
+static void del_live_at(struct kvf_index *ix, size_t i)
+{
+	live_step(ix, pub_of(ix, &ix->slots[i]), -1);
+	del_at(ix, i);
+}
+
+/* Probes from the home of (hash, loc), freeing the dead entries it meets
+ * (a deletion shifts the run back into slot i: it is looked at again).
+ * Returns the entry's slot, or the first empty one (*empty set), or
+ * SIZE_MAX when neither lies within probe_max. */
+static size_t probe(struct kvf_index *ix, uint64_t hash, uint32_t loc, bool *empty)
+{
+	size_t i = kvf_index_home(ix, hash, loc);
+	for (size_t dist = 0; dist <= ix->probe_max;) {
+		struct kvf_slot *s = &ix->slots[i];
+		if (!s->loc1) {
+			*empty = true;
+			return i;
+		}
+		if (is_dead(ix, s)) {
+			del_at(ix, i);
+			ix->reclaimed++;
+			continue;
+		}
+		if (s->hash == hash && s->loc1 == loc + 1) {
+			*empty = false;
+			return i;
+		}
+		i = (i + 1) & ix->mask;
+		dist++;
+	}
+	return SIZE_MAX;
+}
+
+struct kvf_slot *kvf_index_find(struct kvf_index *ix, uint64_t hash, uint32_t loc)
+{
+	bool empty;
+	size_t i = probe(ix, hash, loc, &empty);
+	return i == SIZE_MAX || empty ? NULL : &ix->slots[i];
+}
+
+/* Frees one slot: the first dead entry or entry without a reference bit
+ * the hand meets; while a publisher holds its quota or more, only such a
+ * publisher's entries are candidates (one exists, so the hand finds it
+ * within two sweeps). Returns true if that was a live entry (*out: it). */
+static bool evict_one(struct kvf_index *ix, struct kvf_slot *out)
 {
 	for (;;) {
 		size_t i = ix->hand;
@@ -87,15 +162,22 @@ static void evict_one(struct kvf_index *ix, struct kvf_slot *out)
 		struct kvf_slot *s = &ix->slots[i];
 		if (!s->loc1)
 			continue;
+		if (is_dead(ix, s)) {
+			del_at(ix, i);
+			ix->reclaimed++;
+			return false;
+		}
+		if (ix->nover && !over_quota(ix, pub_of(ix, s)))
+			continue; /* within its share: spared while others are over */
 		if (s->flags & KVF_E_REF) {
 			s->flags &= ~KVF_E_REF;
 			continue;
 		}
 		if (out)
 			*out = *s;
-		del_at(ix, i);
+		del_live_at(ix, i);
 		ix->evicted++;
-		return;
+		return true;
 	}
 }
 
@@ -104,21 +186,30 @@ bool kvf_index_put(struct kvf_index *ix, uint64_t hash, uint32_t loc, struct kvf
 {
 	if (did_evict)
 		*did_evict = false;
-	struct kvf_slot *s = kvf_index_find(ix, hash, loc);
-	if (s) {
-		s->flags |= KVF_E_REF;
+	bool empty;
+	size_t i = probe(ix, hash, loc, &empty);
+	if (i != SIZE_MAX && !empty) {
+		ix->slots[i].flags |= KVF_E_REF;
+		return false;
+	}
+	if (i == SIZE_MAX) {
+		ix->refused++;
 		return false;
 	}
 	if (ix->count >= ix->cap) {
-		evict_one(ix, evicted);
+		/* occupied slots, dead ones too: the table's load stays <= 3/4 */
+		bool live = evict_one(ix, evicted);
 		if (did_evict)
-			*did_evict = true;
+			*did_evict = live;
+		/* the eviction may have shifted our run: probe again (it only
+		 * got shorter) */
+		i = probe(ix, hash, loc, &empty);
 	}
-	size_t i = home(ix, hash, loc);
-	while (ix->slots[i].loc1)
-		i = (i + 1) & ix->mask;
-	ix->slots[i] = (struct kvf_slot){.hash = hash, .loc1 = loc + 1, .flags = KVF_E_REF};
+	struct kvf_index_pub *p = &ix->pubs[KVF_LOC_PUB(loc) % KVF_INDEX_PUBS];
+	ix->slots[i] = (struct kvf_slot){.hash = hash, .loc1 = loc + 1,
+	                                 .flags = KVF_E_REF | p->gen << KVF_GEN_SHIFT};
 	ix->count++;
+	live_step(ix, p, +1);
 	return true;
 }
 
@@ -127,8 +218,8 @@ uint32_t kvf_index_del(struct kvf_index *ix, uint64_t hash, uint32_t loc)
 	struct kvf_slot *s = kvf_index_find(ix, hash, loc);
 	if (!s)
 		return 0;
-	uint32_t f = s->flags + 1;
-	del_at(ix, (size_t)(s - ix->slots));
+	uint32_t f = (s->flags & KVF_E_FLAGS) + 1;
+	del_live_at(ix, (size_t)(s - ix->slots));
 	return f;
 }
 
@@ -141,13 +232,38 @@ size_t kvf_index_del_matching(struct kvf_index *ix, uint32_t key, unsigned shift
 		for (size_t i = 0; i <= ix->mask;) {
 			struct kvf_slot *s = &ix->slots[i];
 			if (s->loc1 && ((s->loc1 - 1) >> shift) == (key >> shift)) {
+				if (is_dead(ix, s)) {
+					del_at(ix, i);
+					ix->reclaimed++;
+					continue;
+				}
 				if (watched && (s->flags & KVF_E_WATCHED))
 					*watched = true;
-				del_at(ix, i);
+				del_live_at(ix, i);
 				n++;
 				continue;
 			}
 			i++;
 		}
+	return n;
+}
+
+size_t kvf_index_drop_pub(struct kvf_index *ix, uint32_t pub)
+{
+	struct kvf_index_pub *p = &ix->pubs[pub % KVF_INDEX_PUBS];
+	size_t n = p->live;
+	if (p->gen == KVF_GEN_MASK) {
+		/* the next generation would be 0 again, which dead entries of
+		 * 2^24 drops ago may still carry: remove every entry first */
+		kvf_index_del_matching(ix, pub << 16, 16, NULL);
+		p->gen = 0;
+		ix->gen_wraps++;
+		return n;
+	}
+	bool was = over_quota(ix, p);
+	ix->live -= n;
+	p->live = 0;
+	ix->nover -= was && !over_quota(ix, p);
+	p->gen++;
 	return n;
 }

@@ -10,28 +10,50 @@
 #define _GNU_SOURCE
 #include "io_thread.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "apply.h"
+#include "auth.h"
 #include "chain.h"
 #include "lookup_answer.h"
+#include "quota.h"
 #include "replay.h"
+#include "score.h"
 #include "watch.h"
 
 #define RECV_BUDGET 256 /* messages per socket per loop turn: lookups stay prompt */
 #define REPLAY_TRIES 3
 #define TICK_MS 50
+#define RCVHWM_MIN 256 /* messages: a burst a small max_pending still takes */
+
+/* What a publisher may make libzmq buffer before the fleet reads a frame:
+ * no frame over twice max_message_bytes (one between counts as oversized,
+ * its number kept; a larger one drops the connection, libzmq's check), and
+ * RCVHWM messages queued. docs/fleet.md, "Security". */
+static void limit_socket(kva_fleet *f, void *sock)
+{
+	int zero = 0;
+	uint32_t pending = f->cfg.max_pending > INT_MAX ? INT_MAX : f->cfg.max_pending;
+	int hwm = pending < RCVHWM_MIN ? RCVHWM_MIN : (int)pending;
+	int64_t max_frame = 2 * (int64_t)f->cfg.max_message_bytes;
+	zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+	zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+	zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max_frame, sizeof max_frame);
+}
 
 static int pub_open(kva_fleet *f, struct publisher *pub, uint32_t id)
 {
-	int zero = 0, hwm = 1000000;
+	int zero = 0;
 	pub->sub = zmq_socket(f->zmq_ctx, ZMQ_SUB);
 	if (!pub->sub)
 		return zmq_err();
-	zmq_setsockopt(pub->sub, ZMQ_LINGER, &zero, sizeof zero);
-	zmq_setsockopt(pub->sub, ZMQ_RCVHWM, &hwm, sizeof hwm);
+	limit_socket(f, pub->sub);
+	int rc = kvf_auth_socket(f, id, pub->sub);
+	if (rc)
+		return rc;
 	const char *topic = pub->topic ? pub->topic : "";
 	if (zmq_setsockopt(pub->sub, ZMQ_SUBSCRIBE, topic, strlen(topic)) < 0)
 		return zmq_err();
@@ -55,8 +77,9 @@ static int pub_open(kva_fleet *f, struct publisher *pub, uint32_t id)
 		pub->dealer = zmq_socket(f->zmq_ctx, ZMQ_DEALER);
 		if (!pub->dealer)
 			return zmq_err();
-		zmq_setsockopt(pub->dealer, ZMQ_LINGER, &zero, sizeof zero);
-		zmq_setsockopt(pub->dealer, ZMQ_RCVHWM, &hwm, sizeof hwm);
+		limit_socket(f, pub->dealer);
+		if ((rc = kvf_auth_socket(f, id, pub->dealer)))
+			return rc;
 		if (zmq_connect(pub->dealer, pub->replay_endpoint) < 0)
 			return zmq_err();
 	}
@@ -122,6 +145,7 @@ static void pub_add(kva_fleet *f, struct add_cmd *add)
 	if (id >= f->npubs)
 		f->npubs = id + 1;
 	f->pubs_changed = true;
+	kvf_quota_update(f);
 	uint8_t want = SLOT_ADDING;
 	if (rc) {
 		fleet_log(f, KVA_LOG_WARN, "kvadmit-fleet: publisher %s not added (%d)",
@@ -148,6 +172,7 @@ static void pub_remove(kva_fleet *f, uint32_t id)
 		stat_add(f, STAT(publishers_removed), 1);
 	}
 	f->pubs_changed = true;
+	kvf_quota_update(f);
 	atomic_store_explicit(&f->pub_slot[id], SLOT_FREE, memory_order_release);
 }
 
@@ -175,38 +200,44 @@ static void drain_commands(kva_fleet *f, bool woken)
 		} else if (cmd->kind == CMD_REMOVE_PUB) {
 			pub_remove(f, cmd->pub_id);
 			free(cmd);
+		} else if (cmd->kind == CMD_FAILURE) {
+			kvf_quarantine_report(f, cmd->prefix_key, now);
+			free(cmd);
 		} else {
 			kvf_lookup_answer(f, cmd, now);
 			free(cmd);
+			/* only a bound (kva_fleet_lookup): no order needed */
+			atomic_fetch_sub_explicit(&f->lookups_queued, 1, memory_order_relaxed);
 		}
 	}
 }
 
-/* Receives one multipart message of up to 3 frames; returns the frame count
- * (more frames than 3: 4), 0 when nothing is waiting. */
-static int recv_frames(void *sock, zmq_msg_t frames[3])
+/* Receives one multipart message of up to MAX_FRAMES frames; returns the
+ * frame count (more frames: MAX_FRAMES + 1), 0 when nothing is waiting. */
+#define MAX_FRAMES 4
+static int recv_frames(void *sock, zmq_msg_t frames[MAX_FRAMES])
 {
 	int n = 0;
 	for (;;) {
 		zmq_msg_t extra;
-		zmq_msg_t *frame = n < 3 ? &frames[n] : &extra;
+		zmq_msg_t *frame = n < MAX_FRAMES ? &frames[n] : &extra;
 		zmq_msg_init(frame);
 		if (zmq_msg_recv(frame, sock, n == 0 ? ZMQ_DONTWAIT : 0) < 0) {
 			zmq_msg_close(frame);
 			return n;
 		}
 		bool more = zmq_msg_more(frame);
-		if (n >= 3)
+		if (n >= MAX_FRAMES)
 			zmq_msg_close(frame);
 		n++;
 		if (!more)
-			return n > 3 ? 4 : n;
+			return n > MAX_FRAMES ? MAX_FRAMES + 1 : n;
 	}
 }
 
-static void close_frames(zmq_msg_t frames[3], int n)
+static void close_frames(zmq_msg_t frames[MAX_FRAMES], int n)
 {
-	for (int i = 0; i < n && i < 3; i++)
+	for (int i = 0; i < n && i < MAX_FRAMES; i++)
 		zmq_msg_close(&frames[i]);
 }
 
@@ -220,7 +251,7 @@ static void publish_progress(struct publisher *pub)
 static void drain_sub(kva_fleet *f, struct publisher *pub)
 {
 	for (int k = 0; k < RECV_BUDGET; k++) {
-		zmq_msg_t m[3];
+		zmq_msg_t m[MAX_FRAMES];
 		int n = recv_frames(pub->sub, m);
 		if (n == 0)
 			return;
@@ -233,6 +264,9 @@ static void drain_sub(kva_fleet *f, struct publisher *pub)
 			bool big = zmq_msg_size(&m[2]) > f->cfg.max_message_bytes;
 			if (!big)
 				stat_add(f, STAT(bytes), zmq_msg_size(&m[2]));
+			if (f->score) /* its identity, for routers */
+				kvf_score_topic(f->score, pub->id, zmq_msg_data(&m[0]),
+				                zmq_msg_size(&m[0]));
 			kvf_on_live(f, pub, kvf_seq_decode(zmq_msg_data(&m[1])),
 			            zmq_msg_data(&m[2]), zmq_msg_size(&m[2]), big);
 		}
@@ -242,24 +276,35 @@ static void drain_sub(kva_fleet *f, struct publisher *pub)
 	}
 }
 
+/* A replay reply, in either framing, told apart per reply (a publisher
+ * may be upgraded while the fleet runs): ["", seq, payload] (vLLM before
+ * v0.26, SGLang) or ["", topic, seq, payload] (vLLM v0.26 on, PR #45177).
+ * The end marker is seq -1 in either (its topic frame empty), or
+ * Mooncake's 8-byte 0xff payload. */
+static void on_reply(kva_fleet *f, struct publisher *pub, zmq_msg_t *m, int n)
+{
+	if ((n != 3 && n != 4) || zmq_msg_size(&m[0]) != 0 || zmq_msg_size(&m[n - 2]) != 8) {
+		stat_add(f, STAT(bad_frames), 1);
+		return;
+	}
+	zmq_msg_t *seq = &m[n - 2], *payload = &m[n - 1];
+	size_t len = zmq_msg_size(payload);
+	if (len == 8 && memcmp(zmq_msg_data(payload), "\xff\xff\xff\xff\xff\xff\xff\xff", 8) == 0)
+		kvf_on_replay(f, pub, -1, NULL, 0, false);
+	else /* a big one counts its number, as on PUB */
+		kvf_on_replay(f, pub, kvf_seq_decode(zmq_msg_data(seq)), zmq_msg_data(payload), len,
+		              len > f->cfg.max_message_bytes);
+}
+
 static void drain_dealer(kva_fleet *f, struct publisher *pub)
 {
 	/* dealer NULL: drain_commands removed pub */
 	for (int k = 0; k < RECV_BUDGET && pub->dealer; k++) {
-		zmq_msg_t m[3];
+		zmq_msg_t m[MAX_FRAMES];
 		int n = recv_frames(pub->dealer, m);
 		if (n == 0)
 			return;
-		if (n != 3 || zmq_msg_size(&m[0]) != 0 || zmq_msg_size(&m[1]) != 8)
-			stat_add(f, STAT(bad_frames), 1);
-		else if (zmq_msg_size(&m[2]) == 8 &&
-		         memcmp(zmq_msg_data(&m[2]), "\xff\xff\xff\xff\xff\xff\xff\xff", 8) == 0)
-			/* Mooncake's end marker is in the payload */
-			kvf_on_replay(f, pub, -1, NULL, 0, false);
-		else /* a big one counts its number, as on PUB */
-			kvf_on_replay(f, pub, kvf_seq_decode(zmq_msg_data(&m[1])),
-			              zmq_msg_data(&m[2]), zmq_msg_size(&m[2]),
-			              zmq_msg_size(&m[2]) > f->cfg.max_message_bytes);
+		on_reply(f, pub, m, n);
 		close_frames(m, n);
 		publish_progress(pub);
 		drain_commands(f, false); /* as on PUB: a lookup waits for one batch at most */
@@ -269,7 +314,7 @@ static void drain_dealer(kva_fleet *f, struct publisher *pub)
 static void drain_monitor(kva_fleet *f, struct publisher *pub)
 {
 	for (;;) {
-		zmq_msg_t m[3];
+		zmq_msg_t m[MAX_FRAMES];
 		int n = recv_frames(pub->monitor, m);
 		if (n == 0)
 			return;
@@ -281,6 +326,8 @@ static void drain_monitor(kva_fleet *f, struct publisher *pub)
 				pub->down_since = now_ns();
 				stat_add(f, STAT(publishers_down), 1);
 			} else if (event == ZMQ_EVENT_CONNECTED) {
+				if (pub->down) /* back: not trusted to be the same process */
+					kvf_on_reconnect(f, pub);
 				pub->down = false;
 			}
 		}

@@ -11,6 +11,7 @@
 #include <errno.h>
 
 #include "chain.h"
+#include "quota.h"
 #include "watch.h"
 
 /* A checkpoint a lookup may be answered with. */
@@ -21,15 +22,26 @@ struct candidate {
 };
 
 /* Keeps the longest distinct positions; at one position a local copy wins,
- * then the first publisher. */
-static void keep_candidate(struct candidate *best, uint32_t *nbest, struct candidate c)
+ * then the first publisher. One publisher holds at most per_pub of them
+ * (its longest): claims it cannot back push out nobody else's. */
+static void keep_candidate(struct candidate *best, uint32_t *nbest, struct candidate c,
+                           uint32_t per_pub)
 {
-	uint32_t i;
+	uint32_t i, same = 0, shortest_same = 0;
 	for (i = 0; i < *nbest && best[i].position != c.position; i++)
 		;
 	if (i < *nbest) {
 		if (c.local && !best[i].local)
 			best[i] = c;
+		return;
+	}
+	for (i = 0; i < *nbest; i++)
+		if (best[i].pair >> 8 == c.pair >> 8 &&
+		    (same++ == 0 || best[i].position < best[shortest_same].position))
+			shortest_same = i;
+	if (same >= per_pub) {
+		if (best[shortest_same].position < c.position)
+			best[shortest_same] = c;
 		return;
 	}
 	if (*nbest < KVA_MAX_CHECKPOINTS) {
@@ -46,7 +58,7 @@ static void keep_candidate(struct candidate *best, uint32_t *nbest, struct candi
 
 /* Candidates from every live publisher's media, into best. */
 static uint32_t find_candidates(kva_fleet *f, const struct chain *chain, uint32_t prompt_tokens,
-                                struct candidate *best)
+                                struct candidate *best, uint64_t now)
 {
 	uint32_t nbest = 0;
 	for (uint32_t id = 0; id < f->npubs; id++) {
@@ -56,7 +68,7 @@ static uint32_t find_candidates(kva_fleet *f, const struct chain *chain, uint32_
 		for (uint32_t medium = 0; medium < MAX_MEDIA; medium++) {
 			if (!(pub->media >> medium & 1))
 				continue;
-			uint32_t block_size = f->cfg.block_size;
+			uint32_t block_size = position_block_size(f, medium);
 			if (!block_size)
 				block_size = pub->block_size;
 			if (!block_size)
@@ -65,6 +77,10 @@ static uint32_t find_candidates(kva_fleet *f, const struct chain *chain, uint32_
 			                          ? prompt_tokens / block_size
 			                          : chain->nhashes;
 			uint32_t pair = pair_of(id, medium);
+			if (f->nquarantine && kvf_quarantined(f, pair, now)) {
+				stat_add(f, STAT(quarantine_skips), 1);
+				continue;
+			}
 			uint32_t nblocks = 0;
 			if (max_blocks)
 				nblocks = kvf_prefix_held(f, chain, pair, max_blocks);
@@ -73,7 +89,7 @@ static uint32_t find_candidates(kva_fleet *f, const struct chain *chain, uint32_
 			struct candidate c = {.position = nblocks * block_size, .pair = pair,
 			                      .nblocks = nblocks,
 			                      .local = pub->self && (f->local_media >> medium & 1)};
-			keep_candidate(best, &nbest, c);
+			keep_candidate(best, &nbest, c, f->cfg.max_manifest_per_publisher);
 		}
 	}
 	/* ascending positions */
@@ -106,13 +122,14 @@ void kvf_lookup_answer(kva_fleet *f, const struct cmd *cmd, uint64_t now)
 	kva_engine *e = atomic_load_explicit(&f->engine, memory_order_acquire); /* A2 */
 	kva_manifest m = {0};
 	stat_add(f, STAT(lookups), 1);
-	struct chain *chain = *kvf_chain_slot(f, cmd->prefix_key);
+	struct chain **slot = kvf_chain_slot(f, cmd->prefix_key);
+	struct chain *chain = slot ? *slot : NULL;
 	struct candidate best[KVA_MAX_CHECKPOINTS];
 	uint32_t nbest = 0;
 	if (!chain) {
 		stat_add(f, STAT(unregistered), 1);
 	} else {
-		nbest = find_candidates(f, chain, cmd->prompt_tokens, best);
+		nbest = find_candidates(f, chain, cmd->prompt_tokens, best, now);
 		for (uint32_t i = 0; i < nbest; i++) {
 			const struct candidate *c = &best[i];
 			m.entries[i] = (kva_checkpoint){

@@ -22,7 +22,7 @@ void kvf_replay_request(kva_fleet *f, struct publisher *pub, int64_t from)
 	for (int i = 0; i < 8; i++)
 		seq[i] = (unsigned char)((uint64_t)from >> (56 - 8 * i));
 	pub->replaying = true;
-	pub->replay_deadline = now_ns() + f->cfg.replay_timeout_ns;
+	pub->replay_deadline = deadline_after(now_ns(), f->cfg.replay_timeout_ns);
 	if (zmq_send(pub->dealer, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
 	    zmq_send(pub->dealer, seq, 8, ZMQ_DONTWAIT) < 0)
 		fleet_log(f, KVA_LOG_WARN,
@@ -115,7 +115,7 @@ static void live_batch(kva_fleet *f, struct publisher *pub, struct pending *batc
 			hold(f, pub, batch, owned);
 			return;
 		}
-		stat_add(f, STAT(lost_batches), (uint64_t)(batch->seq - pub->expected));
+		stat_add(f, STAT(lost_batches), (uint64_t)batch->seq - (uint64_t)pub->expected);
 		pub->expected = batch->seq;
 	}
 	if (batch->big)
@@ -125,9 +125,21 @@ static void live_batch(kva_fleet *f, struct publisher *pub, struct pending *batc
 	pub->expected = batch->seq + 1;
 }
 
+/* A number no publisher gives out: negative (-1 is the replay's end
+ * marker), or the largest, after which `expected` would overflow. */
+static bool seq_bad(kva_fleet *f, int64_t seq)
+{
+	if (seq >= 0 && seq < INT64_MAX)
+		return false;
+	stat_add(f, STAT(bad_seq), 1);
+	return true;
+}
+
 void kvf_on_live(kva_fleet *f, struct publisher *pub, int64_t seq, const uint8_t *data,
                  size_t len, bool big)
 {
+	if (seq_bad(f, seq))
+		return; /* not a restart, not a gap: nothing it says is believed */
 	struct pending batch = {.seq = seq, .len = big ? 0 : len,
 	                    .data = big ? NULL : (uint8_t *)data, .big = big,
 	                    .restarted = pub->live_seen && seq <= pub->live_last};
@@ -152,7 +164,7 @@ static void accept_loss(kva_fleet *f, struct publisher *pub)
 		if (batch->seq > pub->expected) {
 			if (!pub->joining)
 				stat_add(f, STAT(lost_batches),
-				         (uint64_t)(batch->seq - pub->expected));
+				         (uint64_t)batch->seq - (uint64_t)pub->expected);
 			pub->expected = batch->seq;
 		}
 		return;
@@ -216,17 +228,35 @@ void kvf_on_replay(kva_fleet *f, struct publisher *pub, int64_t seq, const uint8
 		kvf_replay_end(f, pub);
 		return;
 	}
+	if (seq_bad(f, seq))
+		return;
+	/* A replay returns what PUB already sent: a number above the highest
+	 * live one would move `expected` past every live batch to come (they
+	 * would all be duplicates). The ones above arrive live anyway. */
+	if (!pub->live_seen || seq > pub->live_last) {
+		stat_add(f, STAT(replay_refused), 1);
+		return;
+	}
 	stat_add(f, STAT(replay_batches), 1);
 	if (seq < pub->expected) {
 		stat_add(f, STAT(duplicates), 1);
 		return;
 	}
 	if (seq > pub->expected && !pub->joining) /* older than the publisher's buffer */
-		stat_add(f, STAT(lost_batches), (uint64_t)(seq - pub->expected));
+		stat_add(f, STAT(lost_batches), (uint64_t)seq - (uint64_t)pub->expected);
 	pub->joining = false; /* its history starts here: later holes are losses */
 	if (big)
 		stat_add(f, STAT(oversized), 1);
 	else
 		kvf_apply_batch(f, pub, data, len);
 	pub->expected = seq + 1;
+}
+
+void kvf_on_reconnect(kva_fleet *f, struct publisher *pub)
+{
+	stat_add(f, STAT(reconnects), 1);
+	if (pub->dropped)
+		return; /* dropped while down: a fresh start already */
+	kvf_drop_publisher(f, pub, "reconnected (a new process until its replay says otherwise)");
+	pub->dropped = true; /* live_batch: started afresh, replayed from 0 */
 }

@@ -16,6 +16,12 @@ void kvf_replay_request(kva_fleet *f, struct publisher *pub, int64_t from);
 
 /* The replay is over: losses accepted, the held batches handed back. */
 void kvf_replay_end(kva_fleet *f, struct publisher *pub);
+/* The publisher's connection came back after it went down: maybe another
+ * process on the same endpoint, which may already have passed the old
+ * one's sequence numbers. Its entries are dropped now; its next batch
+ * starts it afresh, its history replayed from 0 (what the replay returns
+ * is what is answered again). */
+void kvf_on_reconnect(kva_fleet *f, struct publisher *pub);
 
 /* A batch from the PUB socket (big: over max_message_bytes, unread). */
 void kvf_on_live(kva_fleet *f, struct publisher *pub, int64_t seq, const uint8_t *data,

@@ -52,19 +52,28 @@ void kvf_prefix_mark_watched(kva_fleet *f, const struct chain *chain, uint32_t p
 	}
 }
 
+/* A live watch ends: its chain reference and its publisher's count go. */
+static void watch_end(kva_fleet *f, struct watch *w)
+{
+	f->pubs[w->pair >> 8].watches--;
+	kvf_chain_unref(w->chain);
+	w->id = 0;
+}
+
 void kvf_watch_add(kva_fleet *f, uint64_t id, uint32_t pair, uint32_t nblocks,
                    struct chain *chain, uint64_t now)
 {
 	if (f->nwatches == MAX_WATCHES) { /* the oldest watch gives way */
 		struct watch *w = &f->watches[f->watch_head];
 		if (w->id)
-			kvf_chain_unref(w->chain);
+			watch_end(f, w);
 		f->watch_head = (f->watch_head + 1) % MAX_WATCHES;
 		f->nwatches--;
 	}
+	f->pubs[pair >> 8].watches++;
 	struct watch *w = &f->watches[(f->watch_head + f->nwatches) % MAX_WATCHES];
 	*w = (struct watch){.id = id, .pair = pair, .nblocks = nblocks, .chain = chain,
-	                    .expires = now + f->cfg.watch_ns};
+	                    .expires = deadline_after(now, f->cfg.watch_ns)};
 	chain->refs++;
 	f->nwatches++;
 }
@@ -74,12 +83,15 @@ static void watch_fire(kva_fleet *f, struct watch *w)
 	kva_engine *e = atomic_load_explicit(&f->engine, memory_order_acquire); /* A2 */
 	if (e && kva_checkpoint_evicted(e, w->id, ++f->epoch) == 0)
 		stat_add(f, STAT(evictions_reported), 1);
-	kvf_chain_unref(w->chain);
-	w->id = 0;
+	watch_end(f, w);
 }
 
 void kvf_watches_check(kva_fleet *f, uint32_t pair, int pub_id)
 {
+	/* a publisher without watches: no pass over the ring (a stream of
+	 * clears costs O(1) each) */
+	if (f->pubs[pub_id >= 0 ? (uint32_t)pub_id : pair >> 8].watches == 0)
+		return;
 	for (uint32_t k = 0; k < f->nwatches; k++) {
 		struct watch *w = &f->watches[(f->watch_head + k) % MAX_WATCHES];
 		if (!w->id)
@@ -101,10 +113,22 @@ void kvf_watches_expire(kva_fleet *f, uint64_t now)
 		if (w->id && w->expires > now)
 			break;
 		if (w->id)
-			kvf_chain_unref(w->chain);
+			watch_end(f, w);
 		f->watch_head = (f->watch_head + 1) % MAX_WATCHES;
 		f->nwatches--;
 	}
+}
+
+bool kvf_watch_pair(kva_fleet *f, uint64_t id, uint32_t *pair)
+{
+	for (uint32_t k = 0; k < f->nwatches && id; k++) {
+		const struct watch *w = &f->watches[(f->watch_head + k) % MAX_WATCHES];
+		if (w->id == id) {
+			*pair = w->pair;
+			return true;
+		}
+	}
+	return false;
 }
 
 void kvf_watches_free(kva_fleet *f)

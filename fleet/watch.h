@@ -51,6 +51,10 @@ void kvf_watches_check(kva_fleet *f, uint32_t pair, int pub_id);
 
 void kvf_watches_expire(kva_fleet *f, uint64_t now);
 
+/* *pair of the live watch of checkpoint id; false if none (a scan of the
+ * ring: kva_fleet_report_failure only). */
+bool kvf_watch_pair(kva_fleet *f, uint64_t id, uint32_t *pair);
+
 /* Drops every watch's chain reference (kva_fleet_destroy). */
 void kvf_watches_free(kva_fleet *f);
 

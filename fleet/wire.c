@@ -195,7 +195,9 @@ static inline bool str_is(const struct val *v, const char *s)
 
 uint64_t kvf_hash_from_bytes(const void *p, size_t n)
 {
-	return be(p, n < 8 ? (unsigned)n : 8);
+	/* vLLM's int form: int.from_bytes(digest, "big") & (2**64 - 1) */
+	const uint8_t *b = p;
+	return n < 8 ? be(b, (unsigned)n) : be(b + n - 8, 8);
 }
 
 static int grow(void **arr, uint32_t *cap, uint32_t need, size_t elem, uint32_t limit)
@@ -341,8 +343,8 @@ static int rd_field(struct kvf_batch *b, struct rd *r, struct kvf_event *e, enum
 
 /* Mooncake's block hash is a string: hex digits, "0x" optional (its guide's
  * example "0x41234125"); up to 16 digits are the hash's value, a longer one
- * (a sha256 hex digest) its first 16 digits, so both agree with the bytes
- * form (first 8 bytes, big-endian). Any other string: its bytes. */
+ * (a sha256 hex digest) its last 16 digits, so both agree with the bytes
+ * form (last 8 bytes, big-endian). Any other string: its bytes. */
 static uint64_t hash_from_str(const uint8_t *s, uint64_t n)
 {
 	const uint8_t *p = s;
@@ -358,8 +360,7 @@ static uint64_t hash_from_str(const uint8_t *s, uint64_t n)
 		                                    : 16u;
 		if (d == 16)
 			return kvf_hash_from_bytes(s, n);
-		if (i < 16)
-			v = v << 4 | d;
+		v = v << 4 | d; /* the last 16 digits stay */
 	}
 	return m ? v : kvf_hash_from_bytes(s, n);
 }
@@ -495,7 +496,11 @@ static int rd_event(struct kvf_batch *b, struct rd *r)
 			}
 			if (k.k != K_STR)
 				return -EBADMSG;
-			if ((rc = rd_field(b, r, e, field_by_name(&k), &has_hashes)))
+			/* an unknown kind's fields are skipped unread (its tag came
+			 * first, as msgspec writes it): a known name may have
+			 * another type there */
+			enum field fld = tagged && !e->type ? F_OTHER : field_by_name(&k);
+			if ((rc = rd_field(b, r, e, fld, &has_hashes)))
 				return rc;
 		}
 		if (!tagged)
@@ -518,15 +523,29 @@ static int rd_event(struct kvf_batch *b, struct rd *r)
 	return 0;
 }
 
+/* The events. One that is well-formed msgpack but not an event this decoder
+ * can read (a known field of another type, a tag missing) is skipped and
+ * counted, the others kept: a newer publisher may change an event kind
+ * without the batch being lost. Broken msgpack still refuses the batch. */
 static int rd_events(struct kvf_batch *b, struct rd *r)
 {
 	struct val v;
 	if (!rd_val(r, &v) || v.k != K_ARRAY)
 		return -EBADMSG;
 	for (uint64_t i = 0; i < v.u; i++) {
+		const uint8_t *start = r->p;
+		uint32_t nevents = b->nevents, nhashes = b->nhashes, unknown = b->unknown_events;
 		int rc = rd_event(b, r);
-		if (rc)
+		if (rc == -EBADMSG) {
+			struct val ev;
+			r->p = start;
+			if (!rd_val(r, &ev) || !skip_val(r, &ev, 1))
+				return -EBADMSG;
+			b->nevents = nevents, b->nhashes = nhashes, b->unknown_events = unknown;
+			b->undecodable_events++;
+		} else if (rc) {
 			return rc;
+		}
 	}
 	return 0;
 }
@@ -579,7 +598,7 @@ void kvf_batch_fini(struct kvf_batch *b)
 
 int kvf_decode(struct kvf_batch *b, const void *payload, size_t len)
 {
-	b->nevents = b->nhashes = b->unknown_events = 0;
+	b->nevents = b->nhashes = b->unknown_events = b->undecodable_events = 0;
 	b->ts = 0;
 	b->dp_rank = -1;
 	if (!payload)
@@ -590,13 +609,16 @@ int kvf_decode(struct kvf_batch *b, const void *payload, size_t len)
 	bool has_ts = false, has_events = false;
 	if (!rd_val(&r, &v))
 		return -EBADMSG;
-	if (v.k == K_ARRAY) { /* array_like: [ts, events, data_parallel_rank?] */
-		if (v.u < 2 || v.u > 3)
+	if (v.k == K_ARRAY) { /* array_like: [ts, events, data_parallel_rank?, later...] */
+		if (v.u < 2)
 			return -EBADMSG;
 		if ((rc = rd_ts(&r, &b->ts)) || (rc = rd_events(b, &r)))
 			return rc;
-		if (v.u == 3 && (rc = rd_rank(&r, &b->dp_rank)))
+		if (v.u >= 3 && (rc = rd_rank(&r, &b->dp_rank)))
 			return rc;
+		/* fields a newer publisher appended (msgspec's schema evolution) */
+		if (v.u > 3 && !skip_n(&r, v.u - 3, 1))
+			return -EBADMSG;
 		has_ts = has_events = true;
 	} else if (v.k == K_MAP) {
 		for (uint64_t i = 0; i < v.u; i++) {

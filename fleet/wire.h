@@ -15,8 +15,9 @@
  * docs/fleet.md lists the fields.
  *
  * kvf_decode() validates the whole payload before anything is applied: a
- * batch is either decoded completely into the caller's kvf_batch or refused
- * (-EBADMSG), so a malformed message never half-applies. Every length read
+ * batch is either decoded into the caller's kvf_batch or refused (-EBADMSG),
+ * so a malformed message never half-applies; within a well-formed batch an
+ * event it cannot read is skipped and counted (forward compatibility). Every length read
  * from the payload is checked against the bytes left before it is used.
  */
 #ifndef KVA_FLEET_WIRE_H
@@ -47,6 +48,7 @@ struct kvf_batch {
 	double ts;
 	int64_t dp_rank; /* -1 when absent */
 	uint32_t nevents, unknown_events;
+	uint32_t undecodable_events; /* well-formed, but not readable as their kind: skipped */
 	struct kvf_event *events;
 	uint64_t *hashes;
 	uint32_t nhashes;
@@ -58,12 +60,16 @@ void kvf_batch_init(struct kvf_batch *b, uint32_t max_events, uint32_t max_hashe
 void kvf_batch_fini(struct kvf_batch *b);
 
 /* 0; -EBADMSG (not an EventBatch: truncated, wrong types, a count past the
- * payload); -E2BIG (more events or hashes than the limits); -ENOMEM. */
+ * payload); -E2BIG (more events or hashes than the limits); -ENOMEM. An
+ * event that is well-formed msgpack but not readable as its kind is
+ * skipped (undecodable_events), the batch's other events kept. */
 int kvf_decode(struct kvf_batch *b, const void *payload, size_t len);
 
 /* A block hash as the index keys it: an int as its 64-bit two's complement,
- * bytes (vLLM's sha256 digests) as their first 8 bytes big-endian (fewer
- * bytes: their big-endian value). Hosts registering chains use the same. */
+ * bytes (vLLM's sha256 digests) as their last 8 bytes big-endian (fewer
+ * bytes: their big-endian value), which is the int vLLM sends for the same
+ * digest (maybe_convert_block_hash), so int and bytes publishers of one
+ * chain agree. Hosts registering chains use the same. */
 uint64_t kvf_hash_from_bytes(const void *p, size_t n);
 
 /* The 8-byte big-endian sequence frame; -1 is the replay's end marker. */

@@ -51,6 +51,19 @@ void kva_waitq_push_front(struct kva_waitq *q, struct kva_waitq_node *n)
 	set_next(&q->head, &n->link);
 }
 
+void kva_waitq_insert_after(struct kva_waitq *q, struct kva_waitq_node *at,
+                            struct kva_waitq_node *n)
+{
+	struct cds_list_head *prev = at ? &at->link : &q->head;
+	struct cds_list_head *next = prev->next;
+
+	/* n's own link first, then the one that publishes it (R1) */
+	set_next(&n->link, next);
+	n->link.prev = prev;
+	next->prev = &n->link;
+	set_next(prev, &n->link);
+}
+
 void kva_waitq_unlink(struct kva_waitq *q, struct kva_waitq_node *n)
 {
 	(void)q; /* the queue the node is in: kept in the signature for symmetry */
@@ -74,6 +87,13 @@ struct kva_waitq_node *kva_waitq_first(struct kva_waitq *q)
 struct kva_waitq_node *kva_waitq_next(struct kva_waitq *q, struct kva_waitq_node *n)
 {
 	struct cds_list_head *l = n->link.next;
+
+	return l == &q->head ? NULL : caa_container_of(l, struct kva_waitq_node, link);
+}
+
+struct kva_waitq_node *kva_waitq_prev(struct kva_waitq *q, struct kva_waitq_node *n)
+{
+	struct cds_list_head *l = n->link.prev;
 
 	return l == &q->head ? NULL : caa_container_of(l, struct kva_waitq_node, link);
 }

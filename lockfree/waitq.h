@@ -42,12 +42,21 @@ void kva_waitq_init(struct kva_waitq *q);
 /* Writer only. The node must not be queued. */
 void kva_waitq_push_back(struct kva_waitq *q, struct kva_waitq_node *n);
 void kva_waitq_push_front(struct kva_waitq *q, struct kva_waitq_node *n);
+/* Writer only. n (not queued) goes right after `at` (queued in q), or to
+ * the front when `at` is NULL: how an ordered queue places a node inside it
+ * (reservations/priority_levels.c). A reader standing on `at` sees n or
+ * not; never a node twice unless n itself was unlinked within a grace
+ * period (see "Re-queue"). */
+void kva_waitq_insert_after(struct kva_waitq *q, struct kva_waitq_node *at,
+                            struct kva_waitq_node *n);
 /* Writer only. The node must be queued in q. */
 void kva_waitq_unlink(struct kva_waitq *q, struct kva_waitq_node *n);
 
 /* Writer view (no RCU needed on the writer thread). */
 struct kva_waitq_node *kva_waitq_first(struct kva_waitq *q);
 struct kva_waitq_node *kva_waitq_next(struct kva_waitq *q, struct kva_waitq_node *n);
+/* The node before n; NULL when n is the first. */
+struct kva_waitq_node *kva_waitq_prev(struct kva_waitq *q, struct kva_waitq_node *n);
 
 static inline bool kva_waitq_empty(struct kva_waitq *q)
 {

@@ -116,6 +116,17 @@ static void plain_big_free(void *p)
 	free(raw);
 }
 
+/* The system allocator's aligned block, zeroed: aligned_alloc wants a size
+ * that is a multiple of the alignment. */
+static void *plain_calloc_aligned(size_t size, size_t align)
+{
+	size_t n = size ? (size + align - 1) / align * align : align;
+	void *p = aligned_alloc(align, n);
+	if (p)
+		memset(p, 0, n);
+	return p;
+}
+
 #ifdef KVA_WITH_JEMALLOC
 #include <jemalloc/jemalloc.h>
 
@@ -251,6 +262,27 @@ void kva__free(void *p, size_t size)
 		kj_sdallocx(p, size ? size : 1, f);
 }
 
+void *kva__calloc_aligned(size_t size, size_t align)
+{
+	if (fault_now())
+		return NULL;
+	int f = jflags();
+	if (!kj_present)
+		return plain_calloc_aligned(size, align);
+	return kj_mallocx(size ? size : 1, f | MALLOCX_ALIGN(align) | MALLOCX_ZERO);
+}
+
+void kva__free_aligned(void *p, size_t size, size_t align)
+{
+	if (!p)
+		return;
+	int f = jflags();
+	if (!kj_present)
+		free(p);
+	else
+		kj_sdallocx(p, size ? size : 1, f | MALLOCX_ALIGN(align));
+}
+
 /* Big blocks (>= KVA__HUGE): aligned to 2 MB so the kernel can back them
  * with huge pages; see hint_huge. */
 static void *big_alloc(size_t size, int zero)
@@ -300,6 +332,15 @@ uint64_t kva__alloc_arena_bytes(void)
 	return small + large;
 }
 #else
+void *kva__calloc_aligned(size_t size, size_t align)
+{
+	return fault_now() ? NULL : plain_calloc_aligned(size, align);
+}
+void kva__free_aligned(void *p, size_t size, size_t align)
+{
+	(void)size, (void)align;
+	free(p);
+}
 void *kva__alloc(size_t size) { return fault_now() ? NULL : malloc(size ? size : 1); }
 void *kva__calloc(size_t size) { return fault_now() ? NULL : calloc(1, size ? size : 1); }
 void *kva__realloc(void *p, size_t old_size, size_t new_size)

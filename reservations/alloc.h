@@ -27,6 +27,12 @@ void *kva__calloc(size_t size);
 void *kva__realloc(void *p, size_t old_size, size_t new_size);
 void kva__free(void *p, size_t size);
 
+/* A zeroed block aligned to align (a power of two, at most a page): for
+ * structs with alignas members, which malloc's 16 bytes do not honour.
+ * Free with kva__free_aligned and the same size and align. */
+void *kva__calloc_aligned(size_t size, size_t align);
+void kva__free_aligned(void *p, size_t size, size_t align);
+
 /* Large tables (slab chunks, maps): blocks of KVA__HUGE bytes or more are
  * 2 MB-aligned and offered to the kernel for huge pages; smaller ones are
  * ordinary. Free with kva__free_big and the same size. */

@@ -29,7 +29,13 @@ enum kva__stat {
 	ST_RESTORES_WAITING, ST_CAPACITY_WAIT_NS,
 	ST_LOCAL_STATED, ST_LOCAL_UPGRADES, ST_PLAN_TOO_SMALL, ST_ALLOC_FAILURES,
 	ST_LOGS_SUPPRESSED,
-	ST_COST_RESTORE, ST_COST_OTHER, ST_COST_RECOMPUTE, /* cost policy decisions */
+	/* PRIORITY order: gauges of the last step (priority_levels.c), signed
+	 * levels stored as their two's complement */
+	ST_PRIO_LEVELS, ST_URGENT_LEVEL, ST_LAX_LEVEL, ST_URGENT_WAITING, ST_LAX_WAITING,
+	ST_URGENT_WAIT_NS, ST_LAX_WAIT_NS,
+	ST_ADMIT_PRIO0, /* + a class of KVA_PRIORITY_CLASSES (run_heap.c) */
+	ST_COST_RESTORE = ST_ADMIT_PRIO0 + KVA_PRIORITY_CLASSES, /* cost policy decisions */
+	ST_COST_OTHER, ST_COST_RECOMPUTE,
 	ST_FALLBACK0, /* + enum kva_reason */
 	ST_COUNT = ST_FALLBACK0 + KVA_REASON_COUNT
 };

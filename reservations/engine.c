@@ -26,6 +26,7 @@
  *                         the scheduler-only state that step wrote.
  */
 #include <errno.h>
+#include <stdalign.h>
 #include <string.h>
 
 #include "admit.h"
@@ -38,6 +39,8 @@
 #include "held.h"
 #include "lifecycle.h"
 #include "lookup.h"
+#include "priority_levels.h"
+#include "run_heap.h"
 #include "stats.h"
 #include "step_events.h"
 #include "token_budget.h"
@@ -94,6 +97,9 @@ static int config_check(const kva_config *c)
 		return -EINVAL; /* importers copy into kvadmit's page ids */
 	if (c->log_level < KVA_LOG_DEBUG || c->log_level > KVA_LOG_ERROR)
 		return -EINVAL;
+	if ((c->order != KVA_ORDER_FCFS && c->order != KVA_ORDER_PRIORITY) ||
+	    c->preempt_threshold < 0)
+		return -EINVAL;
 	bool first = c->importers[0].submit != NULL; /* all ranks or none */
 	for (uint32_t i = 1; i < c->world_size; i++)
 		if ((c->importers[i].submit != NULL) != first)
@@ -136,7 +142,7 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	if (rc)
 		goto fail;
 	rc = -ENOMEM;
-	e = kva__calloc(sizeof(*e));
+	e = kva__calloc_aligned(sizeof(*e), alignof(kva_engine)); /* alignas members */
 	if (!e)
 		goto fail;
 	e->cfg = *cfg;
@@ -149,7 +155,7 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 		goto fail_free;
 	/* Records from zeroed chunks: a fresh slot has no grant and no manifest.
 	 * -EAGAIN from it: no pthread key for threads' exit hooks. */
-	rc = kva_slab_init(&e->slab, sizeof(struct kva__req), offsetof(struct kva__req, rcu),
+	rc = kva_slab_init(&e->slab, kva__levels_slot_size(cfg), offsetof(struct kva__req, rcu),
 	                   kva__calloc_big, kva__free_big);
 	if (rc)
 		goto fail_pool;
@@ -170,6 +176,12 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	e->ready = kva__alloc(cfg->max_running * sizeof(*e->ready));
 	if (!e->ready)
 		goto fail_cancels;
+	if (kva__levels_init(e) != 0)
+		goto fail_ready;
+	if (kva__run_heap_init(e) != 0) {
+		kva__levels_fini(e);
+		goto fail_ready;
+	}
 	kva_slab_set_warm(&e->slab, kva__warm);
 	kva_slab_set_warm(&e->cancels, kva__warm);
 	kva_slab_grower_add(&e->slab_ahead, &e->slab, RECORDS_AHEAD);
@@ -192,6 +204,8 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	if (err)
 		*err = 0;
 	return e;
+fail_ready:
+	kva__free(e->ready, cfg->max_running * sizeof(*e->ready));
 fail_cancels:
 	kva_slab_fini(&e->cancels);
 fail_evictions:
@@ -207,7 +221,7 @@ fail_slab:
 fail_pool:
 	kva_pagepool_fini(&e->pool);
 fail_free:
-	kva__free(e, sizeof(*e));
+	kva__free_aligned(e, sizeof(*e), alignof(kva_engine));
 fail:
 	if (err)
 		*err = rc;
@@ -215,7 +229,8 @@ fail:
 }
 
 /* Frees what a queued event owns (answers, evictions); events embedded in
- * records and grants, and cancels (their slab), die with those. */
+ * records and grants, and cancels and priority changes (their slab), die
+ * with those. */
 static void discard_event(struct kva__event *ev)
 {
 	if (ev->type == KVA__EV_ANSWER)
@@ -267,6 +282,8 @@ void kva_engine_destroy(kva_engine *e)
 	kva_slab_fini(&e->slab);
 	kva_slab_fini(&e->cancels); /* after the queues above: they held some */
 	kva__free(e->ready, e->cfg.max_running * sizeof(*e->ready));
+	kva__levels_fini(e);
+	kva__run_heap_fini(e);
 	kva__ckpt_walks_free(e);
 	kva_idmap_fini(&e->live_ids);
 	kva_idmap_fini(&e->ckpt);
@@ -275,7 +292,7 @@ void kva_engine_destroy(kva_engine *e)
 	kva_fanin_fini(&e->inbox);
 	kva_inbox_fini(&e->local);
 	kva_inbox_fini(&e->deferred);
-	kva__free(e, sizeof(*e));
+	kva__free_aligned(e, sizeof(*e), alignof(kva_engine));
 }
 
 /* ---- the step ---------------------------------------------------------------- */
@@ -287,6 +304,7 @@ static void plan_clear(kva_plan *p)
 	p->head_blocked = false;
 	p->backlog = false;
 	p->too_small = false;
+	p->preempt_hint = false;
 }
 
 /* A NULL array must not claim room: the step would write through it. */
@@ -365,6 +383,9 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan)
 	kva__admit_run(e);
 	if (e->head_recheck || e->admit_asked)
 		admit_again(e);
+	kva__run_heap_hint(e);
+	if (e->lv)
+		kva__levels_publish(e);
 	kva__copy_dispatch_pending(e); /* refused ranks: handled next step */
 	kva__rec_ids_settle(e);        /* the ended ids' map misses, last */
 	kva__rec_flush_retired(e);

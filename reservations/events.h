@@ -27,6 +27,7 @@ enum kva__event_type {
 	KVA__EV_FINISHED,  /* kva_finish released a running request */
 	KVA__EV_PREEMPTED, /* kva_preempt released a running request */
 	KVA__EV_LOCAL,     /* kva_local_checkpoint (rule host-local-checkpoints) */
+	KVA__EV_PRIORITY,  /* kva_set_priority (struct kva__cancel) */
 };
 
 struct kva__event {
@@ -79,18 +80,19 @@ struct kva__local {
 	struct kva__answer *spare; /* KVA_MAX_CHECKPOINTS + 1 entries; NULL once used */
 };
 
-/* A cancel request: names the incarnation, so a cancel that arrives after
- * the record was retired (and its slot reused) finds nothing. Lives in the
- * engine's own slab of cancel events (e->cancels, event_queue.c), one cache
- * line each, so a cancel allocates nothing from the heap and two producers
- * never write one line. */
+/* A cancel request, or a priority change (ev.type KVA__EV_PRIORITY): names
+ * the incarnation, so one that arrives after the record was retired (and
+ * its slot reused) finds nothing. Lives in the engine's own slab of these
+ * events (e->cancels, event_queue.c), one cache line each, so neither
+ * allocates from the heap and two producers never write one line. */
 struct kva__cancel {
 	struct kva_slab_hdr hdr;
 	union {
 		struct {
 			struct kva__event ev;
 			kva_handle h;
-			uint32_t self; /* its index in e->cancels */
+			uint32_t self;    /* its index in e->cancels */
+			int32_t priority; /* KVA__EV_PRIORITY: the new one */
 		};
 		struct kva_slab_rcu rcu; /* free: the slab's batch area */
 		char line_[64 - sizeof(struct kva_slab_hdr)];

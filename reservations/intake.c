@@ -21,6 +21,7 @@
 #include "event_queue.h"
 #include "grant.h"
 #include "lifecycle.h"
+#include "prio.h"
 #include "stats.h"
 
 /* The calling thread's producer-counter shard: its inbox lane's. */
@@ -48,7 +49,7 @@ static int host_local_valid(const kva_checkpoint *cp, uint32_t prompt)
 
 int kva_submit(kva_engine *e, const kva_request *q, kva_handle *out)
 {
-	if (!e || !q || !out || q->prompt_tokens == 0 || q->flags != 0)
+	if (!e || !q || !out || q->prompt_tokens == 0 || q->flags != 0 || q->reserved_ != 0)
 		return -EINVAL;
 	if (q->local.position) {
 		int rc = host_local_valid(&q->local, q->prompt_tokens);
@@ -88,6 +89,8 @@ int kva_submit(kva_engine *e, const kva_request *q, kva_handle *out)
 	}
 	r->blocked_since = 0;
 	kva_timer_init(&r->deadline);
+	if (e->lv) /* the slot has room for it (priority_levels.h) */
+		*kva__prio(r) = (struct kva__prio){q->arrival_ns, q->priority, 0};
 	uint32_t gen = kva__rec_publish(e, r);
 	/* Fill the handle first: once pushed, the record belongs to the
 	 * scheduler, which may end and retire it. */
@@ -213,6 +216,32 @@ int kva_local_checkpoint(kva_engine *e, kva_handle h, const kva_checkpoint *cp)
 	l->cp = *cp;
 	kva__ck_set_mark(&l->cp, kva__host_mark(e));
 	kva__event_push(e, &l->ev);
+	return 0;
+}
+
+/* ---- priority changes (KVA_ORDER_PRIORITY) ---------------------------------- */
+
+int kva_set_priority(kva_engine *e, kva_handle h, int32_t p)
+{
+	if (!e || !e->lv)
+		return -EINVAL;
+	struct kva__cancel *c = NULL;
+	kva_rcu_read_lock();
+	struct kva__req *r = find(e, h);
+	/* A2: pairs with R2 of lifecycle.c. */
+	int rc = !r || kva__state_is_terminal(atomic_load_explicit(&r->state, memory_order_acquire))
+	                 ? -ENOENT
+	                 : 0;
+	if (!rc && !(c = kva__cancel_new(e))) /* a slab slot: no heap allocation */
+		rc = -ENOMEM;
+	kva_rcu_read_unlock();
+	if (rc)
+		return rc;
+	kva_inbox_node_init(&c->ev.node);
+	c->ev.type = KVA__EV_PRIORITY;
+	c->h = h;
+	c->priority = p;
+	kva__event_push(e, &c->ev);
 	return 0;
 }
 

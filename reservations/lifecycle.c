@@ -11,6 +11,7 @@
 #include "grant.h"
 #include "held.h"
 #include "lifecycle.h"
+#include "run_heap.h"
 #include "stats.h"
 
 struct kva__req *kva__rec_find(kva_engine *e, uint32_t slot, uint32_t gen, uint64_t id)
@@ -45,6 +46,8 @@ static enum kva__stat gauge_of(uint32_t s)
 void kva__rec_set_state(kva_engine *e, struct kva__req *r, uint32_t to)
 {
 	uint32_t from = atomic_load_explicit(&r->state, memory_order_relaxed);
+	if (e->run) /* PRIORITY order: the preemption candidates */
+		kva__run_heap_on_state(e, r, to);
 	enum kva__stat gf = gauge_of(from), gt = gauge_of(to);
 	/* RUNNING is also left by kva_finish/kva_preempt on other threads */
 	if (gf != ST_COUNT && (r->flags & KVA__F_INGESTED))

@@ -99,6 +99,9 @@ enum kva__req_flag {
 	                              * the held map (held.c): from its ingest */
 	KVA__F_CANCEL_EARLY = 1u << 12, /* its cancel was handled before its submit
 	                                 * (another lane): it ends at ingest */
+	KVA__F_RUNHEAP = 1u << 13,   /* in the run heap (run_heap.c, PRIORITY order) */
+	KVA__F_FRONT = 1u << 14,     /* joined its priority level's front (preempted,
+	                              * reset): later joins stop behind it */
 };
 
 /* How far behind a waiting request the one its `ahead` hint names was

@@ -175,6 +175,15 @@ void kva_stats_get(const kva_engine *e, kva_stats *out)
 	out->plan_too_small = kva__st_get(e, ST_PLAN_TOO_SMALL);
 	out->alloc_failures = kva__st_get(e, ST_ALLOC_FAILURES);
 	out->logs_suppressed = kva__st_get(e, ST_LOGS_SUPPRESSED);
+	out->priority_levels = kva__st_get(e, ST_PRIO_LEVELS);
+	out->urgent_level = (int64_t)kva__st_get(e, ST_URGENT_LEVEL);
+	out->lax_level = (int64_t)kva__st_get(e, ST_LAX_LEVEL);
+	out->urgent_waiting = kva__st_get(e, ST_URGENT_WAITING);
+	out->lax_waiting = kva__st_get(e, ST_LAX_WAITING);
+	out->urgent_wait_ns = kva__st_get(e, ST_URGENT_WAIT_NS);
+	out->lax_wait_ns = kva__st_get(e, ST_LAX_WAIT_NS);
+	for (int i = 0; i < KVA_PRIORITY_CLASSES; i++)
+		out->admitted_by_priority[i] = kva__st_get(e, (enum kva__stat)(ST_ADMIT_PRIO0 + i));
 	out->cost_restores = kva__st_get(e, ST_COST_RESTORE);
 	out->cost_other_checkpoint = kva__st_get(e, ST_COST_OTHER);
 	out->cost_recomputes = kva__st_get(e, ST_COST_RECOMPUTE);
@@ -434,6 +443,26 @@ size_t kva_stats_format_as(const kva_stats *s, int format, char *buf, size_t len
 		  &s->copy_duration);
 	histogram(&o, om, "kvadmit_time_to_admission_seconds",
 		  "Time from ingest (or requeue) to admission.", &s->time_to_admission);
+	/* priority order (zeros under FCFS): last, so that the families before keep their place */
+	const uint64_t *ap = s->admitted_by_priority;
+	labelled(&o, om, "kvadmit_admissions_by_priority", COUNTER,
+		 "Admissions by priority class (priority order).", "priority",
+		 (const struct lv[]){{"negative", ap[0]}, {"0", ap[1]}, {"1", ap[2]},
+				     {"2-3", ap[3]}, {"4-7", ap[4]}, {"8-15", ap[5]},
+				     {"16-255", ap[6]}, {"256+", ap[7]}, {NULL, 0}});
+	single(&o, om, "kvadmit_priority_levels", GAUGE,
+	       "Priority levels in use in the waiting queue.", s->priority_levels);
+	labelled(&o, om, "kvadmit_priority_waiting", GAUGE,
+		 "Waiting requests of the most and the least urgent priority level.", "level",
+		 (const struct lv[]){{"most_urgent", s->urgent_waiting},
+				     {"least_urgent", s->lax_waiting},
+				     {NULL, 0}});
+	family(&o, om, "kvadmit_priority_wait_seconds", GAUGE,
+	       "How long the first request of the most and the least urgent level has waited.");
+	emit(&o, "kvadmit_priority_wait_seconds{level=\"most_urgent\"} %.9f\n",
+	     (double)s->urgent_wait_ns / 1e9);
+	emit(&o, "kvadmit_priority_wait_seconds{level=\"least_urgent\"} %.9f\n",
+	     (double)s->lax_wait_ns / 1e9);
 	if (om)
 		emit(&o, "# EOF\n");
 	/* end after the last whole line written: the bytes behind it were

@@ -25,12 +25,14 @@
 #include <errno.h>
 
 #include "admit.h"
+#include "alloc.h"
 #include "event_queue.h"
 #include "evict_walk.h"
 #include "head_timers.h"
 #include "held.h"
 #include "lifecycle.h"
 #include "lookup.h"
+#include "priority_levels.h"
 #include "stats.h"
 #include "step_events.h"
 #include "waiting_queue.h"
@@ -63,6 +65,9 @@ static bool end_departing(kva_engine *e, uint64_t id)
 /* 0, or -ENOMEM: nothing changed, the event is retried next step. */
 static int handle_submit(kva_engine *e, struct kva__req *r)
 {
+	/* its priority level's room, so that joining it cannot fail */
+	if (e->lv && kva__levels_ingest(e, r) != 0)
+		return -ENOMEM;
 	/* the host's checkpoint it may carry is held from its ingest on
 	 * (held.c): room first, so that nothing fails halfway */
 	if (r->nents && kva__held_reserve(&e->held, r->nents) != 0)
@@ -166,6 +171,14 @@ static int dispatch_event(kva_engine *e, struct kva__event *ev)
 		kva__local_free(l);
 		break;
 	}
+	case KVA__EV_PRIORITY: {
+		struct kva__cancel *p = caa_container_of(ev, struct kva__cancel, ev);
+		struct kva__req *r = kva__rec_find(e, p->h.slot, p->h.gen, p->h.id);
+		if (r && kva__waiting_queue_set_priority(e, r, p->priority) != 0)
+			return -ENOMEM;
+		kva__cancel_free(e, p);
+		break;
+	}
 	case KVA__EV_RESET:
 		/* R1: re-arm before acting, so a reset requested from now on is a
 		 * new event. */
@@ -189,6 +202,7 @@ static struct kva__req *event_req_hint(kva_engine *e, struct kva_inbox_node *n)
 	struct kva__event *ev = caa_container_of(n, struct kva__event, node);
 	switch (ev->type) {
 	case KVA__EV_CANCEL:
+	case KVA__EV_PRIORITY:
 		return kva_slab_get(&e->slab, caa_container_of(ev, struct kva__cancel, ev)->h.slot);
 	case KVA__EV_ANSWER:
 		return kva_slab_get(&e->slab, caa_container_of(ev, struct kva__answer, ev)->token.slot);
@@ -232,7 +246,9 @@ static void scout(kva_engine *e, struct kva_inbox_batch *b, struct scouts *sc)
 		if ((r = event_req_hint(e, x))) {
 			__builtin_prefetch(r->wq.link.prev);
 			__builtin_prefetch(r->wq.link.next);
-			kva_idmap_prefetch(&e->live_ids, r->id);
+			/* a priority change moves r in the queue, its id stays */
+			if (caa_container_of(x, struct kva__event, node)->type != KVA__EV_PRIORITY)
+				kva_idmap_prefetch(&e->live_ids, r->id);
 		}
 	}
 }

@@ -18,6 +18,10 @@ void kva__waiting_queue_requeue_front(kva_engine *e, struct kva__req *r, bool pr
 /* r leaves the waiting queue (admitted or cancelled): queue link, head
  * timers, lookup deadline and index entry go. */
 void kva__waiting_queue_forget(kva_engine *e, struct kva__req *r);
+/* PRIORITY order: r's priority becomes p; a waiting request whose level
+ * changes joins the back of its new one as an arrival of this step. 0, or
+ * -ENOMEM (nothing changed). */
+int kva__waiting_queue_set_priority(kva_engine *e, struct kva__req *r, int32_t p);
 /* Starts the cache misses of the request KVA__AHEAD places behind r. */
 void kva__waiting_queue_prefetch_ahead(kva_engine *e, const struct kva__req *r);
 

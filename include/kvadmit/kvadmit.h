@@ -117,6 +117,12 @@ enum kva_tier {
 	KVA_TIER_COUNT
 };
 
+/* The order of the waiting queue (kva_config.order; docs/design.md: priority order). */
+enum kva_order {
+	KVA_ORDER_FCFS = 0,     /* submit order; kva_request.priority is ignored */
+	KVA_ORDER_PRIORITY = 1, /* smallest (priority, arrival) first, vLLM's convention */
+};
+
 enum kva_log_level { KVA_LOG_DEBUG = 0, KVA_LOG_INFO = 1, KVA_LOG_WARN = 2, KVA_LOG_ERROR = 3 };
 
 enum kva_location { KVA_LOC_EXTERNAL = 0, KVA_LOC_LOCAL = 1 };
@@ -251,6 +257,16 @@ typedef struct kva_config {
 	/* Least level (enum kva_log_level) passed to either log callback;
 	 * kva_config_default sets INFO; 0 (a zeroed config) passes DEBUG too. */
 	int log_level;
+	/* enum kva_order; 0 (a zeroed or default config) is FCFS. Under PRIORITY a record costs
+	 * 16 bytes more (docs/design.md: priority order). */
+	int order;
+	/* PRIORITY only: kva_plan.preempt_hint is set when the head, blocked for capacity, has a
+	 * priority at least this much smaller than kva_preempt_candidate's; 0..INT32_MAX, 0 means
+	 * any smaller priority (SGLang's preemption threshold). */
+	int32_t preempt_threshold;
+	/* PRIORITY only, aging: a waiting request ranks one priority level sooner per interval it
+	 * has waited, counted from its arrival; 0 = no aging (the default). */
+	uint64_t aging_interval_ns;
 	/* KVA_POLICY_COST's model (kva_config_default: 16 KiB pages, 8,000 prefill tokens/s,
 	 * GPU 25 GB/s, host 10 GB/s, disk 1.5 GB/s, remote 3 GB/s, unknown 3 GB/s; 1 ms setup;
 	 * half-life 8; margin 10%). Read only under COST. */
@@ -309,6 +325,12 @@ typedef struct kva_request {
 	 * position <= prompt_tokens; 0 = none): a full hit is admitted without a lookup, a partial
 	 * one joins the answer and survives a miss or timeout (rule host-local-checkpoints). */
 	struct kva_checkpoint local;
+	/* KVA_ORDER_PRIORITY: smaller is admitted sooner (vLLM's convention); ignored under FCFS. */
+	int32_t priority;
+	uint32_t reserved_; /* 0 */
+	/* The host's arrival time in ns on the steps' clock, which orders requests of one priority
+	 * (earlier first); 0 = the step that ingests it. PRIORITY only. */
+	uint64_t arrival_ns;
 } kva_request;
 
 enum kva_state {
@@ -471,6 +493,9 @@ typedef struct kva_plan {
 	/* Something cannot be listed even in an empty plan; it waits, holding what it owns, until
 	 * the arrays reach kva_plan_min_sizes (counted in kva_stats.plan_too_small, logged). */
 	bool too_small;
+	/* PRIORITY: the head waits for capacity and outranks kva_preempt_candidate by at least
+	 * kva_config.preempt_threshold: preempting that request would let it in. */
+	bool preempt_hint;
 } kva_plan;
 
 /* Array sizes with which every step can progress: an admission needs at most the usable pages
@@ -501,6 +526,17 @@ KVA_API int kva_grow(kva_engine *e, kva_handle h, uint32_t pages, uint32_t *ids_
  * local checkpoint.  Thread: any, one call per handle at a time.  Effect: pages and credits
  * return at once.  Returns: 0, -EINVAL (NULL engine), -ENOENT, -EBUSY. */
 KVA_API int kva_preempt(kva_engine *e, kva_handle h);
+/* kva_set_priority - h's priority becomes p (KVA_ORDER_PRIORITY).  Thread: any.
+ * Cost: O(1) here (one event, a slot of the engine's own event slab, no heap allocation); the
+ * step moves a waiting request to the back of its new level, O(1) while that level is in use
+ * (docs/design.md: priority order).  Effect: next step; a request
+ * already admitted keeps running, and p counts when it is preempted.
+ * Returns: 0, -EINVAL (NULL engine, or FCFS order), -ENOENT (unknown or ended), -ENOMEM. */
+KVA_API int kva_set_priority(kva_engine *e, kva_handle h, int32_t p);
+/* kva_preempt_candidate - the RUNNING request with the largest (priority, arrival), vLLM's
+ * victim, as of the last step.  Thread: the scheduler, between steps.  Cost: O(1).
+ * Returns: 0 and *out, -EINVAL (NULL, or FCFS order), -ENOENT (nothing running). */
+KVA_API int kva_preempt_candidate(kva_engine *e, kva_handle *out);
 /* kva_finish - RUNNING to FINISHED.  Thread: any, one call per handle at a time.
  * Effect: pages and credits return at once.  Returns: 0, -EINVAL (NULL engine), -ENOENT,
  * -EALREADY (already finished), -EBUSY (not running, or cancelling). */
@@ -516,6 +552,7 @@ KVA_API int kva_reset_prefix_cache(kva_engine *e);
  * histograms: buckets[i] counts observations <= kva_histogram_bounds()[i] ns; the last bucket
  * is +Inf (== count). */
 #define KVA_HIST_BUCKETS 14
+#define KVA_PRIORITY_CLASSES 8 /* kva_stats.admitted_by_priority */
 typedef struct kva_histogram {
 	uint64_t count, sum_ns;
 	uint64_t buckets[KVA_HIST_BUCKETS];
@@ -557,6 +594,15 @@ typedef struct kva_stats {
 	 * with lookup_timeout_ns, whose deadline marks its start); a copy attempt until its last
 	 * rank reported; ingest (or requeue) to admission. */
 	kva_histogram capacity_wait, lookup_latency, copy_duration, time_to_admission;
+	/* KVA_ORDER_PRIORITY (0 under FCFS), as of the last step: priority levels in use, and of the
+	 * most and the least urgent level its key (the priority, aged: docs/design.md), its waiting
+	 * requests and how long its first one has waited. */
+	uint64_t priority_levels;
+	int64_t urgent_level, lax_level;
+	uint64_t urgent_waiting, lax_waiting, urgent_wait_ns, lax_wait_ns;
+	/* Admissions by priority class, a bounded label set: [0] < 0, [1] 0, [2] 1, [3] 2-3, [4] 4-7,
+	 * [5] 8-15, [6] 16-255, [7] >= 256. */
+	uint64_t admitted_by_priority[KVA_PRIORITY_CLASSES];
 	/* Cost policy (KVA_POLICY_COST): heads it decided to restore as selected, to restore a
 	 * shorter or other-tier checkpoint than the longest, to recompute (also counted in
 	 * fallbacks[KVA_REASON_COST]); the learned rates (seeds until measured): the host's

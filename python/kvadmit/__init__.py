@@ -13,7 +13,7 @@ from ._errors import (AlreadyDone, Busy, InvalidArgument, InvalidRange, InvalidT
                       TimedOut, TryAgain, strerror)
 from ._types import (Admission, Checkpoint, CopyJob, CopyToken, Ended, Fallback, Feature, Handle,
                      Histogram, How, Location, LogEvent, LogLevel, LogRecord, LookupToken,
-                     MetricsFormat, PlanSizes, Policy, Reason, RequestInfo, State, Tier,
+                     MetricsFormat, Order, PlanSizes, Policy, Reason, RequestInfo, State, Tier,
                      WaitingInfo)
 from ._config import Config, plan_min_sizes
 from ._stats import Stats, histogram_bounds
@@ -22,6 +22,7 @@ from ._engine import Engine
 from ._process import (cuda_importer_supported, has_feature, reason_name, register_at_fork,
                        version, version_string)
 from ._importer import CpuImporter, ImporterStats
+from ._fleet import Fleet, FleetMatch, hash_bytes, vllm_block_hashes
 
 __version__ = version_string()
 
@@ -31,9 +32,10 @@ __all__ = [
     "InvalidArgument", "InvalidRange", "InvalidType", "KvadmitError", "Location", "LogEvent",
     "LogLevel", "LogRecord",
     "LookupToken", "MetricsFormat", "NoDevice", "NoSpace", "NotFound", "NotSupported",
-    "OutOfMemory", "OutOfRange", "PlanSizes", "Policy", "Reason", "RequestInfo", "Stale", "State",
-    "Tier", "TimedOut", "TryAgain", "WaitingInfo", "strerror", "Config", "Engine", "Plan", "Stats",
+    "OutOfMemory", "OutOfRange", "Order", "PlanSizes", "Policy", "Reason", "RequestInfo", "Stale",
+    "State", "Tier", "TimedOut", "TryAgain", "WaitingInfo", "strerror", "Config", "Engine", "Plan",
+    "Stats",
     "cuda_importer_supported", "has_feature", "histogram_bounds", "plan_min_sizes",
     "reason_name", "register_at_fork", "version", "version_string", "CpuImporter",
-    "ImporterStats",
+    "ImporterStats", "Fleet", "FleetMatch", "hash_bytes", "vllm_block_hashes",
 ]

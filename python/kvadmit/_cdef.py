@@ -15,6 +15,7 @@ CDEF = r"""
 #define KVA_MAX_CHECKPOINTS 8
 #define KVA_MAX_WORLD 32
 #define KVA_HIST_BUCKETS 14
+#define KVA_PRIORITY_CLASSES 8
 
 typedef struct kva_engine kva_engine;
 
@@ -66,6 +67,7 @@ enum kva_tier {
     KVA_TIER_REMOTE = 4,
     KVA_TIER_COUNT = 5
 };
+enum kva_order { KVA_ORDER_FCFS = 0, KVA_ORDER_PRIORITY = 1 };
 enum kva_log_level { KVA_LOG_DEBUG = 0, KVA_LOG_INFO = 1, KVA_LOG_WARN = 2, KVA_LOG_ERROR = 3 };
 enum kva_location { KVA_LOC_EXTERNAL = 0, KVA_LOC_LOCAL = 1 };
 enum kva_config_flag { KVA_CONFIG_CREDITS_ONLY = 1 };
@@ -146,6 +148,9 @@ typedef struct kva_config {
     kva_log_record_fn log_record;
     void *log_record_ctx;
     int log_level;
+    int order;
+    int32_t preempt_threshold;
+    uint64_t aging_interval_ns;
     kva_cost_config cost;
 } kva_config;
 
@@ -178,6 +183,9 @@ typedef struct kva_request {
     uint32_t flags;
     void *user;
     struct kva_checkpoint local;
+    int32_t priority;
+    uint32_t reserved_;
+    uint64_t arrival_ns;
 } kva_request;
 
 enum kva_state {
@@ -283,6 +291,7 @@ typedef struct kva_plan {
     bool head_blocked;
     bool backlog;
     bool too_small;
+    bool preempt_hint;
 } kva_plan;
 
 typedef struct kva_plan_sizes {
@@ -294,6 +303,8 @@ int kva_step(kva_engine *e, uint64_t now_ns, kva_plan *plan);
 
 int kva_grow(kva_engine *e, kva_handle h, uint32_t pages, uint32_t *ids_out);
 int kva_preempt(kva_engine *e, kva_handle h);
+int kva_set_priority(kva_engine *e, kva_handle h, int32_t p);
+int kva_preempt_candidate(kva_engine *e, kva_handle *out);
 int kva_finish(kva_engine *e, kva_handle h);
 int kva_reset_prefix_cache(kva_engine *e);
 
@@ -321,6 +332,10 @@ typedef struct kva_stats {
     uint64_t plan_too_small, alloc_failures;
     uint64_t logs_suppressed;
     kva_histogram capacity_wait, lookup_latency, copy_duration, time_to_admission;
+    uint64_t priority_levels;
+    int64_t urgent_level, lax_level;
+    uint64_t urgent_waiting, lax_waiting, urgent_wait_ns, lax_wait_ns;
+    uint64_t admitted_by_priority[KVA_PRIORITY_CLASSES];
     uint64_t cost_restores, cost_other_checkpoint, cost_recomputes;
     uint64_t prefill_tokens_per_s;
     uint64_t tier_bytes_per_s[5], tier_setup_ns[5];

@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ._errors import CONVERSION, arg_error, error
 from ._lib import ffi, lib
-from ._types import LogLevel, LogRecord, LookupToken, PlanSizes, Policy
+from ._types import LogLevel, LogRecord, LookupToken, Order, PlanSizes, Policy
 
 _DEFAULTS = ffi.new("kva_config *")
 lib.kva_config_default(_DEFAULTS)
@@ -62,6 +62,9 @@ class Config:
     policy: Policy = Policy(_DEFAULTS.policy)
     start_ns: int = _DEFAULTS.start_ns
     log_level: LogLevel = LogLevel(_DEFAULTS.log_level)
+    order: Order = Order(_DEFAULTS.order)
+    preempt_threshold: int = _DEFAULTS.preempt_threshold
+    aging_interval_ns: int = _DEFAULTS.aging_interval_ns
     lookup: Optional[Callable[[int, int, LookupToken], None]] = None
     log: Optional[Callable[[LogLevel, str], None]] = None
     log_record: Optional[Callable[[LogRecord], None]] = None
@@ -78,7 +81,8 @@ class Config:
                "prefill_chunk_tokens", "copy_slots", "max_running", "world_size",
                "max_copy_retries", "lookup_timeout_ns", "max_restore_wait_ns",
                "wait_log_interval_ns", "lookup_refresh_ns", "policy", "start_ns",
-               "log_level", "flags")
+               "log_level", "flags", "order", "preempt_threshold",
+               "aging_interval_ns")
     # kva_config.cost's fields (Config.cost's keys)
     COST = ("page_bytes", "prefill_tokens_per_s", "tier_bytes_per_s", "tier_setup_ns",
             "half_life", "margin_pct")

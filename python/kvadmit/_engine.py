@@ -231,14 +231,17 @@ class Engine:
 
     # -- any thread --------------------------------------------------------------------
     def submit(self, id: Union[int, str], prompt_tokens: int, prefix_key: int = 0,
-               user: int = 0, local: Optional[Checkpoint] = None) -> Handle:
+               user: int = 0, local: Optional[Checkpoint] = None, priority: int = 0,
+               arrival_ns: int = 0) -> Handle:
         """kva_submit. id: an int (0..2**64-1), or a str (vLLM's request_id:
         the binding maps it to an engine id of its own, RequestIds; handles
         then carry the str). An engine takes int ids >= 2**63 or str ids,
         not both (InvalidArgument). prefix_key 0: no lookup. user: an
         integer handed back in plans and queries (an index into the host's
         own table). local: the longest checkpoint the host's own prefix
-        cache holds (rule host-local-checkpoints)."""
+        cache holds (rule host-local-checkpoints). priority, arrival_ns: the
+        order under Order.PRIORITY (smaller first; arrival 0: the ingesting
+        step's clock)."""
         t = self._tls
         if type(id) is str:
             if self._big_int_ids:
@@ -251,7 +254,8 @@ class Engine:
                     raise error(-22, "kva_submit: int ids >= 2**63 are the str ids' on this "
                                      "engine")
                 self._big_int_ids = True
-        self._call("kva_submit", lib.kva_submit, (t, eid, prompt_tokens, prefix_key, user, local),
+        self._call("kva_submit", lib.kva_submit,
+                   (t, eid, prompt_tokens, prefix_key, user, local, priority, arrival_ns),
                    _request_of)
         h = t.h
         return _new_tuple(Handle, (id, h.gen, h.slot, self.serial))
@@ -304,6 +308,19 @@ class Engine:
     def preempt(self, handle: Handle) -> None:
         """kva_preempt: RUNNING -> front of the waiting queue; pages back at once."""
         self._call("kva_preempt", lib.kva_preempt, (handle,), self._handle1)
+
+    def set_priority(self, handle: Handle, priority: int) -> None:
+        """kva_set_priority (Order.PRIORITY): a waiting request moves at the next step; a
+        running one's priority counts when it is preempted."""
+        self._call("kva_set_priority", lib.kva_set_priority, (handle, priority),
+                   self._handle_args)
+
+    def preempt_candidate(self) -> Handle:
+        """kva_preempt_candidate (Order.PRIORITY): the running request with the largest
+        (priority, arrival) as of the last step. Scheduler thread."""
+        h = ffi.new("kva_handle *")
+        self._call("kva_preempt_candidate", lib.kva_preempt_candidate, (h,))
+        return handle_of(h[0], self.serial, self._ids.to_host)
 
     def finish(self, handle: Handle) -> None:
         """kva_finish: RUNNING -> FINISHED; pages back at once."""
@@ -526,7 +543,7 @@ class Engine:
 def _request_of(args):
     """kva_submit's request and handle, t's own (one pair per thread: submit
     from any thread), filled in."""
-    t, id, prompt_tokens, prefix_key, user, local = args
+    t, id, prompt_tokens, prefix_key, user, local, priority, arrival_ns = args
     try:
         req, h = t.req, t.h
     except AttributeError:
@@ -539,6 +556,8 @@ def _request_of(args):
         user = operator.index(user)  # TypeError: not an integer
     if not 0 <= user < _UINT64:
         raise OverflowError(f"user {user} outside 0..2**64-1")
+    req.priority = priority
+    req.arrival_ns = arrival_ns
     if user or local is not None:
         # dirty first: if filling user or local fails half-way, the next
         # plain submit on this thread still clears them

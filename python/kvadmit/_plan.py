@@ -54,6 +54,7 @@ class Plan:
     head_blocked = property(lambda self: self._c.head_blocked)
     backlog = property(lambda self: self._c.backlog)
     too_small = property(lambda self: self._c.too_small)
+    preempt_hint = property(lambda self: self._c.preempt_hint)
 
     @property
     def raw(self):

@@ -66,6 +66,14 @@ class Stats:
     lookup_latency: Histogram
     copy_duration: Histogram
     time_to_admission: Histogram
+    priority_levels: int
+    urgent_level: int
+    lax_level: int
+    urgent_waiting: int
+    lax_waiting: int
+    urgent_wait_ns: int
+    lax_wait_ns: int
+    admitted_by_priority: Tuple[int, ...]
     cost_restores: int
     cost_other_checkpoint: int
     cost_recomputes: int
@@ -99,7 +107,8 @@ def histogram_bounds():
 _FIELDS = ffi.typeof("kva_stats").fields
 _PLAIN = tuple(name for name, f in _FIELDS if f.type.kind == "primitive")
 _HISTS = tuple(name for name, f in _FIELDS if f.type.kind == "struct")
-_TIERED = ("tier_bytes_per_s", "tier_setup_ns")
+# arrays, as tuples (copies, not the C arrays)
+_ARRAYS = ("admitted_by_priority", "tier_bytes_per_s", "tier_setup_ns")
 _REASONS = tuple(_REASON.get(i, i) for i in range(ffi.typeof("kva_stats").fields[
     [n for n, _ in _FIELDS].index("fallbacks")][1].type.length))
 _new_stats = object.__new__
@@ -111,7 +120,7 @@ def stats_from_c(s):
     instance dict at once, about twice as fast (python/README.md)."""
     values = {name: getattr(s, name) for name in _PLAIN}
     values["fallbacks"] = dict(zip(_REASONS, s.fallbacks))
-    for name in _TIERED:
+    for name in _ARRAYS:
         values[name] = tuple(getattr(s, name))
     bounds = histogram_bounds()
     for name in _HISTS:

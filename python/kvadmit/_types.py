@@ -44,6 +44,12 @@ class Tier(enum.IntEnum):
     REMOTE = 4
 
 
+class Order(enum.IntEnum):
+    """enum kva_order: the waiting order"""
+    FCFS = 0
+    PRIORITY = 1
+
+
 class LogLevel(enum.IntEnum):
     """enum kva_log_level"""
     DEBUG = 0
@@ -128,6 +134,7 @@ def _check_enum(cls, ctype, prefix, skip=("COUNT",)):
 
 for _cls, _ctype, _prefix in (
         (Feature, "enum kva_feature", "KVA_FEATURE_"), (Policy, "enum kva_policy", "KVA_POLICY_"),
+        (Order, "enum kva_order", "KVA_ORDER_"),
         (LogLevel, "enum kva_log_level", "KVA_LOG_"), (Location, "enum kva_location", "KVA_LOC_"),
         (Tier, "enum kva_tier", "KVA_TIER_"),
         (LogEvent, "enum kva_log_event", "KVA_LOGEV_"), (State, "enum kva_state", "KVA_STATE_"),
@@ -135,7 +142,7 @@ for _cls, _ctype, _prefix in (
         (MetricsFormat, "enum kva_metrics_format", "KVA_METRICS_")):
     _check_enum(_cls, _ctype, _prefix)
 
-ENUMS = (Feature, Policy, LogLevel, Location, LogEvent, State, Reason, How, MetricsFormat)
+ENUMS = (Feature, Policy, Order, LogLevel, Location, LogEvent, State, Reason, How, MetricsFormat)
 
 
 def _lookup_table(cls):

@@ -94,6 +94,29 @@ def test_recompute_admission_grow_finish(make_engine):
         e.query(h)
 
 
+def test_priority_order_set_priority_and_candidate(make_engine):
+    e = make_engine(order=kvadmit.Order.PRIORITY)
+    low = e.submit(1, 16, priority=5)
+    high = e.submit(2, 16, priority=-1)
+    mid = e.submit(3, 16, priority=2, arrival_ns=7)
+    e.step(MS, hold_admissions=True)
+    assert [w.handle.id for w in e.waiting()] == [2, 3, 1]
+    e.set_priority(low, -5)
+    e.step(2 * MS, hold_admissions=True)
+    assert [w.handle.id for w in e.waiting()] == [1, 2, 3]
+    plan = e.step(3 * MS)
+    assert [a.handle.id for a in plan.admissions] == [1, 2, 3] and not plan.preempt_hint
+    assert e.preempt_candidate() == mid
+    e.finish(mid)
+    e.step(4 * MS)
+    assert e.preempt_candidate() == high
+    st = e.stats()
+    # priorities -5 (set), -1 and 2: classes < 0 (two) and 2-3 (one)
+    assert st.admitted_by_priority == (2, 0, 0, 1, 0, 0, 0, 0) and st.priority_levels == 0
+    with pytest.raises(kvadmit.InvalidArgument):
+        make_engine().set_priority(high, 0)
+
+
 def test_restore_with_host_copies(make_engine):
     eng = None
     lookups = []

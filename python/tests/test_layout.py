@@ -248,3 +248,33 @@ def test_stats_dataclass_has_every_field():
     import dataclasses
     assert [f.name for f in dataclasses.fields(kvadmit.Stats)] == [
         n for n, _ in ffi.typeof("kva_stats").fields]
+
+
+def test_fleet_cdef_matches_fleet_header(tmp_path):
+    """The router query's declarations (kvadmit/_fleet.py) against
+    fleet/include/kvadmit/fleet.h: every struct's size and every field's
+    offset, so a field added in C cannot make cffi write past a struct."""
+    from kvadmit._fleet import FLEET_CDEF, fleet_ffi
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler")
+    lines = ["#include <stddef.h>", "#include <stdio.h>", "#include <kvadmit/fleet.h>",
+             "int main(void) {"]
+    expected = {}
+    for name, body in STRUCT_RE.findall(strip_comments(FLEET_CDEF)):
+        lines.append(f'printf("{name} %zu\\n", sizeof({name}));')
+        expected[name] = fleet_ffi.sizeof(name)
+        for f in field_names(body):
+            lines.append(f'printf("{name}.{f} %zu\\n", offsetof({name}, {f}));')
+            expected[f"{name}.{f}"] = fleet_ffi.offsetof(name, f)
+    lines.append("return 0; }")
+    src, exe = tmp_path / "fleet_check.c", tmp_path / "fleet_check"
+    src.write_text("\n".join(lines) + "\n")
+    incs = include_dirs() + [os.path.join(ROOT, "fleet", "include")]
+    r = subprocess.run([cc, "-std=gnu11", "-o", str(exe), str(src)] + [f"-I{i}" for i in incs],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    got = {k: int(v) for k, v in (line.rsplit(" ", 1) for line in out.splitlines())}
+    assert len(got) > 20
+    assert got == expected

@@ -4,6 +4,7 @@
 
 #include <msgpack.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -16,6 +17,10 @@ struct tp {
 	char pub_ep[128], rep_ep[128];
 	int64_t seq;
 	enum tp_replay mode;
+	int reply_frames; /* 3 (vLLM before v0.26, SGLang) or 4 (vLLM v0.26 on: the topic too) */
+	void *zctx;
+	bool forge;        /* tp_replay_forge */
+	int64_t forge_seq;
 	struct {
 		int64_t seq;
 		size_t len;
@@ -29,15 +34,27 @@ static void be8(unsigned char *b, int64_t v)
 		b[i] = (unsigned char)((uint64_t)v >> (56 - 8 * i));
 }
 
-struct tp *tp_new(void *zctx)
+struct tp *tp_new(void *zctx) { return tp_new_curve(zctx, NULL); }
+
+struct tp *tp_new_curve(void *zctx, const char *secret_key)
 {
 	struct tp *p = calloc(1, sizeof(*p));
-	int zero = 0;
+	int zero = 0, one = 1;
 	size_t len;
+	p->reply_frames = 3;
+	p->zctx = zctx;
 	p->pub = zmq_socket(zctx, ZMQ_PUB);
 	p->router = zmq_socket(zctx, ZMQ_ROUTER);
 	zmq_setsockopt(p->pub, ZMQ_LINGER, &zero, sizeof zero);
 	zmq_setsockopt(p->router, ZMQ_LINGER, &zero, sizeof zero);
+	for (int i = 0; i < 2 && secret_key; i++) {
+		void *sock = i ? p->router : p->pub;
+		if (zmq_setsockopt(sock, ZMQ_CURVE_SERVER, &one, sizeof one) ||
+		    zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, secret_key, 40)) {
+			tp_free(p);
+			return NULL;
+		}
+	}
 	if (zmq_bind(p->pub, "tcp://127.0.0.1:*") || zmq_bind(p->router, "tcp://127.0.0.1:*")) {
 		tp_free(p);
 		return NULL;
@@ -242,6 +259,34 @@ void tp_send_buffered(struct tp *p, int64_t seq)
 }
 
 void tp_replay_mode(struct tp *p, enum tp_replay mode) { p->mode = mode; }
+void tp_reply_frames(struct tp *p, int frames) { p->reply_frames = frames; }
+
+int tp_reopen(struct tp *p, int64_t next_seq)
+{
+	int zero = 0;
+	zmq_close(p->pub);
+	zmq_close(p->router);
+	tp_restart(p);
+	p->seq = next_seq;
+	p->pub = zmq_socket(p->zctx, ZMQ_PUB);
+	p->router = zmq_socket(p->zctx, ZMQ_ROUTER);
+	zmq_setsockopt(p->pub, ZMQ_LINGER, &zero, sizeof zero);
+	zmq_setsockopt(p->router, ZMQ_LINGER, &zero, sizeof zero);
+	/* the old listeners are closed in the background: retry a while */
+	for (int i = 0; i < 500; i++) {
+		if (zmq_bind(p->pub, p->pub_ep) == 0)
+			break;
+		struct timespec t = {0, 10000000};
+		nanosleep(&t, NULL);
+	}
+	for (int i = 0; i < 500; i++) {
+		if (zmq_bind(p->router, p->rep_ep) == 0)
+			return 0;
+		struct timespec t = {0, 10000000};
+		nanosleep(&t, NULL);
+	}
+	return -1;
+}
 int64_t tp_next_seq(const struct tp *p) { return p->seq; }
 
 void tp_remove(struct tp *p, const uint64_t *h, uint32_t n, const char *medium, int group)
@@ -253,6 +298,24 @@ void tp_remove(struct tp *p, const uint64_t *h, uint32_t n, const char *medium, 
 void tp_clear(struct tp *p) { batch(p, ev_clear, NULL, 0); }
 void tp_empty(struct tp *p) { batch(p, ev_none, NULL, 0); }
 void tp_raw(struct tp *p, const void *payload, size_t len) { send_numbered(p, payload, len, 0); }
+
+/* [0.0, [], 0]: an empty array_like batch. */
+static const unsigned char EMPTY_BATCH[] = {0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x90, 0x00};
+
+void tp_live_as(struct tp *p, int64_t seq)
+{
+	unsigned char s[8];
+	be8(s, seq);
+	zmq_send(p->pub, "kv", 2, ZMQ_SNDMORE);
+	zmq_send(p->pub, s, 8, ZMQ_SNDMORE);
+	zmq_send(p->pub, EMPTY_BATCH, sizeof EMPTY_BATCH, 0);
+}
+
+void tp_replay_forge(struct tp *p, int64_t seq)
+{
+	p->forge = true;
+	p->forge_seq = seq;
+}
 
 void tp_frames(struct tp *p, int nframes)
 {
@@ -293,6 +356,14 @@ void tp_service(struct tp *p)
 				p->mode = TP_REPLAY_NORMAL;
 			if (mode == TP_REPLAY_ONCE_THEN_HOLD)
 				p->mode = TP_REPLAY_HOLD; /* after this answer */
+			if (p->forge) {
+				unsigned char sb[8];
+				be8(sb, p->forge_seq);
+				zmq_send(p->router, zmq_msg_data(&f[0]), zmq_msg_size(&f[0]), ZMQ_SNDMORE);
+				zmq_send(p->router, "", 0, ZMQ_SNDMORE);
+				zmq_send(p->router, sb, 8, ZMQ_SNDMORE);
+				zmq_send(p->router, EMPTY_BATCH, sizeof EMPTY_BATCH, 0);
+			}
 			int64_t lo = p->seq > RING ? p->seq - RING : 0;
 			if (mode == TP_REPLAY_END_ONLY)
 				lo = p->seq; /* nothing that far back */
@@ -304,6 +375,8 @@ void tp_service(struct tp *p)
 				be8(sb, s);
 				zmq_send(p->router, zmq_msg_data(&f[0]), zmq_msg_size(&f[0]), ZMQ_SNDMORE);
 				zmq_send(p->router, "", 0, ZMQ_SNDMORE);
+				if (p->reply_frames == 4)
+					zmq_send(p->router, "kv", 2, ZMQ_SNDMORE);
 				zmq_send(p->router, sb, 8, ZMQ_SNDMORE);
 				zmq_send(p->router, p->ring[i].data, p->ring[i].len, 0);
 			}
@@ -313,6 +386,8 @@ void tp_service(struct tp *p)
 			be8(end, -1);
 			zmq_send(p->router, zmq_msg_data(&f[0]), zmq_msg_size(&f[0]), ZMQ_SNDMORE);
 			zmq_send(p->router, "", 0, ZMQ_SNDMORE);
+			if (p->reply_frames == 4) /* the end marker's topic is empty */
+				zmq_send(p->router, "", 0, ZMQ_SNDMORE);
 			zmq_send(p->router, end, 8, ZMQ_SNDMORE);
 			zmq_send(p->router, "", 0, 0);
 		}

@@ -16,6 +16,8 @@ struct tp;
 
 /* Binds tcp://127.0.0.1:* (PUB and ROUTER); NULL on failure. */
 struct tp *tp_new(void *zctx);
+/* The same, both sockets CURVE servers with this secret key (Z85). */
+struct tp *tp_new_curve(void *zctx, const char *secret_key);
 void tp_free(struct tp *p);
 const char *tp_pub_endpoint(const struct tp *p);
 const char *tp_replay_endpoint(const struct tp *p);
@@ -45,6 +47,14 @@ enum tp_replay {
 };
 void tp_replay_mode(struct tp *p, enum tp_replay mode);
 int64_t tp_next_seq(const struct tp *p); /* the number the next batch gets */
+/* Replay replies: 3 frames ["", seq, payload] (the default: vLLM before
+ * v0.26, SGLang) or 4 ["", topic, seq, payload] (vLLM v0.26 on, PR #45177);
+ * the end marker ["", -1, ""] or ["", "", -1, ""]. */
+void tp_reply_frames(struct tp *p, int frames);
+/* A new process on the same endpoints: the sockets closed and bound again,
+ * the buffer empty, numbering from next_seq (a quick restart that already
+ * passed the old number). 0, or -1 if a port could not be bound again. */
+int tp_reopen(struct tp *p, int64_t next_seq);
 
 /* An empty batch, numbered and buffered but not sent: lost on the wire. */
 void tp_lost(struct tp *p);
@@ -56,5 +66,12 @@ void tp_store_medium(struct tp *p, const uint64_t *hashes, uint32_t n, uint32_t 
 /* One batch of `rounds` x (AllBlocksCleared, BlockStored of the one block
  * first_hash + round), then `tail` more AllBlocksCleared. */
 void tp_clear_rounds(struct tp *p, uint32_t rounds, uint64_t first_hash, uint32_t tail);
+
+/* A hostile publisher (tests/fleet/test_fleet_hostile.c). tp_live_as: an
+ * empty batch numbered seq on PUB (not buffered, the count not moved);
+ * tp_replay_forge: every replay answer starts with an empty batch
+ * numbered seq. */
+void tp_live_as(struct tp *p, int64_t seq);
+void tp_replay_forge(struct tp *p, int64_t seq);
 
 #endif

@@ -15,6 +15,8 @@
 
 #include "apply.h"
 #include "index.h"
+#include "unhash.h"
+#include <kvadmit/lockfree/hash.h>
 #include "kva_test.h"
 
 /* Where (hash, loc) sits in an empty table: its home. */
@@ -219,6 +221,200 @@ static void random_operations_match_a_reference(void **st)
 	kvf_index_fini(&ix);
 }
 
+/* How far the entry (hash, loc) sits past its home. */
+static size_t displacement(struct kvf_index *ix, uint64_t hash, uint32_t loc)
+{
+	struct kvf_slot *s = kvf_index_find(ix, hash, loc);
+	assert_non_null(s);
+	return ((size_t)(s - ix->slots) - kvf_index_home(ix, hash, loc)) & ix->mask;
+}
+
+/* 8,192 blocks crafted to share one home under the unkeyed mixer
+ * (kva_hash64(hash ^ loc * golden) & mask, the index's home before it was
+ * keyed): each store probed the whole run before it, quadratic in the
+ * count. Keyed, they spread: no entry sits far from its home, none is
+ * refused. */
+static void crafted_keys_do_not_share_a_home(void **st)
+{
+	(void)st;
+	struct kvf_index ix;
+	assert_int_equal(kvf_index_init(&ix, 1 << 16), 0);
+	const uint32_t loc = KVF_LOC(3, 0, 0);
+	size_t far = 0;
+	for (uint64_t k = 0; k < 8192; k++) {
+		/* kva_hash64(x) & mask == 0 for x = kva_test_unhash64(k << 40) */
+		uint64_t hash = kva_test_unhash64(k << 40) ^ ((uint64_t)loc * 0x9e3779b97f4a7c15ull);
+		assert_int_equal(kva_hash64(hash ^ ((uint64_t)loc * 0x9e3779b97f4a7c15ull)) & ix.mask,
+		                 0);
+		assert_true(kvf_index_put(&ix, hash, loc, NULL, NULL));
+	}
+	for (uint64_t k = 0; k < 8192; k++) {
+		uint64_t hash = kva_test_unhash64(k << 40) ^ ((uint64_t)loc * 0x9e3779b97f4a7c15ull);
+		size_t d = displacement(&ix, hash, loc);
+		far = d > far ? d : far;
+	}
+	assert_true(far < 64); /* about 6 expected at this load */
+	assert_int_equal(ix.refused, 0);
+	assert_int_equal(ix.live, 8192);
+	kvf_index_fini(&ix);
+}
+
+/* With the key known (a test's), blocks aimed at one home: past probe_max
+ * slots a store is refused and counted, the table stays whole, and every
+ * entry stored is found within probe_max of its home. */
+static void probe_cap_refuses_and_counts(void **st)
+{
+	(void)st;
+	struct kvf_index ix;
+	assert_int_equal(kvf_index_init(&ix, 96), 0); /* 128 slots */
+	ix.key = (struct kvf_key){1, 2};
+	ix.probe_max = 8;
+	uint64_t same[16];
+	int n = 0;
+	for (uint64_t h = 1; n < 16; h++)
+		if (kvf_index_home(&ix, h, 5) == 7)
+			same[n++] = h;
+	for (int i = 0; i < 16; i++)
+		assert_int_equal(kvf_index_put(&ix, same[i], 5, NULL, NULL), i <= 8);
+	assert_int_equal(ix.refused, 16 - 9);
+	assert_int_equal(ix.live, 9);
+	for (int i = 0; i < 16; i++) {
+		struct kvf_slot *s = kvf_index_find(&ix, same[i], 5);
+		assert_int_equal(s != NULL, i <= 8);
+		if (s)
+			assert_true(displacement(&ix, same[i], 5) <= 8);
+	}
+	/* removing one makes room again */
+	assert_int_not_equal(kvf_index_del(&ix, same[0], 5), 0);
+	assert_true(kvf_index_put(&ix, same[9], 5, NULL, NULL));
+	assert_true(displacement(&ix, same[9], 5) <= 8);
+	kvf_index_fini(&ix);
+}
+
+/* Dropping a publisher touches no slot: its entries are dead at once (not
+ * found, not counted live), the other publishers' stay, and the dead ones
+ * are reclaimed as probes and the CLOCK hand meet them, never counted as
+ * evictions. Storing them again works at once. */
+static void dropping_a_publisher_is_constant_time(void **st)
+{
+	(void)st;
+	struct kvf_index ix;
+	assert_int_equal(kvf_index_init(&ix, 64), 0);
+	for (uint64_t h = 0; h < 32; h++) {
+		assert_true(kvf_index_put(&ix, h, KVF_LOC(1, 0, 0), NULL, NULL));
+		assert_true(kvf_index_put(&ix, h, KVF_LOC(2, 0, 0), NULL, NULL));
+	}
+	assert_int_equal(kvf_index_pub_live(&ix, 1), 32);
+	assert_int_equal(kvf_index_drop_pub(&ix, 1), 32);
+	assert_int_equal(ix.count, 64); /* nothing touched yet */
+	assert_int_equal(ix.live, 32);
+	assert_int_equal(kvf_index_pub_live(&ix, 1), 0);
+	for (uint64_t h = 0; h < 32; h++) {
+		assert_null(kvf_index_find(&ix, h, KVF_LOC(1, 0, 0)));
+		assert_non_null(kvf_index_find(&ix, h, KVF_LOC(2, 0, 0)));
+	}
+	assert_int_equal(kvf_index_del(&ix, 5, KVF_LOC(1, 0, 0)), 0);
+	assert_true(ix.reclaimed > 0); /* the finds freed what they met */
+	/* at the cap, dead entries go first and are no evictions */
+	for (uint64_t h = 100; h < 132; h++) {
+		bool ev = true;
+		assert_true(kvf_index_put(&ix, h, KVF_LOC(1, 0, 0), NULL, &ev));
+		assert_false(ev);
+	}
+	assert_int_equal(ix.evicted, 0);
+	assert_int_equal(ix.live, 64);
+	assert_true(ix.count <= ix.cap);
+	for (uint64_t h = 0; h < 32; h++)
+		assert_non_null(kvf_index_find(&ix, h, KVF_LOC(2, 0, 0)));
+	kvf_index_fini(&ix);
+}
+
+/* Once per 2^24 drops a publisher's generation wraps: that drop scans, so
+ * an entry dead since 2^24 drops ago never comes back. */
+static void generation_wrap_scans_once(void **st)
+{
+	(void)st;
+	struct kvf_index ix;
+	assert_int_equal(kvf_index_init(&ix, 64), 0);
+	ix.pubs[4].gen = 0; /* the entries a wrap could revive */
+	for (uint64_t h = 0; h < 8; h++)
+		kvf_index_put(&ix, h, KVF_LOC(4, 0, 0), NULL, NULL);
+	ix.pubs[4].gen = KVF_GEN_MASK - 1; /* as after 2^24 - 2 drops: they are dead */
+	assert_null(kvf_index_find(&ix, 100, KVF_LOC(4, 0, 0)));
+	ix.live -= 8, ix.pubs[4].live = 0;
+	kvf_index_put(&ix, 50, KVF_LOC(4, 0, 0), NULL, NULL);
+	assert_int_equal(kvf_index_drop_pub(&ix, 4), 1); /* to the last generation */
+	assert_int_equal(ix.gen_wraps, 0);
+	assert_int_equal(kvf_index_drop_pub(&ix, 4), 0); /* wraps: a scan */
+	assert_int_equal(ix.gen_wraps, 1);
+	assert_int_equal(ix.pubs[4].gen, 0);
+	for (uint64_t h = 0; h < 8; h++)
+		assert_null(kvf_index_find(&ix, h, KVF_LOC(4, 0, 0)));
+	assert_int_equal(ix.count, 0);
+	assert_int_equal(ix.live, 0);
+	kvf_index_fini(&ix);
+}
+
+/* Random puts, removals, finds and drops of a publisher against a plain
+ * reference, with the cap evicting: live counts, per publisher too. */
+static void random_drops_match_a_reference(void **st)
+{
+	(void)st;
+	struct kvf_index ix;
+	assert_int_equal(kvf_index_init(&ix, 20), 0);
+	bool ref[NH][NL];
+	memset(ref, 0, sizeof ref);
+	uint64_t s = 11;
+	uint32_t ops = (uint32_t)kva_test_scaled(200000);
+	for (uint32_t op = 0; op < ops; op++) {
+		uint64_t r = kva_test_rand(&s);
+		uint32_t h = (uint32_t)(r % NH), l = (uint32_t)(r >> 8) % NL;
+		switch ((r >> 16) % 8) {
+		case 0: case 1: case 2: { /* put */
+			struct kvf_slot out;
+			bool ev = false;
+			assert_int_equal(kvf_index_put(&ix, h, LOCS[l], &out, &ev), !ref[h][l]);
+			if (ev) {
+				uint32_t el = 0;
+				while (el < NL && LOCS[el] + 1 != out.loc1)
+					el++;
+				assert_true(el < NL && ref[out.hash][el]);
+				ref[out.hash][el] = false;
+			}
+			ref[h][l] = true;
+			break;
+		}
+		case 3: case 4:
+			assert_int_equal(kvf_index_del(&ix, h, LOCS[l]) != 0, ref[h][l]);
+			ref[h][l] = false;
+			break;
+		case 5: { /* a publisher dropped */
+			size_t want = 0;
+			for (uint32_t i = 0; i < NH; i++)
+				for (uint32_t j = 0; j < NL; j++)
+					if (ref[i][j] && KVF_LOC_PUB(LOCS[j]) == KVF_LOC_PUB(LOCS[l])) {
+						ref[i][j] = false;
+						want++;
+					}
+			assert_int_equal(kvf_index_drop_pub(&ix, KVF_LOC_PUB(LOCS[l])), want);
+			break;
+		}
+		default:
+			assert_int_equal(kvf_index_find(&ix, h, LOCS[l]) != NULL, ref[h][l]);
+		}
+		size_t live = 0, live1 = 0;
+		for (uint32_t i = 0; i < NH; i++)
+			for (uint32_t j = 0; j < NL; j++) {
+				live += ref[i][j];
+				live1 += ref[i][j] && KVF_LOC_PUB(LOCS[j]) == 1;
+			}
+		assert_int_equal(ix.live, live);
+		assert_int_equal(kvf_index_pub_live(&ix, 1), live1);
+		assert_true(ix.count >= live && ix.count <= ix.cap);
+	}
+	kvf_index_fini(&ix);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -226,6 +422,11 @@ int main(void)
 		cmocka_unit_test(removal_moves_an_entry_whose_home_is_the_hole),
 		cmocka_unit_test(cap_evicts_the_entry_without_a_reference),
 		cmocka_unit_test(random_operations_match_a_reference),
+		cmocka_unit_test(crafted_keys_do_not_share_a_home),
+		cmocka_unit_test(probe_cap_refuses_and_counts),
+		cmocka_unit_test(dropping_a_publisher_is_constant_time),
+		cmocka_unit_test(generation_wrap_scans_once),
+		cmocka_unit_test(random_drops_match_a_reference),
 		cmocka_unit_test(medium_names_say_their_tier),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

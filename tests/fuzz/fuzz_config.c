@@ -16,6 +16,12 @@
  *   - INCOMPATIBLE is never the reason when every answered checkpoint was
  *     compatible and within its prompt (item 4: a checkpoint at position
  *     UINT32_MAX);
+ *   - under KVA_ORDER_PRIORITY (order, preempt_threshold and aging
+ *     interval from their classes too), kva_set_priority and
+ *     kva_preempt_candidate answer only their documented codes; under FCFS
+ *     both are refused (-EINVAL);
+ *   - KVA_POLICY_COST with the seeds of kva_config_default, a margin from
+ *     its class, or a broken cost config (read only under COST);
  *   - after a final drain (copies reported, everything finished or
  *     cancelled, plans with room), every request ended exactly once and
  *     every credit is back.
@@ -173,6 +179,9 @@ static bool config_valid(const kva_config *c)
 	if (c->policy != KVA_POLICY_WAIT && c->policy != KVA_POLICY_LEGACY &&
 	    c->policy != KVA_POLICY_COST)
 		return false;
+	if ((c->order != KVA_ORDER_FCFS && c->order != KVA_ORDER_PRIORITY) ||
+	    c->preempt_threshold < 0)
+		return false;
 	const kva_cost_config *k = &c->cost;
 	if (c->policy == KVA_POLICY_COST) {
 		if (!k->page_bytes || !k->prefill_tokens_per_s || !k->half_life ||
@@ -210,13 +219,11 @@ static void configure(void)
 	c->lookup_refresh_ns = u64_class();
 	c->start_ns = u64_class();
 	uint8_t b = fz_u8(&S.in);
-	static const int policies[4] = {KVA_POLICY_WAIT, KVA_POLICY_LEGACY, KVA_POLICY_COST, -1};
+	/* 2 and 3: unknown policies, as before COST existed (COST: the cap
+	 * byte's extension below, so that older inputs keep their meaning) */
+	static const int policies[4] = {KVA_POLICY_WAIT, KVA_POLICY_LEGACY, KVA_POLICY_COST + 1,
+					-1};
 	c->policy = policies[b & 3];
-	/* bit 7: an unknown policy instead of COST; a broken cost config beside WAIT (not read) */
-	if ((b & 0x80) && c->policy == KVA_POLICY_COST)
-		c->policy = KVA_POLICY_COST + 1;
-	else if ((b & 0x80) && c->policy == KVA_POLICY_WAIT)
-		c->cost.half_life = 0;
 	if (!(b & 4))
 		c->lookup = lookup_cb;
 	if (b & 8)
@@ -233,9 +240,34 @@ static void configure(void)
 	for (uint32_t i = 0; i < nimp && i < KVA_MAX_WORLD; i++)
 		c->importers[i] = (kva_importer_ref){import_cb, NULL};
 	S.refuse = b >> 7;
+	uint8_t cap0 = 0;
 	for (int i = 0; i < 5; i++) {
-		uint8_t k = fz_u8(&S.in) % 4;
+		uint8_t k = fz_u8(&S.in);
+		cap0 = i ? cap0 : k;
+		k %= 4;
 		S.caps[i] = k == 0 ? 0 : k == 1 ? 1 : k == 2 ? 2 : CAP;
+	}
+	/* The priority fields follow when the first cap byte's bit 2 says so
+	 * (inputs written before them stay FCFS and keep their meaning). */
+	if (cap0 & 4) {
+		static const int orders[4] = {KVA_ORDER_FCFS, KVA_ORDER_PRIORITY, 2, -1};
+		c->order = orders[fz_u8(&S.in) & 3];
+		/* INT32_MAX + 1 and UINT32_MAX are negative: invalid */
+		c->preempt_threshold = (int32_t)u32_class(INT32_MAX);
+		c->aging_interval_ns = u64_class();
+	}
+	/* Bit 3 of the first cap byte: one more byte for the cost policy (after the
+	 * priority fields, whose inputs keep their meaning). Its bit 0: COST
+	 * instead of the policy above; bit 1: a broken cost config (-EINVAL
+	 * under COST, not read under the others); bit 2: a margin from its class. */
+	if (cap0 & 8) {
+		uint8_t x = fz_u8(&S.in);
+		if (x & 1)
+			c->policy = KVA_POLICY_COST;
+		if (x & 2)
+			c->cost.half_life = 0;
+		if (x & 4)
+			c->cost.margin_pct = u32_class(1000);
 	}
 }
 
@@ -267,6 +299,9 @@ static void check_after_step(void)
 	CHECK(st.free_pages + st.reserved_pages + st.in_use_pages + st.draining_pages ==
 	      st.total_pages);
 	CHECK(st.total_pages == S.cfg.total_pages);
+	kva_handle victim;
+	int vrc = kva_preempt_candidate(S.e, &victim);
+	CHECK(S.cfg.order == KVA_ORDER_PRIORITY ? vrc == 0 || vrc == -ENOENT : vrc == -EINVAL);
 	if (st.lookups_timed_out)
 		CHECK(S.cfg.lookup_timeout_ns && elapsed_at_least(S.cfg.lookup_timeout_ns));
 	if (st.refreshes)
@@ -344,9 +379,14 @@ static void op_submit(void)
 	uint8_t b = fz_u8(&S.in);
 	static const uint32_t prompts[8] = {1, 2, 16, 100, 4096, 1u << 20, UINT32_MAX - 1,
 					    UINT32_MAX};
-	kva_request r = {.id = 1 + S.nh, .prefix_key = b & 3, .prompt_tokens = prompts[b >> 5]};
+	static const int32_t priorities[8] = {0, 1, -1, 2, INT32_MAX, INT32_MIN, 100, -100};
+	kva_request r = {.id = 1 + S.nh,
+			 .prefix_key = b & 3,
+			 .prompt_tokens = prompts[b >> 5],
+			 .priority = priorities[(b >> 2) & 7]};
 	int rc = kva_submit(S.e, &r, &S.h[S.nh].h);
-	TRACE("submit %u key %u prompt %u -> %d\n", S.nh, b & 3, r.prompt_tokens, rc);
+	TRACE("submit %u key %u prompt %u priority %d -> %d\n", S.nh, b & 3, r.prompt_tokens,
+	      r.priority, rc);
 	CHECK(rc == 0);
 	S.h[S.nh++].prompt = r.prompt_tokens;
 }
@@ -428,6 +468,22 @@ static void op_end(void)
 	}
 }
 
+/* A priority change: refused under FCFS, else taken or the request ended. */
+static void op_set_priority(void)
+{
+	uint8_t b = fz_u8(&S.in);
+	static const int32_t to[4] = {INT32_MIN, -1, 1, INT32_MAX};
+	if (!S.nh)
+		return;
+	struct hreq *r = &S.h[b % S.nh];
+	int rc = kva_set_priority(S.e, r->h, to[b >> 6]);
+	TRACE("set_priority %u %d -> %d\n", b % S.nh, to[b >> 6], rc);
+	if (S.cfg.order != KVA_ORDER_PRIORITY)
+		CHECK(rc == -EINVAL);
+	else
+		CHECK(rc == 0 || (rc == -ENOENT && (r->ended || r->cancel_ok || r->finish_ok)));
+}
+
 static void final_drain(void)
 {
 	plan_set(true);
@@ -473,14 +529,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fz_init(&S.in, data, size);
 	configure();
 	TRACE("config: pages %u x %u tok, watermark %u, headroom %u, chunk %u, slots %u, running "
-	      "%u, world %u, retries %u, policy %d, timeouts %llu/%llu/%llu/%llu, start %llu\n",
+	      "%u, world %u, retries %u, policy %d, timeouts %llu/%llu/%llu/%llu, start %llu, "
+	      "order %d, threshold %d, aging %llu\n",
 	      S.cfg.total_pages, S.cfg.page_tokens, S.cfg.decode_reserve_pages,
 	      S.cfg.decode_headroom_pages, S.cfg.prefill_chunk_tokens, S.cfg.copy_slots,
 	      S.cfg.max_running, S.cfg.world_size, S.cfg.max_copy_retries, S.cfg.policy,
 	      (unsigned long long)S.cfg.lookup_timeout_ns,
 	      (unsigned long long)S.cfg.max_restore_wait_ns,
 	      (unsigned long long)S.cfg.wait_log_interval_ns,
-	      (unsigned long long)S.cfg.lookup_refresh_ns, (unsigned long long)S.cfg.start_ns);
+	      (unsigned long long)S.cfg.lookup_refresh_ns, (unsigned long long)S.cfg.start_ns,
+	      S.cfg.order, S.cfg.preempt_threshold, (unsigned long long)S.cfg.aging_interval_ns);
 	int err = 1;
 	S.e = kva_engine_create(&S.cfg, &err);
 	bool valid = config_valid(&S.cfg);
@@ -507,6 +565,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			break;
 		case 4:
 			op_end();
+			break;
+		case 7:
+			op_set_priority();
 			break;
 		default: {
 			static const uint64_t dt[8] = {0, 1, 1ull << 20, 1000000000ull,

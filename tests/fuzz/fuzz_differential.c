@@ -22,8 +22,14 @@
  *     allocation failures (fuzz_engine covers those against invariants).
  * Policies wait, legacy and cost (the clock stays at 0: a copy takes no
  * time, so a tier's first completed copy makes its copies free; the choice
- * is computed the same way, in doubles); plan capacities may be tight (leftovers go to
- * the next step in order).
+ * is computed the same way, in doubles, for whichever request heads the
+ * sorted list); plan capacities may be tight (leftovers go to
+ * the next step in order). FCFS or PRIORITY order (with or without aging):
+ * under PRIORITY each submit has a priority and maybe a host arrival time,
+ * kva_set_priority changes it, and the reference sorts its waiting list
+ * every step by the documented key (docs/design.md, "Priority order");
+ * after each step kva_preempt_candidate must name a running request of the
+ * largest (priority, arrival).
  *
  * Input: 12 configuration bytes and four directory manifests, then
  * operations (selector byte + arguments).
@@ -60,6 +66,12 @@ struct ref_req {
 	/* what it owns */
 	uint32_t npages, reserved, import_pages;
 	uint64_t queue_seq; /* order its import left the head (READY list order) */
+	/* PRIORITY order: the sort key of a waiting request is (level, front
+	 * first, then front ? -seq : (arrival, seq)), seq counting joins */
+	int32_t priority;
+	uint64_t arrival;
+	bool front;
+	uint64_t seq;
 	/* copies */
 	uint32_t attempts, retries, world_mask;
 	uint32_t reported; /* ranks whose report the step has handled */
@@ -67,12 +79,13 @@ struct ref_req {
 	bool any_failed, copying, queued, draining;
 };
 
-enum ev_type { EV_SUBMIT, EV_CANCEL, EV_FINISHED, EV_PREEMPTED, EV_COPY, EV_ANSWER };
+enum ev_type { EV_SUBMIT, EV_CANCEL, EV_FINISHED, EV_PREEMPTED, EV_COPY, EV_ANSWER, EV_PRIORITY };
 
 struct ref_ev {
 	uint8_t type, status;
 	uint16_t rank;
 	int r;
+	int32_t priority; /* EV_PRIORITY */
 };
 
 struct ref {
@@ -86,6 +99,7 @@ struct ref {
 	int waitq[MAXR], ready[MAXR], pending[MAXR], ended[MAXR];
 	uint32_t nwait, nready, npending, nended;
 	uint64_t import_seq;
+	uint64_t join_seq; /* PRIORITY: joins of the waiting list */
 	struct ref_ev ev[4 * MAXR + 64];
 	uint32_t nev, evpos;
 	/* the cost policy: tiers with a completed copy, copy-slot releases, and
@@ -137,7 +151,61 @@ static void list_remove(int *list, uint32_t *n, int r)
 static void push_ev(uint8_t type, int r, uint16_t rank, uint8_t status)
 {
 	CHECK(S.m.nev < sizeof(S.m.ev) / sizeof(S.m.ev[0]));
-	S.m.ev[S.m.nev++] = (struct ref_ev){type, status, rank, r};
+	S.m.ev[S.m.nev++] = (struct ref_ev){type, status, rank, r, 0};
+}
+
+static bool by_priority(void)
+{
+	return S.m.cfg.order == KVA_ORDER_PRIORITY;
+}
+
+/* The level a request waits in: its priority, aged by its arrival. */
+static int64_t level_of(const struct ref_req *q)
+{
+	uint64_t i = S.m.cfg.aging_interval_ns;
+	return (int64_t)q->priority + (i ? (int64_t)(q->arrival / i) : 0);
+}
+
+/* Whether waiting request a goes before b under PRIORITY order. */
+static bool ref_before(const struct ref_req *a, const struct ref_req *b)
+{
+	if (level_of(a) != level_of(b))
+		return level_of(a) < level_of(b);
+	if (a->front != b->front)
+		return a->front;
+	if (a->front)
+		return a->seq > b->seq; /* the last to join the front first */
+	return a->arrival != b->arrival ? a->arrival < b->arrival : a->seq < b->seq;
+}
+
+/* The slow, obvious way: the whole waiting list sorted again (insertion sort). */
+static void ref_sort_waiting(void)
+{
+	struct ref *m = &S.m;
+	for (uint32_t i = 1; i < m->nwait; i++) {
+		int r = m->waitq[i];
+		uint32_t j = i;
+		while (j > 0 && ref_before(&m->q[r], &m->q[m->waitq[j - 1]])) {
+			m->waitq[j] = m->waitq[j - 1];
+			j--;
+		}
+		m->waitq[j] = r;
+	}
+}
+
+/* r joins the waiting list (FCFS: at the back or the front). */
+static void ref_join(int r, bool front)
+{
+	struct ref *m = &S.m;
+	m->q[r].front = front;
+	m->q[r].seq = ++m->join_seq;
+	if (!front) {
+		m->waitq[m->nwait++] = r;
+		return;
+	}
+	memmove(&m->waitq[1], &m->waitq[0], m->nwait * sizeof(int));
+	m->waitq[0] = r;
+	m->nwait++;
 }
 
 static kva_handle hof(int r)
@@ -335,9 +403,21 @@ static void ref_event(const struct ref_ev *ev)
 	switch (ev->type) {
 	case EV_SUBMIT:
 		q->state = R_WAITING;
-		m->waitq[m->nwait++] = ev->r;
+		ref_join(ev->r, false);
 		ref_lookup(ev->r);
 		break;
+	case EV_PRIORITY: {
+		int64_t was = level_of(q);
+		q->priority = ev->priority;
+		/* it becomes an arrival of the step's clock unless it arrived
+		 * later: the clock is 0 here, so its arrival stays */
+		/* a waiting request whose level changed joins its new one */
+		if (q->state == R_WAITING && level_of(q) != was) {
+			list_remove(m->waitq, &m->nwait, ev->r);
+			ref_join(ev->r, false);
+		}
+		break;
+	}
 	case EV_ANSWER:
 		ref_answer(ev->r);
 		break;
@@ -353,9 +433,7 @@ static void ref_event(const struct ref_ev *ev)
 			break;
 		}
 		q->state = R_WAITING;
-		memmove(&m->waitq[1], &m->waitq[0], m->nwait * sizeof(int));
-		m->waitq[0] = ev->r;
-		m->nwait++;
+		ref_join(ev->r, true);
 		ref_lookup(ev->r);
 		break;
 	case EV_COPY:
@@ -561,7 +639,9 @@ static void ref_step(void)
 			ref_admit(r, KVA_ADMIT_RECOMPUTE, 0, 0);
 		}
 	}
-	/* then FCFS from the head, stopping at the first that cannot go */
+	/* then from the head, stopping at the first that cannot go */
+	if (by_priority())
+		ref_sort_waiting();
 	while (m->nwait && ref_admit_head(m->waitq[0]) > 0)
 		;
 	/* copy jobs, whole (every rank) or not at all */
@@ -600,6 +680,8 @@ static bool same_handle(kva_handle a, kva_handle b)
 {
 	return a.id == b.id && a.gen == b.gen && a.slot == b.slot;
 }
+
+static void check_candidate(void);
 
 static void compare_step(void)
 {
@@ -682,6 +764,7 @@ static void compare_step(void)
 	kva_stats_get(S.e, &st);
 	CHECK(st.free_pages == m->free_pages && st.free_copy_slots == m->free_slots &&
 	      st.free_run_slots == m->free_runs);
+	check_candidate();
 }
 
 /* ---- operations ----------------------------------------------------------------- */
@@ -708,8 +791,12 @@ static void op_submit(uint32_t max_prompt)
 	if (S.m.nq == MAXR)
 		return;
 	int r = (int)S.m.nq;
-	kva_request q = {
-	    .id = 1000 + (uint64_t)r, .prefix_key = b % NKEYS, .prompt_tokens = prompt};
+	/* under PRIORITY: priority 0..3, host arrival 0 (the step's clock, 0) or 1..3 */
+	kva_request q = {.id = 1000 + (uint64_t)r,
+	                 .prefix_key = b % NKEYS,
+	                 .prompt_tokens = prompt,
+	                 .priority = (int32_t)(b / NKEYS % 4),
+	                 .arrival_ns = b / (4 * NKEYS) % 4};
 	CHECK(kva_submit(S.e, &q, &S.h[r]) == 0);
 	TRACE("submit %llu key %llu prompt %u\n", (unsigned long long)q.id,
 	      (unsigned long long)q.prefix_key, prompt);
@@ -720,6 +807,8 @@ static void op_submit(uint32_t max_prompt)
 	x->prompt = prompt;
 	x->sel = -1;
 	x->world_mask = (1u << S.m.cfg.world_size) - 1;
+	x->priority = q.priority;
+	x->arrival = q.arrival_ns;
 	push_ev(EV_SUBMIT, r, 0, 0);
 }
 
@@ -769,6 +858,51 @@ static void op_cancel(uint8_t b)
 	if (want == 0) {
 		q->cancel_requested = true;
 		push_ev(EV_CANCEL, r, 0, 0);
+	}
+}
+
+/* kva_set_priority on any request the host still holds (PRIORITY order). */
+static void op_set_priority(uint8_t b, uint8_t c)
+{
+	int r = pick(b, -1);
+	if (r < 0)
+		return;
+	const struct ref_req *q = &S.m.q[r];
+	int32_t p = (int32_t)(c % 5) - 1;
+	int want = q->state == R_ENDING ? -ENOENT : 0;
+	TRACE("set_priority %llu %d (want %d)\n", (unsigned long long)hof(r).id, p, want);
+	CHECK(kva_set_priority(S.e, hof(r), p) == want);
+	if (want == 0) {
+		push_ev(EV_PRIORITY, r, 0, 0);
+		S.m.ev[S.m.nev - 1].priority = p;
+	}
+}
+
+/* After a step: the victim is a running request of the largest (priority, arrival). */
+static void check_candidate(void)
+{
+	kva_handle h;
+	int rc = kva_preempt_candidate(S.e, &h);
+	if (!by_priority()) {
+		CHECK(rc == -EINVAL);
+		return;
+	}
+	const struct ref_req *best = NULL;
+	int found = -1;
+	for (uint32_t r = 0; r < S.m.nq; r++) {
+		const struct ref_req *q = &S.m.q[r];
+		if (q->state != R_RUNNING)
+			continue;
+		if (!best || q->priority > best->priority ||
+		    (q->priority == best->priority && q->arrival > best->arrival))
+			best = q;
+		if (rc == 0 && same_handle(h, hof((int)r)))
+			found = (int)r;
+	}
+	CHECK(best ? rc == 0 : rc == -ENOENT);
+	if (best) {
+		CHECK(found >= 0);
+		CHECK(S.m.q[found].priority == best->priority && S.m.q[found].arrival == best->arrival);
 	}
 }
 
@@ -837,6 +971,8 @@ static void configure(uint32_t *max_prompt)
 	b = fz_u8(in);
 	c->max_running = (uint16_t)(1 + (b & 7) % 6);
 	c->world_size = 1 + (b >> 3) % 2;
+	c->order = (b >> 4) & 1 ? KVA_ORDER_PRIORITY : KVA_ORDER_FCFS;
+	c->aging_interval_ns = (b >> 5) & 1 ? 2 : 0; /* host arrivals are 0..3 */
 	c->lookup_timeout_ns = c->max_restore_wait_ns = 0;
 	c->wait_log_interval_ns = c->lookup_refresh_ns = 0;
 	c->lookup = on_lookup;
@@ -924,6 +1060,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			break;
 		case 7:
 			op_grow(b, fz_u8(&S.in));
+			break;
+		case 4: /* FCFS: a step, as before this operation existed */
+			if (by_priority()) {
+				op_set_priority(b, fz_u8(&S.in));
+				break;
+			}
+			compare_step();
 			break;
 		default:
 			compare_step();

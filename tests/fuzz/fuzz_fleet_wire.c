@@ -42,6 +42,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		CHECK(rb == 0 || rb == -E2BIG);
 		if (rb == 0) {
 			CHECK(b.nevents == a.nevents && b.nhashes == a.nhashes);
+			CHECK(b.unknown_events == a.unknown_events &&
+			      b.undecodable_events == a.undecodable_events);
 			CHECK(a.nhashes == 0 ||
 			      memcmp(a.hashes, b.hashes, a.nhashes * sizeof(uint64_t)) == 0);
 		}

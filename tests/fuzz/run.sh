@@ -40,7 +40,7 @@ show_artifacts() {
 	done
 }
 
-for t in fuzz_engine fuzz_differential fuzz_lockfree fuzz_config fuzz_fleet_wire; do
+for t in fuzz_engine fuzz_differential fuzz_lockfree fuzz_config fuzz_fleet_wire fuzz_fleet_seq; do
 	bin=$build/tests/fuzz/$t
 	work=$build/fuzz-work/$t
 	mkdir -p "$work/corpus" "$work/artifacts"
@@ -62,7 +62,10 @@ for t in fuzz_engine fuzz_differential fuzz_lockfree fuzz_config fuzz_fleet_wire
 	seed=${FUZZ_SEED:-$(($(od -An -N4 -tu4 /dev/urandom) % 2147483646 + 1))}
 	echo "$t: seed $seed"
 	start=$(date +%s)
-	"$bin" "${mode[@]}" -seed="$seed" -max_total_time="$secs" -max_len=2048 -rss_limit_mb=2048 -timeout=60 \
+	# the decoder gets whole batches of many events; the others' operations fit in 2 KiB
+	max_len=2048
+	[ "$t" = fuzz_fleet_wire ] && max_len=65536
+	"$bin" "${mode[@]}" -seed="$seed" -max_total_time="$secs" -max_len="$max_len" -rss_limit_mb=2048 -timeout=60 \
 		-print_final_stats=1 -artifact_prefix="$work/artifacts/" \
 		"$work/corpus" "$src/corpus/$t" >"$work/fuzz.log" 2>&1
 	rc=$?

@@ -480,7 +480,11 @@ class Config(Enc):
                  slots=("u8", 4), running=("u8", 8), world="1", retries="lim",
                  timeouts=(("s", 5), ("s", 60), ("s", 30), ("s", 20)), start="1",
                  policy=0, lookup=True, log=True, wake=True, importers=0, refuse=False,
-                 caps=(3, 3, 3, 3, 3)):
+                 caps=(3, 3, 3, 3, 3), priority=None, cost=None):
+        """priority: None (FCFS, nothing written), or (order class 0..3: FCFS,
+        PRIORITY, 2, -1; preempt_threshold as a u32 field; aging interval as a
+        u64 field). cost: None (nothing written), or (COST instead of `policy`,
+        a broken cost config, a margin as a u32 field or None)."""
         super().__init__()
         for v in (pages, pt, reserve, headroom, chunk, slots, running, world, retries):
             self.u32(v)
@@ -488,8 +492,19 @@ class Config(Enc):
             self.u64(v)
         self.u8(policy | (0 if lookup else 4) | (8 if log else 0) | (16 if wake else 0)
                 | importers << 5 | (128 if refuse else 0))
-        for c in caps:
-            self.u8(c)
+        for i, c in enumerate(caps):
+            self.u8(c | (4 if i == 0 and priority is not None else 0)
+                    | (8 if i == 0 and cost is not None else 0))
+        if priority is not None:
+            order, threshold, aging = priority
+            self.u8(order)
+            self.u32(threshold)
+            self.u64(aging)
+        if cost is not None:
+            use, broken, margin = cost
+            self.u8((1 if use else 0) | (2 if broken else 0) | (4 if margin is not None else 0))
+            if margin is not None:
+                self.u32(margin)
 
     def u32(self, v):
         if isinstance(v, str):
@@ -513,9 +528,16 @@ class Config(Enc):
             self.u8({"ms": 6, "s": 7, "max-s": 8}[kind])
             self.u8(x)
 
-    def submit(self, key, prompt):
+    def submit(self, key, prompt, prio=0):
+        """prio: an index into fuzz_config's priorities (0: priority 0)."""
         self.u8(0)
-        self.u8(key | PROMPTS.index(prompt) << 5)
+        self.u8(key | prio << 2 | PROMPTS.index(prompt) << 5)
+
+    def set_priority(self, k, to):
+        """to: 0 INT32_MIN, 1 -1, 2 1, 3 INT32_MAX; k indexes the handles."""
+        assert k < 64
+        self.u8(7)
+        self.u8(k | to << 6)
 
     def answer(self, k, entries, miss=False):
         """entries: (pos_class, local, compatible); pos_class 0: 1, 1: prompt/2, 2: prompt,
@@ -542,11 +564,11 @@ class Config(Enc):
         self.u8(5 | STEP_DT.index(dt) << 3)
 
 
-def config_seeds():
-    seeds = {}
-    c = Config()
-    for i in range(4):
-        c.submit(1 + i % 3, 100)
+def config_run(c, prios=(0, 0, 0, 0)):
+    """The defaults seed's operations on c: four submits (priority indices
+    prios), answers, a copy, a finish, steps."""
+    for i, p in enumerate(prios):
+        c.submit(1 + i % 3, 100, p)
     c.step("0")
     c.answer(0, [(1, False, True), (2, False, True)])
     c.answer(0, [(0, True, True)])
@@ -555,7 +577,12 @@ def config_seeds():
     c.step("1s")
     c.end(0, finish=True)
     c.step("60s")
-    seeds["defaults"] = c
+    return c
+
+
+def config_seeds():
+    seeds = {}
+    seeds["defaults"] = config_run(Config())
     c = Config(world="2", importers=1, slots=("u8", 2), retries="1")
     for i in range(3):
         c.submit(1, 100)
@@ -591,6 +618,37 @@ def config_seeds():
     for dt in ("1ns", "tick", "1s", "1s"):
         c.step(dt)
     seeds["edges-valid-near-the-end-of-time"] = c
+    # priority order with aging and a preemption threshold: mixed priorities,
+    # a change on a waiting request, one on a running one
+    c = Config(pages=("u8", 20), priority=(1, "1", ("s", 1)))
+    for i, prio in enumerate((4, 5, 1, 2)):
+        c.submit(1 + i % 3, 100, prio)
+    c.step("0")
+    c.answer(0, [(2, False, True)])
+    c.set_priority(3, 0)
+    c.step("tick")
+    c.set_priority(0, 3)
+    for dt in ("1s", "60s"):
+        c.step(dt)
+    seeds["priority-aging-threshold"] = c
+    c = Config(priority=(3, "lim+1", "max"))
+    seeds["invalid-order-and-threshold"] = c
+    c = Config(priority=(0, "0", "1"))
+    c.submit(1, 100, 3)
+    c.set_priority(0, 1)
+    c.step("0")
+    seeds["fcfs-refuses-priority-changes"] = c
+    # the cost policy (the cap byte's bit 3): with kva_config_default's seeds,
+    # under PRIORITY with a margin at its limit, beside a refusing importer,
+    # and a broken cost config, -EINVAL under COST and not read under WAIT
+    for name, kw in (("cost-policy", dict(cost=(True, False, None))),
+                     ("cost-under-priority", dict(priority=(1, "0", "0"),
+                                                  cost=(True, False, "lim"))),
+                     ("cost-refusing-importer", dict(importers=1, refuse=True,
+                                                     cost=(True, False, ("u8", 0))))):
+        seeds[name] = config_run(Config(pages=("u8", 20), **kw), prios=(0, 1, 2, 3))
+    seeds["cost-broken-config"] = Config(cost=(True, True, None))
+    seeds["cost-config-not-read"] = Config(cost=(False, True, None))
     # item 1: durations whose deadline passes UINT64_MAX mean never; the lookup
     # must not time out (nor refresh, expire or log every step) at once
     regress = {}
@@ -651,13 +709,77 @@ def config_seeds():
     return seeds, regress
 
 
+class Seq(Enc):
+    """fuzz_fleet_seq's input: an operation byte, then seq_of's byte (and 8
+    more for a raw number)."""
+    LIVE, BIG, REPLAY, END, RETRY, GIVE_UP = range(6)
+    EDGES = {-1: 0, "max": 1, "min": 2, 0: 3, -2: 4, "max-1": 5}
+
+    def op(self, op, mode="last", k=0):
+        self.u8(op)
+        if mode == "last":  # the last live number + k (the first: k itself)
+            self.u8((k + 24) << 2)
+        elif mode == "first":
+            self.u8(k << 2)
+        elif mode == "expected":
+            self.u8(((k + 24) << 2) | 1)
+        elif mode == "raw":
+            self.u8(2)
+            for i in range(8):
+                self.u8((k >> (56 - 8 * i)) & 0xFF)
+        else:  # an edge
+            self.u8((self.EDGES[k] << 2) | 3)
+        return self
+
+
+def fleet_seq_seeds():
+    S = Seq
+    seeds = {}
+    c = Seq().op(S.LIVE, "first", 0)
+    for _ in range(10):
+        c.op(S.LIVE, "last", 1)
+    seeds["in-order"] = c
+    c = Seq().op(S.LIVE, "first", 0).op(S.LIVE, "last", 3)  # a gap: a replay from 1
+    c.op(S.REPLAY, "expected", 0).op(S.REPLAY, "expected", 0).op(S.END, "first", 0)
+    c.op(S.LIVE, "last", 1)
+    seeds["gap-and-replay"] = c
+    c = Seq().op(S.LIVE, "first", 0).op(S.LIVE, "last", 2)
+    c.op(S.REPLAY, "raw", 1 << 62).op(S.END, "first", 0)
+    for _ in range(3):
+        c.op(S.LIVE, "last", 1)
+    seeds["forged-replay"] = c
+    c = Seq().op(S.LIVE, "first", 0)
+    for _ in range(3):
+        c.op(S.LIVE, "last", 1)
+    c.op(S.LIVE, "edge", 0).op(S.LIVE, "last", 1)  # the sequence went back: a restart
+    c.op(S.REPLAY, "expected", 0).op(S.END, "first", 0)
+    seeds["restart"] = c
+    c = Seq().op(S.LIVE, "first", 0)
+    for e in (-1, "max", "min", -2, "max-1"):
+        c.op(S.LIVE, "edge", e).op(S.REPLAY, "edge", e)
+    c.op(S.LIVE, "last", 1)
+    seeds["edges"] = c
+    c = Seq().op(S.LIVE, "first", 0).op(S.LIVE, "last", 2)
+    for _ in range(6):  # past max_pending (4): held overflow
+        c.op(S.LIVE, "last", 1)
+    c.op(S.RETRY, "first", 0).op(S.GIVE_UP, "first", 0)
+    c.op(S.REPLAY, "expected", 0).op(S.END, "first", 0).op(S.LIVE, "last", 1)
+    seeds["held-overflow"] = c
+    c = Seq().op(S.LIVE, "first", 5)  # joined late: a replay from 0
+    c.op(S.BIG, "last", 1).op(S.REPLAY, "expected", 0).op(S.REPLAY, "expected", 1)
+    c.op(S.END, "first", 0).op(S.LIVE, "last", 1)
+    seeds["late-join"] = c
+    return seeds
+
+
 def main():
     cfg_seeds, cfg_regress = config_seeds()
     for target, seeds, prefix in (("fuzz_engine", engine_seeds(), "seed-"),
                                   ("fuzz_differential", differential_seeds(), "seed-"),
                                   ("fuzz_lockfree", lockfree_seeds(), "seed-"),
                                   ("fuzz_config", cfg_seeds, "seed-"),
-                                  ("fuzz_config", cfg_regress, "regress-")):
+                                  ("fuzz_config", cfg_regress, "regress-"),
+                                  ("fuzz_fleet_seq", fleet_seq_seeds(), "seed-")):
         d = os.path.join(HERE, "corpus", target)
         os.makedirs(d, exist_ok=True)
         for name, enc in seeds.items():

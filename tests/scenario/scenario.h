@@ -101,6 +101,11 @@ static inline struct sc *sc_new(const kva_config *cfg)
 	struct sc *s = calloc(1, sizeof(*s));
 	assert_non_null(s);
 	s->cfg = *cfg;
+	/* The same scenario under PRIORITY order, every request at one
+	 * priority, must behave as FCFS (tests/CMakeLists.txt runs each
+	 * scenario and conformance test both ways). */
+	if (getenv("KVA_TEST_ORDER_PRIORITY"))
+		s->cfg.order = KVA_ORDER_PRIORITY;
 	s->cfg.lookup = sc_lookup_cb;
 	s->cfg.lookup_ctx = s;
 	s->cfg.log = sc_log_cb;

@@ -5,6 +5,7 @@
  * allocation failure, and thread caches that outlive their thread.
  */
 #include <setjmp.h>
+#include <stdalign.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -79,7 +80,7 @@ static int setup(void **state)
 static struct kva_slab *slab_new(void)
 {
 	/* On the heap, so ASan sees a read past chunk[] (an index out of range). */
-	struct kva_slab *s = malloc(sizeof(*s));
+	struct kva_slab *s = aligned_alloc(alignof(struct kva_slab), sizeof(*s)); /* alignas members */
 	assert_non_null(s);
 	assert_int_equal(
 	    kva_slab_init(s, sizeof(struct slot), offsetof(struct slot, rcu), t_alloc, t_free), 0);
@@ -674,7 +675,7 @@ static size_t resident_pages(const struct kva_slab *s)
 static void test_fresh_slots_are_touched_only_by_their_owner(void **state)
 {
 	(void)state;
-	struct kva_slab *s = malloc(sizeof(*s));
+	struct kva_slab *s = aligned_alloc(alignof(struct kva_slab), sizeof(*s)); /* alignas members */
 	assert_non_null(s);
 	assert_int_equal(
 	    kva_slab_init(s, sizeof(struct slot), offsetof(struct slot, rcu), m_alloc, m_free), 0);
@@ -880,7 +881,7 @@ static void count_warm(void *p, size_t n)
 static void test_grow_ahead_warms_the_next_slots_once(void **state)
 {
 	(void)state;
-	struct kva_slab *s = malloc(sizeof(*s));
+	struct kva_slab *s = aligned_alloc(alignof(struct kva_slab), sizeof(*s)); /* alignas members */
 	assert_non_null(s);
 	assert_int_equal(
 	    kva_slab_init(s, sizeof(struct slot), offsetof(struct slot, rcu), m_alloc, m_free), 0);

@@ -5,6 +5,7 @@
  * a small slab is left alone; remove stops it before fini.
  */
 #include <setjmp.h>
+#include <stdalign.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -85,7 +86,7 @@ static void reset_counts(void)
 
 static struct kva_slab *slab_new(void)
 {
-	struct kva_slab *s = malloc(sizeof(*s));
+	struct kva_slab *s = aligned_alloc(alignof(struct kva_slab), sizeof(*s)); /* alignas members */
 	assert_non_null(s);
 	assert_int_equal(
 	    kva_slab_init(s, sizeof(struct slot), offsetof(struct slot, rcu), t_alloc, t_free), 0);

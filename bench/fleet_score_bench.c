@@ -1,0 +1,340 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * kvadmit-fleet-score-bench: kva_fleet_score (a router's query, docs/fleet.md
+ * "Answering routers") against a fleet of 64 publishers over inproc://.
+ *   ingest   block events indexed per second by the I/O thread while 64
+ *            publishers fill the index (BLOCKS_PER_PUB each, stores of 32
+ *            blocks in batches of 16 events, no token ids), three ways in
+ *            the same run: cfg.score off (the baseline: the fleet as before
+ *            kva_fleet_score), on, and on with a thread scoring all along
+ *   latency  kva_fleet_score of a 1,000-block chain (publisher 0 holds all of
+ *            it, publishers 1..7 shorter prefixes, the other 56 none of it:
+ *            their own blocks), p50 / p99 / max,
+ *            while one publisher streams at a paced rate (stores of new
+ *            blocks and removals of old ones, the index staying full)
+ * Usage: kvadmit-fleet-score-bench [BLOCKS_PER_PUB [EVENTS_PER_S [SECONDS]]]
+ * (default 16384: 1,048,576 blocks in all; 1,000,000; 3).
+ */
+#define _GNU_SOURCE
+#include <msgpack.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "kvadmit/fleet.h"
+
+#ifdef KVA_TSAN
+const char *__tsan_default_suppressions(void);
+const char *__tsan_default_suppressions(void)
+{
+	return "race:libzmq.so.5\ncalled_from_lib:libzmq.so.5\n";
+}
+#endif
+
+#define PUBS 64
+#define EVENTS 16
+#define BLOCKS 32 /* per event */
+#define CHAIN 1000
+#define BS 16
+
+static uint64_t mono(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static void str(msgpack_packer *pk, const char *s)
+{
+	msgpack_pack_str(pk, strlen(s));
+	msgpack_pack_str_body(pk, s, strlen(s));
+}
+
+/* Block i of publisher p: the query chain's block i for i < held(p), else
+ * its own. */
+static uint64_t chain_hash(uint32_t i) { return (i + 1) * 0x9e3779b97f4a7c15ull; }
+static uint32_t held(uint32_t p) { return p < 8 ? CHAIN * (8 - p) / 8 : 0; }
+static uint64_t block_hash(uint32_t p, uint64_t i)
+{
+	return i < held(p) ? chain_hash((uint32_t)i)
+	                   : ((uint64_t)p << 40 | i) * 0xc2b2ae3d27d4eb4full + 1;
+}
+
+/* One batch: EVENTS events of BLOCKS blocks, stores from `first` of p (or
+ * removals). */
+static void encode(msgpack_sbuffer *sb, uint32_t p, uint64_t first, bool remove)
+{
+	msgpack_sbuffer_clear(sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+	msgpack_pack_array(&pk, 3);
+	msgpack_pack_double(&pk, 1.0);
+	msgpack_pack_array(&pk, EVENTS);
+	for (int e = 0; e < EVENTS; e++) {
+		msgpack_pack_map(&pk, remove ? 3 : 4);
+		str(&pk, "type");
+		str(&pk, remove ? "BlockRemoved" : "BlockStored");
+		str(&pk, "block_hashes");
+		msgpack_pack_array(&pk, BLOCKS);
+		for (int b = 0; b < BLOCKS; b++)
+			msgpack_pack_uint64(&pk, block_hash(p, first + (uint64_t)(e * BLOCKS + b)));
+		str(&pk, "medium");
+		str(&pk, "GPU");
+		if (!remove) {
+			str(&pk, "block_size");
+			msgpack_pack_int(&pk, BS);
+		}
+	}
+	msgpack_pack_int(&pk, (int)(p % 8)); /* data_parallel_rank */
+}
+
+struct pub {
+	void *sock;
+	uint64_t seq;
+	char topic[32];
+};
+
+static void pub_send(struct pub *p, const msgpack_sbuffer *sb)
+{
+	unsigned char s[8];
+	for (int i = 0; i < 8; i++)
+		s[i] = (unsigned char)(p->seq >> (56 - 8 * i));
+	p->seq++;
+	zmq_send(p->sock, p->topic, strlen(p->topic), ZMQ_SNDMORE);
+	zmq_send(p->sock, s, 8, ZMQ_SNDMORE);
+	zmq_send(p->sock, sb->data, sb->size, 0);
+}
+
+static kva_fleet_stats st(kva_fleet *f)
+{
+	kva_fleet_stats s;
+	kva_fleet_stats_get(f, &s);
+	return s;
+}
+
+struct scorer {
+	kva_fleet *f;
+	const uint64_t *chain;
+	atomic_bool stop;
+	uint64_t calls, *lat;
+	size_t nlat, cap;
+	uint32_t longest;
+};
+
+static void *score_loop(void *arg)
+{
+	struct scorer *s = arg;
+	kva_fleet_match out[PUBS];
+	while (!atomic_load_explicit(&s->stop, memory_order_relaxed)) {
+		uint64_t t0 = mono();
+		int n = kva_fleet_score(s->f, s->chain, CHAIN, out, PUBS);
+		uint64_t dt = mono() - t0;
+		if (s->lat && s->nlat < s->cap)
+			s->lat[s->nlat++] = dt;
+		if (n > 0)
+			s->longest = out[0].blocks;
+		s->calls++;
+	}
+	return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+struct run {
+	void *z;
+	struct pub pubs[PUBS];
+	kva_fleet *f;
+};
+
+static int run_open(struct run *r, void *z, int k, uint8_t score, uint64_t max_blocks)
+{
+	memset(r, 0, sizeof(*r));
+	r->z = z;
+	kva_fleet_publisher p[PUBS];
+	char ep[PUBS][64];
+	for (int i = 0; i < PUBS; i++) {
+		snprintf(ep[i], sizeof ep[i], "inproc://score-bench-%d-%d", k, i);
+		snprintf(r->pubs[i].topic, sizeof r->pubs[i].topic, "kv@pod-%d@model", i);
+		r->pubs[i].sock = zmq_socket(z, ZMQ_PUB);
+		int hwm = 0;
+		zmq_setsockopt(r->pubs[i].sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+		if (zmq_bind(r->pubs[i].sock, ep[i]))
+			return -1;
+		p[i] = (kva_fleet_publisher){.endpoint = ep[i]};
+	}
+	kva_fleet_config fc;
+	kva_fleet_config_default(&fc);
+	fc.publishers = p;
+	fc.npublishers = PUBS;
+	fc.zmq_context = z;
+	fc.max_blocks = max_blocks;
+	fc.block_size = BS;
+	fc.score = score;
+	int err;
+	r->f = kva_fleet_create(&fc, &err);
+	if (!r->f)
+		return -1;
+	msgpack_sbuffer empty;
+	msgpack_sbuffer_init(&empty);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &empty, msgpack_sbuffer_write);
+	msgpack_pack_array(&pk, 2);
+	msgpack_pack_double(&pk, 0);
+	msgpack_pack_array(&pk, 0);
+	/* every subscription live before timing (a slow joiner's losses would
+	 * be gaps); no replay endpoints, so gaps cost nothing here */
+	for (int i = 0; i < PUBS; i++) {
+		uint64_t before = st(r->f).batches;
+		while (st(r->f).batches == before) {
+			pub_send(&r->pubs[i], &empty);
+			usleep(200);
+		}
+	}
+	msgpack_sbuffer_destroy(&empty);
+	return 0;
+}
+
+static void run_close(struct run *r)
+{
+	kva_fleet_destroy(r->f);
+	for (int i = 0; i < PUBS; i++)
+		zmq_close(r->pubs[i].sock);
+}
+
+/* Fills the index from every publisher; block events per second. */
+static double fill(struct run *r, const msgpack_sbuffer *const *batches, uint32_t nbatch)
+{
+	uint64_t base = st(r->f).blocks_stored, total = (uint64_t)PUBS * nbatch * EVENTS * BLOCKS;
+	uint64_t t0 = mono();
+	for (uint32_t b = 0; b < nbatch; b++)
+		for (int i = 0; i < PUBS; i++)
+			pub_send(&r->pubs[i], &batches[i][b]);
+	while (st(r->f).blocks_stored - base < total)
+		usleep(100);
+	return (double)total / ((double)(mono() - t0) / 1e9);
+}
+
+int main(int argc, char **argv)
+{
+	uint32_t per_pub = argc > 1 ? (uint32_t)atoi(argv[1]) : 16384;
+	double rate = argc > 2 ? atof(argv[2]) : 1e6;
+	double seconds = argc > 3 ? atof(argv[3]) : 3;
+	uint32_t per_batch = EVENTS * BLOCKS;
+	uint32_t nbatch = (per_pub + per_batch - 1) / per_batch;
+	per_pub = nbatch * per_batch;
+	msgpack_sbuffer **batches = calloc(PUBS, sizeof(*batches));
+	for (int i = 0; i < PUBS; i++) {
+		batches[i] = calloc(nbatch, sizeof(**batches));
+		for (uint32_t b = 0; b < nbatch; b++) {
+			msgpack_sbuffer_init(&batches[i][b]);
+			encode(&batches[i][b], (uint32_t)i, (uint64_t)b * per_batch, false);
+		}
+	}
+	uint64_t *chain = malloc(CHAIN * sizeof(*chain));
+	for (uint32_t i = 0; i < CHAIN; i++)
+		chain[i] = chain_hash(i);
+	uint64_t total = (uint64_t)PUBS * per_pub;
+	uint64_t max_blocks = total + total / 8; /* the stream's window fits */
+	void *z = zmq_ctx_new();
+
+	/* ingest, three ways, in this run */
+	static const char *const how[3] = {"score off (baseline)", "score on",
+	                                   "score on, a thread scoring"};
+	double ingest[3];
+	for (int k = 0; k < 3; k++) {
+		struct run r;
+		if (run_open(&r, z, k, k > 0, max_blocks))
+			return 1;
+		struct scorer sc = {.f = r.f, .chain = chain};
+		pthread_t t;
+		if (k == 2)
+			pthread_create(&t, NULL, score_loop, &sc);
+		ingest[k] = fill(&r, (const msgpack_sbuffer *const *)batches, nbatch);
+		if (k == 2) {
+			atomic_store(&sc.stop, true);
+			pthread_join(t, NULL);
+		}
+		printf("fleet score bench: ingest, %s: %llu block events from %d publishers: "
+		       "%.2f M/s (%.2f of the baseline)%s\n",
+		       how[k], (unsigned long long)total, PUBS, ingest[k] / 1e6,
+		       ingest[k] / ingest[0], k == 2 ? "" : "");
+		if (k == 2)
+			printf("fleet score bench: %llu scores ran meanwhile\n",
+			       (unsigned long long)sc.calls);
+		if (k < 2) {
+			run_close(&r);
+			continue;
+		}
+
+		/* latency while publisher 63 streams at `rate` block events/s:
+		 * stores of new blocks past its fill, removals of its oldest */
+		struct scorer lat = {.f = r.f, .chain = chain};
+		lat.cap = 4u << 20;
+		lat.lat = malloc(lat.cap * sizeof(uint64_t));
+		pthread_t lt;
+		pthread_create(&lt, NULL, score_loop, &lat);
+		msgpack_sbuffer sb;
+		msgpack_sbuffer_init(&sb);
+		kva_fleet_stats s0 = st(r.f);
+		uint64_t t0 = mono(), sent = 0, next_new = per_pub, next_old = held(PUBS - 1);
+		while (mono() - t0 < (uint64_t)(seconds * 1e9)) {
+			uint64_t due = (uint64_t)((double)(mono() - t0) / 1e9 * rate);
+			while (sent + per_batch <= due) {
+				bool remove = (sent / per_batch) & 1;
+				encode(&sb, PUBS - 1, remove ? next_old : next_new, remove);
+				if (remove)
+					next_old += per_batch;
+				else
+					next_new += per_batch;
+				pub_send(&r.pubs[PUBS - 1], &sb);
+				sent += per_batch;
+			}
+			usleep(50);
+		}
+		uint64_t t1 = mono();
+		while (st(r.f).blocks_stored + st(r.f).blocks_removed - s0.blocks_stored -
+		           s0.blocks_removed < sent &&
+		       mono() - t1 < 30000000000ull)
+			usleep(100);
+		double applied_s = (double)(mono() - t0) / 1e9;
+		atomic_store(&lat.stop, true);
+		pthread_join(lt, NULL);
+		kva_fleet_stats s1 = st(r.f);
+		qsort(lat.lat, lat.nlat, sizeof(uint64_t), cmp_u64);
+		uint64_t applied = s1.blocks_stored + s1.blocks_removed - s0.blocks_stored -
+		                   s0.blocks_removed;
+		printf("fleet score bench: score of a %d-block chain (longest holder %u blocks) over "
+		       "%llu entries, while applying %.2f M block events/s: %zu scores, p50 %.2f us, "
+		       "p99 %.2f us, max %.1f us\n",
+		       CHAIN, lat.longest, (unsigned long long)s1.blocks,
+		       (double)applied / applied_s / 1e6, lat.nlat,
+		       lat.nlat ? (double)lat.lat[lat.nlat / 2] / 1e3 : 0.0,
+		       lat.nlat ? (double)lat.lat[lat.nlat * 99 / 100] / 1e3 : 0.0,
+		       lat.nlat ? (double)lat.lat[lat.nlat - 1] / 1e3 : 0.0);
+		printf("fleet score bench: malformed %llu, gaps %llu, cap evictions %llu\n",
+		       (unsigned long long)s1.malformed, (unsigned long long)s1.gaps,
+		       (unsigned long long)s1.cap_evictions);
+		free(lat.lat);
+		msgpack_sbuffer_destroy(&sb);
+		run_close(&r);
+	}
+	for (int i = 0; i < PUBS; i++) {
+		for (uint32_t b = 0; b < nbatch; b++)
+			msgpack_sbuffer_destroy(&batches[i][b]);
+		free(batches[i]);
+	}
+	free(batches);
+	free(chain);
+	zmq_ctx_term(z);
+	return 0;
+}

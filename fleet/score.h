@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * score: the router query (kva_fleet_score). A copy of the index's
+ * (block hash, location) entries in a flat table that any thread reads
+ * while the I/O thread adds and removes entries: each slot has its own
+ * sequence number, readers retry a slot caught mid-write (and pass it over
+ * after a few tries), so readers never wait for the I/O thread, nor it for
+ * them. Built only when kva_fleet_config.score is set; the index (index.c)
+ * stays the I/O thread's own. Also each publisher's identity (the topic
+ * frame of its last message, its data-parallel rank, replaced under RCU)
+ * and block size, published for readers.
+ *
+ * Writers: the I/O thread only (apply.c, io_thread.c); kvf_score_free with
+ * no reader left (kva_fleet_destroy).
+ */
+#ifndef KVA_FLEET_SCORE_H
+#define KVA_FLEET_SCORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvadmit/fleet.h"
+#include "wire.h"
+
+struct kvf_score;
+
+/* NULL without memory. full_groups: the groups whose blocks make a prefix;
+ * max_blocks: the index's cap (the table's buckets are sized for it). */
+struct kvf_score *kvf_score_new(uint32_t full_groups, uint64_t max_blocks);
+void kvf_score_free(struct kvf_score *s);
+
+void kvf_score_add(struct kvf_score *s, uint64_t hash, uint32_t loc);
+void kvf_score_del(struct kvf_score *s, uint64_t hash, uint32_t loc);
+/* Every entry of publisher pub (a scan of the table). */
+void kvf_score_drop_publisher(struct kvf_score *s, uint32_t pub);
+/* The publisher's identity, when it changed (cheap when it did not). */
+void kvf_score_topic(struct kvf_score *s, uint32_t pub, const void *topic, size_t len);
+void kvf_score_rank(struct kvf_score *s, uint32_t pub, int64_t dp_rank);
+void kvf_score_block_size(struct kvf_score *s, uint32_t pub, uint32_t block_size);
+
+/* media: the fleet's medium names (append-only; an id a reader finds in an
+ * entry was named before the entry was added); block_size: configured per
+ * medium id (0: the publisher's own). Any thread. */
+int kvf_score_query(struct kvf_score *s, const char (*media)[KVF_MEDIUM_MAX + 1],
+                    const uint32_t *block_size, const uint64_t *hashes, uint32_t n,
+                    kva_fleet_match *out, uint32_t cap);
+
+#endif
