@@ -12,8 +12,14 @@
  *            their own blocks), p50 / p99 / max,
  *            while one publisher streams at a paced rate (stores of new
  *            blocks and removals of old ones, the index staying full)
- * Usage: kvadmit-fleet-score-bench [BLOCKS_PER_PUB [EVENTS_PER_S [SECONDS]]]
- * (default 16384: 1,048,576 blocks in all; 1,000,000; 3).
+ * Usage: kvadmit-fleet-score-bench [BLOCKS_PER_PUB [EVENTS_PER_S [SECONDS [ROUNDS]]]]
+ * (default 16384: 1,048,576 blocks in all; 1,000,000; 3; 3). The ingest
+ * runs ROUNDS times, interleaved; the latency phase follows the last.
+ * Rates are given per second of wall time and per CPU-second of the
+ * fleet's I/O thread (the process's CPU time less the publishing and the
+ * scoring threads'); latencies as wall time and as the
+ * scoring thread's CPU time (its cost without the time it was descheduled
+ * on a loaded machine).
  */
 #define _GNU_SOURCE
 #include <msgpack.h>
@@ -43,12 +49,18 @@ const char *__tsan_default_suppressions(void)
 #define CHAIN 1000
 #define BS 16
 
-static uint64_t mono(void)
+static uint64_t clock_ns(clockid_t c)
 {
 	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
+	clock_gettime(c, &t);
 	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
+static uint64_t mono(void) { return clock_ns(CLOCK_MONOTONIC); }
+/* The calling thread's CPU time: a score's own cost, without the time its
+ * thread was descheduled (this VM's two cores are shared). */
+static uint64_t thread_cpu(void) { return clock_ns(CLOCK_THREAD_CPUTIME_ID); }
+/* The process's CPU time, every thread. */
+static uint64_t process_cpu(void) { return clock_ns(CLOCK_PROCESS_CPUTIME_ID); }
 
 static void str(msgpack_packer *pk, const char *s)
 {
@@ -122,25 +134,30 @@ struct scorer {
 	kva_fleet *f;
 	const uint64_t *chain;
 	atomic_bool stop;
-	uint64_t calls, *lat;
+	uint64_t calls, *lat, *cpu; /* per score: wall and thread CPU ns */
 	size_t nlat, cap;
 	uint32_t longest;
+	uint64_t cpu_total; /* the scoring thread's CPU time, all of it */
 };
 
 static void *score_loop(void *arg)
 {
 	struct scorer *s = arg;
 	kva_fleet_match out[PUBS];
+	uint64_t start = thread_cpu();
 	while (!atomic_load_explicit(&s->stop, memory_order_relaxed)) {
-		uint64_t t0 = mono();
+		uint64_t c0 = thread_cpu(), t0 = mono();
 		int n = kva_fleet_score(s->f, s->chain, CHAIN, out, PUBS);
-		uint64_t dt = mono() - t0;
-		if (s->lat && s->nlat < s->cap)
+		uint64_t dt = mono() - t0, dc = thread_cpu() - c0;
+		if (s->lat && s->nlat < s->cap) {
+			s->cpu[s->nlat] = dc;
 			s->lat[s->nlat++] = dt;
+		}
 		if (n > 0)
 			s->longest = out[0].blocks;
 		s->calls++;
 	}
+	s->cpu_total = thread_cpu() - start;
 	return NULL;
 }
 
@@ -211,17 +228,44 @@ static void run_close(struct run *r)
 		zmq_close(r->pubs[i].sock);
 }
 
-/* Fills the index from every publisher; block events per second. */
-static double fill(struct run *r, const msgpack_sbuffer *const *batches, uint32_t nbatch)
+/* Fills the index from every publisher: block events per second of wall
+ * time, and *cpu_ns the CPU time meanwhile of the process's threads but
+ * this one (the publishers' sends): the fleet's I/O thread, ZeroMQ's, and a
+ * scorer if one runs. */
+static double fill(struct run *r, const msgpack_sbuffer *const *batches, uint32_t nbatch,
+                   uint64_t *cpu_ns)
 {
 	uint64_t base = st(r->f).blocks_stored, total = (uint64_t)PUBS * nbatch * EVENTS * BLOCKS;
-	uint64_t t0 = mono();
+	uint64_t t0 = mono(), c0 = process_cpu(), m0 = thread_cpu();
 	for (uint32_t b = 0; b < nbatch; b++)
 		for (int i = 0; i < PUBS; i++)
 			pub_send(&r->pubs[i], &batches[i][b]);
 	while (st(r->f).blocks_stored - base < total)
 		usleep(100);
+	uint64_t main_ns = thread_cpu() - m0;
+	*cpu_ns = process_cpu() - c0 - main_ns;
 	return (double)total / ((double)(mono() - t0) / 1e9);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* p-th percentile (0..100) of n sorted values, in microseconds. */
+static double pct_us(const uint64_t *v, size_t n, unsigned p)
+{
+	if (!n)
+		return 0;
+	size_t i = p >= 100 ? n - 1 : n * p / 100;
+	return (double)v[i] / 1e3;
 }
 
 int main(int argc, char **argv)
@@ -229,6 +273,8 @@ int main(int argc, char **argv)
 	uint32_t per_pub = argc > 1 ? (uint32_t)atoi(argv[1]) : 16384;
 	double rate = argc > 2 ? atof(argv[2]) : 1e6;
 	double seconds = argc > 3 ? atof(argv[3]) : 3;
+	int rounds = argc > 4 ? atoi(argv[4]) : 3;
+	rounds = rounds < 1 ? 1 : rounds > 16 ? 16 : rounds;
 	uint32_t per_batch = EVENTS * BLOCKS;
 	uint32_t nbatch = (per_pub + per_batch - 1) / per_batch;
 	per_pub = nbatch * per_batch;
@@ -247,31 +293,44 @@ int main(int argc, char **argv)
 	uint64_t max_blocks = total + total / 8; /* the stream's window fits */
 	void *z = zmq_ctx_new();
 
-	/* ingest, three ways, in this run */
+	/* ingest, three ways, in this run, `rounds` times interleaved (the
+	 * machine's load moves between rounds: each ratio is against the
+	 * baseline of its own round, and the median round is reported) */
 	static const char *const how[3] = {"score off (baseline)", "score on",
 	                                   "score on, a thread scoring"};
-	double ingest[3];
+	double wall_of[3][16], ratio[3][16], cpu_rate_of[3][16], cpu_ratio[3][16];
+	for (int round = 0; round < rounds; round++)
 	for (int k = 0; k < 3; k++) {
 		struct run r;
-		if (run_open(&r, z, k, k > 0, max_blocks))
+		if (run_open(&r, z, round * 3 + k, k > 0, max_blocks))
 			return 1;
 		struct scorer sc = {.f = r.f, .chain = chain};
 		pthread_t t;
 		if (k == 2)
 			pthread_create(&t, NULL, score_loop, &sc);
-		ingest[k] = fill(&r, (const msgpack_sbuffer *const *)batches, nbatch);
+		uint64_t cpu;
+		double wall_rate = fill(&r, (const msgpack_sbuffer *const *)batches, nbatch, &cpu);
 		if (k == 2) {
 			atomic_store(&sc.stop, true);
 			pthread_join(t, NULL);
+			cpu -= sc.cpu_total < cpu ? sc.cpu_total : cpu; /* the scorer's own */
 		}
-		printf("fleet score bench: ingest, %s: %llu block events from %d publishers: "
-		       "%.2f M/s (%.2f of the baseline)%s\n",
-		       how[k], (unsigned long long)total, PUBS, ingest[k] / 1e6,
-		       ingest[k] / ingest[0], k == 2 ? "" : "");
+		/* block events per CPU-second of the fleet's I/O thread (and
+		 * ZeroMQ's: inproc:// gives them little to do) */
+		double cpu_rate = (double)total / ((double)cpu / 1e9);
+		wall_of[k][round] = wall_rate;
+		ratio[k][round] = wall_rate / wall_of[0][round];
+		cpu_rate_of[k][round] = cpu_rate;
+		cpu_ratio[k][round] = cpu_rate / cpu_rate_of[0][round];
+		printf("fleet score bench: round %d, ingest, %s: %llu block events from %d publishers: "
+		       "%.2f M/s wall (%.2f of the baseline), %.2f M per I/O-thread CPU-second (%.2f of "
+		       "the baseline)\n",
+		       round, how[k], (unsigned long long)total, PUBS, wall_rate / 1e6,
+		       ratio[k][round], cpu_rate / 1e6, cpu_ratio[k][round]);
 		if (k == 2)
 			printf("fleet score bench: %llu scores ran meanwhile\n",
 			       (unsigned long long)sc.calls);
-		if (k < 2) {
+		if (k < 2 || round < rounds - 1) {
 			run_close(&r);
 			continue;
 		}
@@ -281,6 +340,7 @@ int main(int argc, char **argv)
 		struct scorer lat = {.f = r.f, .chain = chain};
 		lat.cap = 4u << 20;
 		lat.lat = malloc(lat.cap * sizeof(uint64_t));
+		lat.cpu = malloc(lat.cap * sizeof(uint64_t));
 		pthread_t lt;
 		pthread_create(&lt, NULL, score_loop, &lat);
 		msgpack_sbuffer sb;
@@ -311,23 +371,30 @@ int main(int argc, char **argv)
 		pthread_join(lt, NULL);
 		kva_fleet_stats s1 = st(r.f);
 		qsort(lat.lat, lat.nlat, sizeof(uint64_t), cmp_u64);
+		qsort(lat.cpu, lat.nlat, sizeof(uint64_t), cmp_u64);
 		uint64_t applied = s1.blocks_stored + s1.blocks_removed - s0.blocks_stored -
 		                   s0.blocks_removed;
 		printf("fleet score bench: score of a %d-block chain (longest holder %u blocks) over "
-		       "%llu entries, while applying %.2f M block events/s: %zu scores, p50 %.2f us, "
-		       "p99 %.2f us, max %.1f us\n",
+		       "%llu entries, while applying %.2f M block events/s: %zu scores, wall p50 %.2f us, "
+		       "p99 %.2f us, max %.1f us; the scoring thread's CPU time p50 %.2f us, p99 %.2f "
+		       "us, max %.1f us\n",
 		       CHAIN, lat.longest, (unsigned long long)s1.blocks,
-		       (double)applied / applied_s / 1e6, lat.nlat,
-		       lat.nlat ? (double)lat.lat[lat.nlat / 2] / 1e3 : 0.0,
-		       lat.nlat ? (double)lat.lat[lat.nlat * 99 / 100] / 1e3 : 0.0,
-		       lat.nlat ? (double)lat.lat[lat.nlat - 1] / 1e3 : 0.0);
+		       (double)applied / applied_s / 1e6, lat.nlat, pct_us(lat.lat, lat.nlat, 50),
+		       pct_us(lat.lat, lat.nlat, 99), pct_us(lat.lat, lat.nlat, 100),
+		       pct_us(lat.cpu, lat.nlat, 50), pct_us(lat.cpu, lat.nlat, 99),
+		       pct_us(lat.cpu, lat.nlat, 100));
 		printf("fleet score bench: malformed %llu, gaps %llu, cap evictions %llu\n",
 		       (unsigned long long)s1.malformed, (unsigned long long)s1.gaps,
 		       (unsigned long long)s1.cap_evictions);
 		free(lat.lat);
+		free(lat.cpu);
 		msgpack_sbuffer_destroy(&sb);
 		run_close(&r);
 	}
+	for (int k = 1; k < 3; k++)
+		printf("fleet score bench: ingest, %s, median of %d rounds: %.2f of the baseline wall, "
+		       "%.2f per I/O-thread CPU-second\n",
+		       how[k], rounds, median(ratio[k], rounds), median(cpu_ratio[k], rounds));
 	for (int i = 0; i < PUBS; i++) {
 		for (uint32_t b = 0; b < nbatch; b++)
 			msgpack_sbuffer_destroy(&batches[i][b]);

@@ -226,6 +226,8 @@ static void apply_decoded(kva_fleet *f, struct publisher *pub)
 				kvf_watches_check(f, KVF_LOC_PUB_MEDIUM(loc), -1);
 		}
 	}
+	if (f->score) /* before the batch is counted (the release below) */
+		kvf_score_flush(f->score);
 	stat_add(f, STAT(blocks_stored), stored);
 	stat_add(f, STAT(blocks_removed), removed);
 	kvf_index_stats(f);

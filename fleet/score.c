@@ -11,6 +11,11 @@
  * never waits: a slot it finds being written a few times in a row is
  * passed over (a score may then miss that entry, as a score taken a moment
  * earlier or later would). Identities are replaced under RCU.
+ *
+ * The I/O thread holds its adds and removals and applies them at the end of
+ * a batch (kvf_score_flush), fetching the home slots of the next ones while
+ * it applies one; a query fetches the home slots of the blocks ahead the
+ * same way. The table lies on 2 MiB pages where the kernel gives them.
  */
 #define _GNU_SOURCE
 #include "score.h"
@@ -20,6 +25,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <kvadmit/lockfree/hash.h>
 #include <kvadmit/lockfree/rcu_thread.h>
@@ -30,7 +36,11 @@
 #define MAX_PAIRS 1024u  /* (publisher, medium) pairs a query follows */
 #define PAIR_SLOTS 2048u /* its open-addressing map: at most half full */
 #define READ_TRIES 64    /* a slot still being written after these: passed over */
-#define PREFETCH 16      /* blocks ahead whose home slot a query fetches */
+#define AHEAD 24         /* blocks ahead whose home slots a query fetches */
+#define RING 32          /* their homes, kept until reached (> AHEAD, a power of two) */
+#define PENDING 1024     /* writes the I/O thread holds before applying them */
+#define FLUSH_AHEAD 16   /* pending writes ahead whose home slots a flush fetches */
+#define HUGE_PAGE ((size_t)2 << 20)
 
 struct slot {
 	_Atomic uint32_t seq;  /* odd while the I/O thread writes the slot */
@@ -45,10 +55,28 @@ struct ident {
 	char topic[TOPIC_MAX + 1];
 };
 
+/* A write the I/O thread has not applied yet (kvf_score_flush). */
+struct op {
+	uint64_t hash;
+	uint32_t loc1; /* location + 1 */
+	uint32_t del;
+};
+
 struct kvf_score {
+	/* read by every query, written once */
 	struct slot *slots;
-	size_t mask, count, cap; /* count, cap: the I/O thread's */
+	size_t mask;
+	struct kvf_key key; /* homes: keyed, as the index's (a publisher cannot aim) */
 	uint32_t full_groups;
+	void *map; /* the mapping slots lie in, and its length */
+	size_t map_len;
+	/* the I/O thread's, on lines of their own: its writes do not take the
+	 * line above from the readers' caches */
+	_Alignas(64) size_t count, cap;
+	size_t probe_max; /* farthest an entry may sit from its home */
+	uint64_t refused; /* adds past probe_max: not copied (the index's own cap) */
+	uint32_t npending;
+	struct op pending[PENDING];
 	/* published with release stores (I/O thread), read with acquire loads
 	 * (kvf_score_query) inside a read-side section */
 	struct ident *_Atomic ident[KVA_FLEET_MAX_PUBLISHERS];
@@ -63,7 +91,7 @@ static void ident_free(struct rcu_head *head)
 
 static inline size_t home(const struct kvf_score *s, uint64_t hash)
 {
-	return (size_t)kva_hash64(hash) & s->mask;
+	return (size_t)kvf_siphash13(&s->key, hash, 0, 0) & s->mask;
 }
 
 /* I/O thread: slot <- (hash, loc1). The odd number is stored before the
@@ -100,19 +128,33 @@ struct kvf_score *kvf_score_new(uint32_t full_groups, uint64_t max_blocks)
 {
 	if (kva_rcu_init()) /* liburcu's call_rcu thread with signals blocked */
 		return NULL;
-	struct kvf_score *s = calloc(1, sizeof(*s));
+	/* aligned: the I/O thread's fields start a cache line of their own */
+	struct kvf_score *s = aligned_alloc(_Alignof(struct kvf_score), sizeof(*s));
 	if (!s)
 		return NULL;
+	memset(s, 0, sizeof(*s));
 	size_t n = 16;
 	while (n / 4 * 3 < max_blocks && n < ((size_t)1 << 40))
 		n *= 2;
-	s->slots = calloc(n, sizeof(*s->slots));
-	if (!s->slots) {
+	/* Anonymous memory (zeroed: every slot empty) on 2 MiB pages where the
+	 * kernel gives them: a probe is a random access into a table as large
+	 * as the index, and with 4 KiB pages each one would also miss the TLB. */
+	size_t bytes = n * sizeof(*s->slots);
+	s->map_len = bytes + (bytes >= HUGE_PAGE ? HUGE_PAGE : 0); /* room to align */
+	s->map = mmap(NULL, s->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (s->map == MAP_FAILED) {
 		free(s);
 		return NULL;
 	}
+	uintptr_t at = (uintptr_t)s->map;
+	if (bytes >= HUGE_PAGE)
+		at = (at + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
+	s->slots = (struct slot *)at;
+	(void)madvise(s->slots, bytes, MADV_HUGEPAGE); /* a hint: 4 KiB pages work too */
 	s->mask = n - 1;
 	s->cap = n / 4 * 3;
+	s->probe_max = KVF_PROBE_MAX;
+	kvf_key_random(&s->key);
 	s->full_groups = full_groups;
 	return s;
 }
@@ -122,7 +164,7 @@ void kvf_score_free(struct kvf_score *s)
 	if (!s)
 		return;
 	/* no reader is left (kva_fleet_destroy's contract) */
-	free(s->slots);
+	munmap(s->map, s->map_len);
 	for (uint32_t i = 0; i < KVA_FLEET_MAX_PUBLISHERS; i++)
 		free(atomic_load_explicit(&s->ident[i], memory_order_relaxed));
 	free(s);
@@ -138,14 +180,18 @@ static inline uint64_t hash_at(const struct kvf_score *s, size_t i)
 	return atomic_load_explicit(&s->slots[i].hash, memory_order_relaxed);
 }
 
-void kvf_score_add(struct kvf_score *s, uint64_t hash, uint32_t loc)
+static void add_at(struct kvf_score *s, size_t i, uint64_t hash, uint32_t loc1)
 {
 	if (s->count >= s->cap)
 		return; /* the index's cap keeps below it: not reached */
-	size_t i = home(s, hash);
-	while (loc1_at(s, i))
-		i = (i + 1) & s->mask;
-	slot_write(&s->slots[i], hash, loc + 1);
+	/* a run longer than probe_max only forms from keys aimed at one home
+	 * (and a reader would walk it): refused and counted, as the index does */
+	for (size_t d = 0; loc1_at(s, i); d++, i = (i + 1) & s->mask)
+		if (d >= s->probe_max) {
+			s->refused++;
+			return;
+		}
+	slot_write(&s->slots[i], hash, loc1);
 	s->count++;
 }
 
@@ -177,17 +223,62 @@ static void del_at(struct kvf_score *s, size_t i)
 	}
 }
 
-void kvf_score_del(struct kvf_score *s, uint64_t hash, uint32_t loc)
+static void del_from(struct kvf_score *s, size_t i, uint64_t hash, uint32_t loc1)
 {
-	for (size_t i = home(s, hash); loc1_at(s, i); i = (i + 1) & s->mask)
-		if (loc1_at(s, i) == loc + 1 && hash_at(s, i) == hash) {
+	for (; loc1_at(s, i); i = (i + 1) & s->mask)
+		if (loc1_at(s, i) == loc1 && hash_at(s, i) == hash) {
 			del_at(s, i);
 			return;
 		}
 }
 
+/* The pending writes, in their order. Each is a probe at a random slot of a
+ * table too large for the caches: the home slots of the next FLUSH_AHEAD
+ * are fetched while one is applied, so their misses overlap. */
+void kvf_score_flush(struct kvf_score *s)
+{
+	uint32_t n = s->npending;
+	size_t ring[RING];
+	for (uint32_t k = 0; k < n && k < FLUSH_AHEAD; k++) {
+		ring[k] = home(s, s->pending[k].hash);
+		__builtin_prefetch(&s->slots[ring[k]], 1);
+	}
+	for (uint32_t k = 0; k < n; k++) {
+		if (k + FLUSH_AHEAD < n) {
+			size_t h = home(s, s->pending[k + FLUSH_AHEAD].hash);
+			ring[(k + FLUSH_AHEAD) & (RING - 1)] = h;
+			__builtin_prefetch(&s->slots[h], 1);
+		}
+		const struct op *op = &s->pending[k];
+		if (op->del)
+			del_from(s, ring[k & (RING - 1)], op->hash, op->loc1);
+		else
+			add_at(s, ring[k & (RING - 1)], op->hash, op->loc1);
+	}
+	s->npending = 0;
+}
+
+/* Readers score full groups only: other groups' entries are not copied. */
+static void push(struct kvf_score *s, uint64_t hash, uint32_t loc, uint32_t del)
+{
+	uint32_t group = loc & 0xff;
+	if (group > 31 || !(s->full_groups >> group & 1))
+		return;
+	if (s->npending == PENDING)
+		kvf_score_flush(s);
+	s->pending[s->npending++] = (struct op){.hash = hash, .loc1 = loc + 1, .del = del};
+}
+
+void kvf_score_add(struct kvf_score *s, uint64_t hash, uint32_t loc) { push(s, hash, loc, 0); }
+void kvf_score_del(struct kvf_score *s, uint64_t hash, uint32_t loc) { push(s, hash, loc, 1); }
+
+size_t kvf_score_home(const struct kvf_score *s, uint64_t hash) { return home(s, hash); }
+uint64_t kvf_score_refused(const struct kvf_score *s) { return s->refused; }
+void kvf_score_set_probe_max(struct kvf_score *s, size_t probe_max) { s->probe_max = probe_max; }
+
 void kvf_score_drop_publisher(struct kvf_score *s, uint32_t pub)
 {
+	kvf_score_flush(s); /* an entry still pending would come back after the scan */
 	/* a deletion may shift a later (or wrapped) entry into slot i: look at
 	 * i again; two passes cover the entries that wrapped */
 	for (int pass = 0; pass < 2; pass++)
@@ -246,28 +337,42 @@ void kvf_score_block_size(struct kvf_score *s, uint32_t pub, uint32_t block_size
 	atomic_store_explicit(&s->block_size[pub], block_size, memory_order_relaxed);
 }
 
-/* A query's (publisher, medium) pairs: a small open-addressing map pair ->
- * index into len[]; the pairs come from block 0's entries only. */
+/* A query's probe of hash: its home slot, fetched into the cache now. */
+static inline size_t fetch_home(const struct kvf_score *s, uint64_t hash)
+{
+	size_t k = home(s, hash);
+	__builtin_prefetch(&s->slots[k]);
+	return k;
+}
+
+/* A query's (publisher, medium) pairs: a small open-addressing map whose
+ * slots hold the pair and its prefix length side by side (one access a
+ * lookup), and the slots in the order the pairs were met; the pairs come
+ * from block 0's entries only. */
 struct walk {
 	uint32_t npairs;
-	uint32_t pair[MAX_PAIRS], len[MAX_PAIRS];
-	uint16_t slot[PAIR_SLOTS]; /* index + 1; 0 empty */
+	uint16_t used[MAX_PAIRS]; /* slots taken, in order */
+	struct {
+		uint32_t pair1; /* pair + 1; 0 empty */
+		uint32_t len;
+	} map[PAIR_SLOTS];
 };
 
 static uint32_t *walk_len(struct walk *w, uint32_t pair, bool add)
 {
-	for (uint32_t i = (uint32_t)kva_hash64(pair) & (PAIR_SLOTS - 1);;
+	/* multiplicative hashing: pairs are small, distinct integers */
+	for (uint32_t i = (uint32_t)((pair * 0x9e3779b1u) >> 21) & (PAIR_SLOTS - 1);;
 	     i = (i + 1) & (PAIR_SLOTS - 1)) {
-		uint16_t k = w->slot[i];
-		if (k && w->pair[k - 1] == pair)
-			return &w->len[k - 1];
-		if (!k) {
+		uint32_t p1 = w->map[i].pair1;
+		if (p1 == pair + 1)
+			return &w->map[i].len;
+		if (!p1) {
 			if (!add || w->npairs == MAX_PAIRS)
 				return NULL;
-			w->pair[w->npairs] = pair;
-			w->len[w->npairs] = 0;
-			w->slot[i] = (uint16_t)++w->npairs;
-			return &w->len[w->npairs - 1];
+			w->map[i].pair1 = pair + 1;
+			w->map[i].len = 0;
+			w->used[w->npairs++] = (uint16_t)i;
+			return &w->map[i].len;
 		}
 	}
 }
@@ -313,26 +418,48 @@ int kvf_score_query(struct kvf_score *s, const char (*media)[KVF_MEDIUM_MAX + 1]
                     const uint32_t *block_size, const uint64_t *hashes, uint32_t n,
                     kva_fleet_match *out, uint32_t cap)
 {
-	struct walk walk, *w = &walk; /* 12 KiB of stack: no allocation on this path */
+	struct walk walk, *w = &walk; /* 18 KiB of stack: no allocation on this path */
 	w->npairs = 0;
-	memset(w->slot, 0, sizeof w->slot);
+	memset(w->map, 0, sizeof w->map);
 	kva_rcu_read_lock(); /* for the identities */
+	/* The chain is known ahead and its probes depend on nothing found: the
+	 * home slots of the next AHEAD blocks are fetched while one is probed,
+	 * so the table's cache misses overlap instead of adding up. One line
+	 * each: a second (where a run of several holders goes on) measured
+	 * slower, the misses in flight being what bounds a query. */
+	size_t ring[RING];
+	for (uint32_t i = 0; i < n && i < AHEAD; i++)
+		ring[i] = fetch_home(s, hashes[i]);
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t advanced = 0;
 		uint64_t want = hashes[i];
-		/* the chain is known ahead: fetch a later block's home slot now, so
-		 * the table's cache misses overlap instead of adding up */
-		if (i + PREFETCH < n)
-			__builtin_prefetch(&s->slots[home(s, hashes[i + PREFETCH])]);
-		for (size_t k = home(s, want);; k = (k + 1) & s->mask) {
-			uint64_t h;
-			uint32_t l;
-			if (!slot_read(&s->slots[k], &h, &l))
-				continue; /* being written: passed over */
+		if (i + AHEAD < n)
+			ring[(i + AHEAD) & (RING - 1)] = fetch_home(s, hashes[i + AHEAD]);
+		for (size_t k = ring[i & (RING - 1)];; k = (k + 1) & s->mask) {
+			/* Most slots of a run hold other blocks: only a match has its
+			 * sequence number checked again. A location never reads 0 but
+			 * in an empty slot (a write replaces one nonzero value with
+			 * another); a slot caught mid-write that reads as another
+			 * block is passed over, as one still written after
+			 * READ_TRIES is. */
+			const struct slot *sl = &s->slots[k];
+			/* acquire: pairs with the release store of slot_write */
+			uint32_t q = atomic_load_explicit(&sl->seq, memory_order_acquire);
+			uint32_t l = atomic_load_explicit(&sl->loc1, memory_order_relaxed);
 			if (!l)
 				break;
+			uint64_t h = atomic_load_explicit(&sl->hash, memory_order_relaxed);
 			if (h != want)
 				continue;
+			atomic_thread_fence(memory_order_acquire); /* as in slot_read */
+			if ((q & 1) || atomic_load_explicit(&sl->seq, memory_order_relaxed) != q) {
+				if (!slot_read(sl, &h, &l))
+					continue; /* being written: passed over */
+				if (!l)
+					break;
+				if (h != want)
+					continue;
+			}
 			uint32_t group = (l - 1) & 0xff;
 			if (group > 31 || !(s->full_groups >> group & 1))
 				continue;
@@ -347,8 +474,9 @@ int kvf_score_query(struct kvf_score *s, const char (*media)[KVF_MEDIUM_MAX + 1]
 	}
 	uint32_t nout = 0;
 	for (uint32_t k = 0; k < w->npairs; k++) {
-		kva_fleet_match o = {.publisher = w->pair[k] >> 8, .blocks = w->len[k]};
-		uint32_t medium = w->pair[k] & 0xff;
+		uint32_t pair = w->map[w->used[k]].pair1 - 1;
+		kva_fleet_match o = {.publisher = pair >> 8, .blocks = w->map[w->used[k]].len};
+		uint32_t medium = pair & 0xff;
 		copy_name(o.medium, sizeof o.medium, media[medium], strlen(media[medium]));
 		uint32_t bs = block_size[medium] ? block_size[medium]
 		                                 : atomic_load_explicit(&s->block_size[o.publisher],

@@ -29,8 +29,19 @@ struct kvf_score;
 struct kvf_score *kvf_score_new(uint32_t full_groups, uint64_t max_blocks);
 void kvf_score_free(struct kvf_score *s);
 
+/* Held until kvf_score_flush (or until many are held), then applied in
+ * their order; entries of groups that are not full are not copied. */
 void kvf_score_add(struct kvf_score *s, uint64_t hash, uint32_t loc);
 void kvf_score_del(struct kvf_score *s, uint64_t hash, uint32_t loc);
+/* Applies the held adds and removals: readers see them from then on. */
+void kvf_score_flush(struct kvf_score *s);
+/* Homes are SipHash under a random key, as the index's; an add that would
+ * sit more than probe_max (KVF_PROBE_MAX) slots past its home is refused
+ * and counted. For tests: the home of a hash, the count refused, a lower
+ * cap. */
+size_t kvf_score_home(const struct kvf_score *s, uint64_t hash);
+uint64_t kvf_score_refused(const struct kvf_score *s);
+void kvf_score_set_probe_max(struct kvf_score *s, size_t probe_max);
 /* Every entry of publisher pub (a scan of the table). */
 void kvf_score_drop_publisher(struct kvf_score *s, uint32_t pub);
 /* The publisher's identity, when it changed (cheap when it did not). */

@@ -25,6 +25,7 @@
 #include <cmocka.h>
 #include <zmq.h>
 
+#include "fleet_engine.h"
 #include "fleet_pub.h"
 #include "kvadmit/fleet.h"
 #include "thread_signals.h"
@@ -170,20 +171,7 @@ static struct fx *fx_new(int ntp, const char *extra_pub, const char *extra_rep,
 	assert_non_null(x->f);
 
 	kva_config c;
-	kva_config_default(&c);
-	c.total_pages = 100;
-	c.page_tokens = 16;
-	c.decode_reserve_pages = 0;
-	c.decode_headroom_pages = 0;
-	c.prefill_chunk_tokens = 256;
-	c.copy_slots = 4;
-	c.max_running = 64;
-	c.lookup_timeout_ns = 120ull * 1000000000ull;
-	c.max_restore_wait_ns = 600ull * 1000000000ull;
-	c.lookup_refresh_ns = 0;
-	c.start_ns = mono();
-	c.lookup = kva_fleet_lookup;
-	c.lookup_ctx = x->f;
+	fleet_test_engine_config(&c, x->f, 64, mono());
 	x->e = kva_engine_create(&c, &err);
 	assert_int_equal(err, 0);
 	assert_int_equal(kva_fleet_attach(x->f, x->e), 0);

@@ -27,6 +27,7 @@
 #include <zmq.h>
 
 #include "apply.h"
+#include "fleet_engine.h"
 #include "fleet_pub.h"
 #include "chain.h"
 #include "fleet_state.h"
@@ -528,20 +529,7 @@ struct eng {
 static void eng_init(struct eng *g, kva_fleet *f)
 {
 	kva_config c;
-	kva_config_default(&c);
-	c.total_pages = 100;
-	c.page_tokens = 16;
-	c.decode_reserve_pages = 0;
-	c.decode_headroom_pages = 0;
-	c.prefill_chunk_tokens = 256;
-	c.copy_slots = 4;
-	c.max_running = 16;
-	c.lookup_timeout_ns = 120ull * 1000000000ull;
-	c.max_restore_wait_ns = 600ull * 1000000000ull;
-	c.lookup_refresh_ns = 0;
-	c.start_ns = mono();
-	c.lookup = kva_fleet_lookup;
-	c.lookup_ctx = f;
+	fleet_test_engine_config(&c, f, 16, mono());
 	int err = 1;
 	g->e = kva_engine_create(&c, &err);
 	assert_int_equal(err, 0);

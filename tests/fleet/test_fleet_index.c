@@ -15,6 +15,7 @@
 
 #include "apply.h"
 #include "index.h"
+#include "score.h"
 #include "unhash.h"
 #include <kvadmit/lockfree/hash.h>
 #include "kva_test.h"
@@ -259,6 +260,49 @@ static void crafted_keys_do_not_share_a_home(void **st)
 	kvf_index_fini(&ix);
 }
 
+
+/* The router query's copy (score.c, with cfg.score) homes its entries as
+ * the index does: blocks crafted to share one home under the unkeyed mixer
+ * spread over the table, and none is refused. */
+static void score_copy_crafted_keys_spread(void **st)
+{
+	(void)st;
+	struct kvf_score *s = kvf_score_new(1, 1 << 16);
+	assert_non_null(s);
+	const uint32_t loc = KVF_LOC(3, 0, 0);
+	size_t at_zero = 0;
+	for (uint64_t k = 0; k < 8192; k++) {
+		uint64_t hash = kva_test_unhash64(k << 40); /* kva_hash64(hash): low bits 0 */
+		at_zero += kvf_score_home(s, hash) == 0;
+		kvf_score_add(s, hash, loc);
+	}
+	kvf_score_flush(s);
+	assert_true(at_zero < 8); /* about 0.1 expected under a random key */
+	assert_int_equal(kvf_score_refused(s), 0);
+	kvf_score_free(s);
+}
+
+/* Keys aimed at one home (found with the home function a test may call):
+ * past probe_max an add is refused and counted, and the copy stays usable. */
+static void score_copy_probe_cap_refuses(void **st)
+{
+	(void)st;
+	struct kvf_score *s = kvf_score_new(1, 3000); /* 4,096 slots */
+	assert_non_null(s);
+	kvf_score_set_probe_max(s, 8);
+	const uint32_t loc = KVF_LOC(1, 0, 0);
+	size_t target = kvf_score_home(s, 1);
+	int n = 0;
+	for (uint64_t h = 1; n < 16; h++)
+		if (kvf_score_home(s, h) == target) {
+			kvf_score_add(s, h, loc);
+			n++;
+		}
+	kvf_score_flush(s);
+	assert_int_equal(kvf_score_refused(s), 16 - 9); /* homes 0..8 slots away kept, as the index */
+	kvf_score_free(s);
+}
+
 /* With the key known (a test's), blocks aimed at one home: past probe_max
  * slots a store is refused and counted, the table stays whole, and every
  * entry stored is found within probe_max of its home. */
@@ -424,6 +468,8 @@ int main(void)
 		cmocka_unit_test(random_operations_match_a_reference),
 		cmocka_unit_test(crafted_keys_do_not_share_a_home),
 		cmocka_unit_test(probe_cap_refuses_and_counts),
+		cmocka_unit_test(score_copy_crafted_keys_spread),
+		cmocka_unit_test(score_copy_probe_cap_refuses),
 		cmocka_unit_test(dropping_a_publisher_is_constant_time),
 		cmocka_unit_test(generation_wrap_scans_once),
 		cmocka_unit_test(random_drops_match_a_reference),
