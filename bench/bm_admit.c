@@ -12,6 +12,9 @@
  * requests are merged into one that holds B restores' worth of pages
  * (B - 1 finish, the last grows), ready for the next round.
  *
+ * BM_admit_cost/B: the same under KVA_POLICY_COST (each admitted head's
+ * prediction), against BM_admit in the same run.
+ *
  * BM_cancel/N: K random waiting requests are cancelled by handle (any
  * position in the queue) and one step processes the cancels (unlink, credits,
  * report, retire). Timed: the K kva_cancel calls and that step, per cancel;
@@ -56,8 +59,7 @@ static kva_handle make_gate(struct bx *b, size_t batch)
 
 static void bm_admit(gb_state *s, void *arg)
 {
-	(void)arg;
-	struct bx *b = bx_blocked(WAITING);
+	struct bx *b = bx_blocked_as(WAITING, arg ? *(const int *)arg : KVA_POLICY_WAIT);
 	size_t batch = batch_cap(b, (size_t)gb_range_arg(s, 0));
 	uint64_t steps = 0, events = 0, touched = 0;
 	while (gb_keep_running_batch(s, batch)) {
@@ -139,5 +141,7 @@ void bm_register_admit(void)
 {
 	gb_bench *b = gb_use_manual_time(gb_register("BM_admit", bm_admit, NULL));
 	gb_arg(gb_arg(gb_arg(b, 1), 64), 4096);
+	static const int cost = KVA_POLICY_COST;
+	gb_arg(gb_use_manual_time(gb_register("BM_admit_cost", bm_admit, (void *)&cost)), 64);
 	gb_arg(gb_use_manual_time(gb_register("BM_cancel", bm_cancel, NULL)), WAITING);
 }

@@ -4,7 +4,9 @@
  * the rescanning waiting pass of today's engines (BM_rescan_step, rescan.h), as
  * the number of waiting requests grows. kvadmit should stay flat (rule
  * step-never-walks-queue: it looks at the head only); the rescan grows with the
- * queue.
+ * queue. BM_step_blocked_cost: the same step under KVA_POLICY_COST (the
+ * head's prediction and its copy-slot deadline), against BM_step_blocked
+ * in the same run.
  */
 #include <stdio.h>
 
@@ -24,9 +26,8 @@ static void label_capped(gb_state *s, size_t asked, size_t n)
 
 static void bm_step_blocked(gb_state *s, void *arg)
 {
-	(void)arg;
 	size_t asked = (size_t)gb_range_arg(s, 0);
-	struct bx *b = bx_blocked(asked);
+	struct bx *b = bx_blocked_as(asked, arg ? *(const int *)arg : KVA_POLICY_WAIT);
 	uint64_t touched = 0, events = 0, blocked = 0;
 	size_t n;
 	while ((n = gb_keep_running_batch(s, 256))) {
@@ -74,6 +75,9 @@ void bm_register_step(void)
 	gb_bench *b = gb_register("BM_step_blocked", bm_step_blocked, NULL);
 	for (size_t i = 0; i < sizeof(kvadmit_n) / sizeof(kvadmit_n[0]); i++)
 		gb_arg(b, kvadmit_n[i]);
+	static const int cost = KVA_POLICY_COST;
+	gb_arg(gb_arg(gb_register("BM_step_blocked_cost", bm_step_blocked, (void *)&cost), 1000),
+	       1000000);
 	b = gb_unit(gb_register("BM_rescan_step", bm_rescan_step, NULL), GB_US);
 	for (size_t i = 0; i < sizeof(rescan_ns) / sizeof(rescan_ns[0]); i++)
 		gb_arg(b, rescan_ns[i]);

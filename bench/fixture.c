@@ -105,17 +105,14 @@ static void directory(void *ctx, uint64_t key, uint32_t prompt, kva_lookup_token
 	b->pending[b->n_pending++] = t;
 }
 
-struct bx *bx_new(void)
-{
-	return bx_new_levels(0);
-}
-
-struct bx *bx_new_levels(uint32_t levels)
+/* enum kva_policy `policy`; `levels` as in struct bx */
+static struct bx *new_engine(int policy, uint32_t levels)
 {
 	struct bx *b = xcalloc(1, sizeof(*b));
 	b->levels = levels;
 	kva_config c;
 	kva_config_default(&c);
+	c.policy = policy; /* COST: kva_config_default's seeds */
 	c.order = levels ? KVA_ORDER_PRIORITY : KVA_ORDER_FCFS;
 	c.total_pages = BX_TOTAL_PAGES;
 	c.page_tokens = BX_PAGE_TOKENS;
@@ -152,6 +149,12 @@ struct bx *bx_new_levels(uint32_t levels)
 	};
 	return b;
 }
+
+struct bx *bx_new(void) { return new_engine(KVA_POLICY_WAIT, 0); }
+
+struct bx *bx_new_as(int policy) { return new_engine(policy, 0); }
+
+struct bx *bx_new_levels(uint32_t levels) { return new_engine(KVA_POLICY_WAIT, levels); }
 
 void bx_pending_reserve(struct bx *b, size_t n)
 {
@@ -274,15 +277,10 @@ kva_handle bx_waiting_take_random(struct bx *b, uint64_t *rng)
 	}
 }
 
-struct bx *bx_blocked_levels(size_t n, uint32_t levels)
+/* n already through bx_cap */
+static struct bx *build_blocked(size_t n, int policy, uint32_t levels, uint32_t run)
 {
-	return bx_blocked_runs(n, levels, 1);
-}
-
-struct bx *bx_blocked_runs(size_t n, uint32_t levels, uint32_t run)
-{
-	n = bx_cap(n);
-	struct bx *b = bx_new_levels(levels);
+	struct bx *b = new_engine(policy, levels);
 	b->run = run;
 	kva_stats st;
 	for (uint32_t i = 0; i < BX_RUNNERS; i++)
@@ -312,21 +310,35 @@ struct bx *bx_blocked_runs(size_t n, uint32_t levels, uint32_t run)
 	return b;
 }
 
+struct bx *bx_blocked_levels(size_t n, uint32_t levels)
+{
+	return bx_blocked_runs(n, levels, 1);
+}
+
+struct bx *bx_blocked_runs(size_t n, uint32_t levels, uint32_t run)
+{
+	return build_blocked(bx_cap(n), KVA_POLICY_WAIT, levels, run);
+}
+
 static struct {
 	size_t n;
+	int policy;
 	struct bx *b;
 } cache[CACHE_SLOTS];
 
-struct bx *bx_blocked(size_t n)
+struct bx *bx_blocked(size_t n) { return bx_blocked_as(n, KVA_POLICY_WAIT); }
+
+struct bx *bx_blocked_as(size_t n, int policy)
 {
 	n = bx_cap(n);
 	for (int i = 0; i < CACHE_SLOTS; i++)
-		if (cache[i].b && cache[i].n == n)
+		if (cache[i].b && cache[i].n == n && cache[i].policy == policy)
 			return cache[i].b;
 	for (int i = 0; i < CACHE_SLOTS; i++)
 		if (!cache[i].b) {
 			cache[i].n = n;
-			cache[i].b = bx_blocked_levels(n, 0);
+			cache[i].policy = policy;
+			cache[i].b = build_blocked(n, policy, 0, 1);
 			return cache[i].b;
 		}
 	bx_check(-ENOSPC, "fixture cache");

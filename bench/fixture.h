@@ -80,7 +80,9 @@ int bx_cmp_u64(const void *a, const void *b);
 
 /* A standard engine with all capacity free and nothing in it. Not cached. */
 struct bx *bx_new(void);
-/* The same under KVA_ORDER_PRIORITY over `levels` priorities (0: FCFS). */
+/* The same under enum kva_policy `policy` (bx_new: KVA_POLICY_WAIT). */
+struct bx *bx_new_as(int policy);
+/* bx_new under KVA_ORDER_PRIORITY over `levels` priorities (0: FCFS). */
 struct bx *bx_new_levels(uint32_t levels);
 /* The blocked state with n waiting restores over `levels` priorities (0:
  * FCFS); not cached: the caller frees it (bx_free). */
@@ -92,6 +94,8 @@ void bx_free(struct bx *b);
 /* The cached blocked engine with n waiting restores (n is taken through
  * bx_cap). Cached engines are freed by bx_cache_clear. */
 struct bx *bx_blocked(size_t n);
+/* The same under enum kva_policy `policy` (bx_blocked: KVA_POLICY_WAIT), cached apart. */
+struct bx *bx_blocked_as(size_t n, int policy);
 void bx_cache_clear(void);
 
 /* One scheduler step BX_STEP_NS later; aborts the process on an error (a

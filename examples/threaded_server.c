@@ -107,7 +107,8 @@ static void *directory(void *arg)
 		pthread_mutex_unlock(&lq_mu);
 		kva_manifest m = {0};
 		if (l.key == SHARED_KEY)
-			m = (kva_manifest){1, {{CKPT_TOKENS, KVA_LOC_EXTERNAL, 1, 0, 7, 1}}};
+			m = (kva_manifest){1, {{.position = CKPT_TOKENS, .location = KVA_LOC_EXTERNAL,
+			                          .compatible = 1, .id = 7, .epoch = 1}}};
 		int rc = kva_lookup_answer(engine, l.token, &m);
 		if (rc != 0 && rc != -ESTALE && rc != -ENOENT) /* late or cancelled: fine */
 			fprintf(stderr, "lookup_answer: %s\n", kva_strerror(rc));

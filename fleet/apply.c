@@ -13,6 +13,34 @@
 #include "score.h"
 #include "watch.h"
 
+/* The tier a medium's name says (kva_checkpoint.tier): vLLM's "GPU" and
+ * "CPU", LMCache's and Mooncake's names for DRAM, disks and remote stores,
+ * matched without case; anything else is unknown. */
+uint8_t kvf_medium_tier(const char *name, size_t len)
+{
+	static const struct {
+		const char *word;
+		uint8_t tier;
+	} words[] = {
+		{"gpu", KVA_TIER_GPU},     {"hbm", KVA_TIER_GPU},       {"cuda", KVA_TIER_GPU},
+		{"cpu", KVA_TIER_HOST},    {"dram", KVA_TIER_HOST},     {"host", KVA_TIER_HOST},
+		{"disk", KVA_TIER_DISK},   {"ssd", KVA_TIER_DISK},      {"nvme", KVA_TIER_DISK},
+		{"file", KVA_TIER_DISK},   {"remote", KVA_TIER_REMOTE}, {"redis", KVA_TIER_REMOTE},
+		{"s3", KVA_TIER_REMOTE},   {"store", KVA_TIER_REMOTE},
+	};
+	for (size_t w = 0; w < sizeof(words) / sizeof(words[0]); w++) {
+		size_t n = strlen(words[w].word);
+		for (size_t i = 0; i + n <= len; i++) {
+			size_t k = 0;
+			while (k < n && (name[i + k] | 0x20) == words[w].word[k])
+				k++;
+			if (k == n)
+				return words[w].tier;
+		}
+	}
+	return KVA_TIER_UNKNOWN;
+}
+
 /* Names compare by their bytes and length (the wire allows NUL in them); an
  * absent medium is "GPU" (vLLM's MEDIUM_GPU). Past MAX_MEDIA names the
  * caller skips the event: a shared id would merge media (a BlockRemoved on
@@ -37,6 +65,7 @@ uint32_t kvf_medium_id(kva_fleet *f, const char *name, size_t len)
 	memcpy(f->media[f->nmedia], name, len);
 	f->media[f->nmedia][len] = 0;
 	f->media_len[f->nmedia] = (uint8_t)len;
+	f->media_tier[f->nmedia] = kvf_medium_tier(name, len);
 	return f->nmedia++;
 }
 

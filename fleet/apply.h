@@ -16,6 +16,11 @@ uint32_t kvf_medium_id(kva_fleet *f, const char *name, size_t len);
  * kept ("GPU" for an empty one, truncated to KVF_MEDIUM_MAX). */
 uint32_t kvf_medium_find(kva_fleet *f, const char **name, size_t *len);
 
+/* The enum kva_tier a medium's name says (len bytes), by words in it
+ * without case: GPU, CPU / DRAM / host, disk / SSD / file, remote stores;
+ * anything else KVA_TIER_UNKNOWN. */
+uint8_t kvf_medium_tier(const char *name, size_t len);
+
 /* Every entry of pub goes, its watches are reported, and why is logged. */
 void kvf_drop_publisher(kva_fleet *f, struct publisher *pub, const char *why);
 

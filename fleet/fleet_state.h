@@ -162,6 +162,7 @@ struct kva_fleet {
 	struct kvf_batch batch;
 	char media[MAX_MEDIA][KVF_MEDIUM_MAX + 1];
 	uint8_t media_len[MAX_MEDIA]; /* a name may hold NUL bytes */
+	uint8_t media_tier[MAX_MEDIA]; /* enum kva_tier read from the name (apply.c) */
 	uint32_t nmedia;
 	uint64_t local_media; /* ids local for the self publisher */
 	/* chains (chain.c): open-addressing map key -> chain, FIFO list */

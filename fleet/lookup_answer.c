@@ -136,6 +136,7 @@ void kvf_lookup_answer(kva_fleet *f, const struct cmd *cmd, uint64_t now)
 			    .position = c->position,
 			    .location = c->local ? KVA_LOC_LOCAL : KVA_LOC_EXTERNAL,
 			    .compatible = 1,
+			    .tier = f->media_tier[c->pair & 0xff], /* pair_of: medium low */
 			    .id = checkpoint_id(chain->hashes[c->nblocks - 1], c->pair),
 			    .epoch = f->epoch};
 		}

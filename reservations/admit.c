@@ -15,6 +15,7 @@
 
 #include "admit.h"
 #include "copy.h"
+#include "cost_model.h"
 #include "evict_walk.h"
 #include "grant.h"
 #include "head_timers.h"
@@ -269,6 +270,9 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 	}
 	uint32_t prompt_pages = kva__pages_for(e, r->prompt_tokens);
 	bool legacy = false;
+	bool cost = e->cfg.policy == KVA_POLICY_COST;
+	if (cost && (r->flags & KVA__F_RESTORE))
+		kva__cost_choose(e, r); /* its source by predicted time (cost_model.c) */
 	if (r->flags & KVA__F_RESTORE) {
 		const kva_checkpoint *c = kva__selected_checkpoint(r);
 		bool local = c->location == KVA_LOC_LOCAL;
@@ -311,15 +315,20 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 		 * Legacy engines gave up only on
 		 * imports; a local prefix hit waited for capacity there too. A
 		 * contended word waits too (the step says backlog). */
-		if (e->cfg.policy != KVA_POLICY_LEGACY || local || got < 0) {
+		uint64_t deadline = UINT64_MAX;
+		if (cost && got == 0 && kva__cost_wait_over(e, r, &deadline)) {
+			kva__head_timers_forget(e, r); /* recomputes: its wait for a slot is over */
+		} else if (e->cfg.policy != KVA_POLICY_LEGACY || local || got < 0) {
 			kva__head_timers_block(e, r, true);
+			kva__head_timers_deadline(e, r, deadline);
 			return 0;
+		} else {
+			/* rule legacy-decides-at-admission: legacy decides at
+			 * admission — it recomputes only if the ordinary
+			 * admission fits now; else it keeps its answer and tries
+			 * the restore first again next time */
+			legacy = true;
 		}
-		/* rule legacy-decides-at-admission: legacy decides at admission —
-		 * it recomputes only if the
-		 * ordinary admission fits now; else it keeps its answer and tries
-		 * the restore first again next time */
-		legacy = true;
 	}
 	if (kva__token_budget_spent(e))
 		return -1;
@@ -433,6 +442,7 @@ static int admit_ready(kva_engine *e, struct kva__req *r)
 static void make_ready(kva_engine *e, struct kva__req *r)
 {
 	kva_capacity_release(&e->cap, (struct kva_credits){0, 1, 0}); /* the copy slot */
+	kva__cost_slot_released(e);
 	kva__rec_set_state(e, r, KVA_STATE_READY);
 	kva__ready_heap_push(e, r);
 }

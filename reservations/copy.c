@@ -11,6 +11,7 @@
 #include <errno.h>
 
 #include "copy.h"
+#include "cost_model.h"
 #include "grant.h"
 #include "lifecycle.h"
 #include "lookup.h"
@@ -87,8 +88,11 @@ enum kva__copy_outcome kva__copy_on_report(kva_engine *e, struct kva__req *r,
 		kva__rec_give_back(e, r, 1, true); /* reset while copying: drained now */
 		return KVA__COPY_REQUEUE;
 	}
-	if (!g->any_failed)
+	if (!g->any_failed) {
+		kva__cost_copy_observed(e, kva__selected_checkpoint(r)->tier, kp,
+		                        e->now - g->copy_started);
 		return KVA__COPY_READY;
+	}
 	if (g->retries < e->cfg.max_copy_retries) {
 		g->retries++;
 		kva__st_add_single_writer(e, ST_COPY_RETRIES, 1);

@@ -33,6 +33,7 @@
 #include "alloc.h"
 #include "checkpoint_index.h"
 #include "copy.h"
+#include "cost_model.h"
 #include "event_queue.h"
 #include "evict_walk.h"
 #include "held.h"
@@ -65,6 +66,17 @@ void kva_config_default(kva_config *cfg)
 	cfg->lookup_refresh_ns = 20 * SEC;
 	cfg->policy = KVA_POLICY_WAIT;
 	cfg->log_level = KVA_LOG_INFO;
+	/* the cost policy's seeds (docs/design.md: cost policy; bench/sim/README.md cites them) */
+	static const uint64_t gbps[KVA_TIER_COUNT] = {3, 25, 10, 1, 3}; /* GB/s (disk: 1.5) */
+	cfg->cost.page_bytes = 16 * 1024;
+	cfg->cost.prefill_tokens_per_s = 8000;
+	for (int t = 0; t < KVA_TIER_COUNT; t++) {
+		cfg->cost.tier_bytes_per_s[t] = gbps[t] * 1000000000ull;
+		cfg->cost.tier_setup_ns[t] = 1000000;
+	}
+	cfg->cost.tier_bytes_per_s[KVA_TIER_DISK] = 1500000000ull;
+	cfg->cost.half_life = 8;
+	cfg->cost.margin_pct = 10;
 }
 
 static int config_check(const kva_config *c)
@@ -74,7 +86,10 @@ static int config_check(const kva_config *c)
 		return -EINVAL;
 	if (c->decode_reserve_pages >= c->total_pages || c->decode_headroom_pages > c->total_pages)
 		return -EINVAL;
-	if (c->policy != KVA_POLICY_WAIT && c->policy != KVA_POLICY_LEGACY)
+	if (c->policy != KVA_POLICY_WAIT && c->policy != KVA_POLICY_LEGACY &&
+	    c->policy != KVA_POLICY_COST)
+		return -EINVAL;
+	if (kva__cost_config_check(c))
 		return -EINVAL;
 	if (c->flags & ~(uint32_t)KVA_CONFIG_CREDITS_ONLY)
 		return -EINVAL; /* bits kept for later meanings */
@@ -131,6 +146,7 @@ kva_engine *kva_engine_create(const kva_config *cfg, int *err)
 	if (!e)
 		goto fail;
 	e->cfg = *cfg;
+	kva__cost_init(e);
 	e->usable_pages = cfg->total_pages - cfg->decode_reserve_pages;
 	if (!(cfg->page_tokens & (cfg->page_tokens - 1)))
 		e->page_shift = (uint32_t)__builtin_ctz(cfg->page_tokens);

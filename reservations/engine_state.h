@@ -15,6 +15,7 @@
 #include <stdalign.h>
 #include <stdatomic.h>
 
+#include "cost_state.h"
 #include "counters.h"
 #include "events.h"
 #include "held.h"
@@ -126,6 +127,7 @@ struct kva_engine {
 		uint32_t lines;
 	} log_rate[KVA_LOGEV_COUNT]; /* per-event rate limit (stats.c) */
 	bool alloc_failing; /* the last step-side allocation failed (log once per run) */
+	struct kva__cost cost; /* KVA_POLICY_COST's rates (cost_model.c) */
 };
 
 /* Pages for `tokens`; a shift for the usual power-of-two page sizes (a

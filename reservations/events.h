@@ -56,6 +56,19 @@ struct kva__answer {
  * record. */
 #define KVA__CK_HOST 1u
 
+/* A host-stated entry's mark (kva__host_mark) spans reserved_ (low byte,
+ * KVA__CK_HOST in it) and tier (high byte): a host's own checkpoint is
+ * local, so its tier is never read. */
+static inline uint16_t kva__ck_mark(const kva_checkpoint *c)
+{
+	return (uint16_t)(c->reserved_ | (unsigned)c->tier << 8);
+}
+static inline void kva__ck_set_mark(kva_checkpoint *c, uint16_t m)
+{
+	c->reserved_ = (uint8_t)m;
+	c->tier = (uint8_t)(m >> 8);
+}
+
 /* The host states a local checkpoint of a request (rule
  * host-local-checkpoints). The producer
  * allocates the room the request's manifest may need for it, so the step

@@ -49,6 +49,16 @@ void kva__head_timers_fired(kva_engine *e, int which)
 	}
 	switch (which) {
 	case HT_WAIT:
+		if (e->cfg.max_restore_wait_ns &&
+		    e->now - r->blocked_since < e->cfg.max_restore_wait_ns) {
+			/* the cost policy's earlier deadline (kva__head_timers_deadline):
+			 * this step's admission decides; the bound stays armed */
+			kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_WAIT],
+			                   kva__after(r->blocked_since, e->cfg.max_restore_wait_ns));
+			break;
+		}
+		if (!e->cfg.max_restore_wait_ns)
+			break; /* an unbounded wait's cost deadline: admission decides */
 		/* rule bounded-wait: give up once, say so once, stop holding others as a restore */
 		log_wait(e, r, "waited", KVA_LOGEV_WAIT_EXPIRED);
 		kva__observe(e, H_CAPACITY_WAIT, e->now - r->blocked_since);
@@ -126,4 +136,16 @@ void kva__head_timers_block(kva_engine *e, struct kva__req *r, bool restore)
 	if (e->cfg.lookup_refresh_ns)
 		kva_timerwheel_arm(&e->wheel, &e->head_timer[HT_REFRESH],
 		                   kva__after(e->now, e->cfg.lookup_refresh_ns));
+}
+
+void kva__head_timers_deadline(kva_engine *e, struct kva__req *r, uint64_t deadline)
+{
+	if (e->head_req != r || deadline == UINT64_MAX)
+		return;
+	uint64_t cap = e->cfg.max_restore_wait_ns
+	                   ? kva__after(r->blocked_since, e->cfg.max_restore_wait_ns)
+	                   : UINT64_MAX;
+	struct kva_timer *t = &e->head_timer[HT_WAIT];
+	if (deadline < cap && (!kva_timer_armed(t) || t->expires > deadline))
+		kva_timerwheel_arm(&e->wheel, t, deadline);
 }

@@ -17,4 +17,9 @@ void kva__head_timers_block(kva_engine *e, struct kva__req *r, bool restore);
 /* A head timer fired (HT_WAIT, HT_LOG or HT_REFRESH). */
 void kva__head_timers_fired(kva_engine *e, int which);
 
+/* The cost policy's deadline for the blocked head r (cost_model.c,
+ * kva__cost_wait_over): HT_WAIT fires then, if before the bound, so a
+ * step looks at it again; UINT64_MAX: none. */
+void kva__head_timers_deadline(kva_engine *e, struct kva__req *r, uint64_t deadline);
+
 #endif

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "cost_model.h"
 #include "event_queue.h"
 #include "grant.h"
 #include "lifecycle.h"
@@ -38,7 +39,8 @@ static struct kva__req *find(kva_engine *e, kva_handle h)
 /* 0, -EINVAL, -ERANGE (past a prompt of `prompt` tokens). */
 static int host_local_valid(const kva_checkpoint *cp, uint32_t prompt)
 {
-	if (cp->location != KVA_LOC_LOCAL || !cp->compatible || cp->reserved_)
+	if (cp->location != KVA_LOC_LOCAL || !cp->compatible || cp->reserved_ ||
+	    cp->tier >= KVA_TIER_COUNT)
 		return -EINVAL;
 	return cp->position > prompt ? -ERANGE : 0;
 }
@@ -78,7 +80,7 @@ int kva_submit(kva_engine *e, const kva_request *q, kva_handle *out)
 	/* rule host-local-checkpoints: the retained manifest starts with it */
 	if (q->local.position) {
 		r->one = q->local;
-		r->one.reserved_ = kva__host_mark(e);
+		kva__ck_set_mark(&r->one, kva__host_mark(e));
 		r->nents = 1;
 		r->flags = KVA__F_HOSTLOCAL;
 	} else {
@@ -144,7 +146,8 @@ static int manifest_valid(const kva_manifest *m)
 		return -EINVAL;
 	for (uint32_t i = 0; i < m->count; i++) {
 		const kva_checkpoint *c = &m->entries[i];
-		if (c->position == 0 || c->location > KVA_LOC_LOCAL || c->reserved_)
+		if (c->position == 0 || c->location > KVA_LOC_LOCAL || c->reserved_ ||
+		    c->tier >= KVA_TIER_COUNT)
 			return -EINVAL;
 		if (i && c->position <= m->entries[i - 1].position)
 			return -EINVAL; /* unsorted or duplicate position */
@@ -211,7 +214,7 @@ int kva_local_checkpoint(kva_engine *e, kva_handle h, const kva_checkpoint *cp)
 	l->ev.type = KVA__EV_LOCAL;
 	l->h = h;
 	l->cp = *cp;
-	l->cp.reserved_ = kva__host_mark(e);
+	kva__ck_set_mark(&l->cp, kva__host_mark(e));
 	kva__event_push(e, &l->ev);
 	return 0;
 }
@@ -448,6 +451,9 @@ int kva_query(kva_engine *e, kva_handle h, kva_request_info *out)
 		out->lookups = atomic_load_explicit(&r->lookups, memory_order_relaxed);
 		out->cancel_requested = atomic_load_explicit(&r->cancel_requested,
 		                                             memory_order_relaxed);
+		if (e->cfg.policy == KVA_POLICY_COST)
+			kva__cost_query(e, h, r->prompt_tokens, sel >> 1, sel & 1,
+			                &out->predicted_restore_ns, &out->predicted_recompute_ns);
 		struct kva__grant *g = kva__grant(r);
 		if (g) {
 			out->pages_held = atomic_load_explicit(&g->npages, memory_order_relaxed);

@@ -124,7 +124,7 @@ void kva__lookup_issue(kva_engine *e, struct kva__req *r, bool decisive)
  * its pages are gone. */
 static bool host_stale(kva_engine *e, const kva_checkpoint *c)
 {
-	return (c->reserved_ & KVA__CK_HOST) && c->reserved_ != kva__host_mark(e);
+	return (c->reserved_ & KVA__CK_HOST) && kva__ck_mark(c) != kva__host_mark(e);
 }
 
 /* A retained entry that can no longer be taken: a host checkpoint a reset
@@ -152,6 +152,12 @@ static int select_entry(kva_engine *e, const kva_checkpoint *ents, uint32_t coun
 			return i;
 	}
 	return -1;
+}
+
+bool kva__lookup_usable(kva_engine *e, const struct kva__req *r, int i)
+{
+	const kva_checkpoint *c = &kva__manifest_entries(r)[i];
+	return select_entry(e, c, 1, r->prompt_tokens, ANY_POSITION, true) == 0;
 }
 
 int kva__select_shorter(kva_engine *e, const struct kva__req *r)

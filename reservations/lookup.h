@@ -56,5 +56,8 @@ void kva__fallback(kva_engine *e, struct kva__req *r, uint8_t reason);
 void kva__select(kva_engine *e, struct kva__req *r, int sel);
 /* The next shorter compatible entry than the selected one, -1 if none. */
 int kva__select_shorter(kva_engine *e, const struct kva__req *r);
+/* Whether r's retained entry i could be selected (compatible, within the
+ * prompt, neither forgotten by a reset nor reported evicted). */
+bool kva__lookup_usable(kva_engine *e, const struct kva__req *r, int i);
 
 #endif

@@ -184,6 +184,19 @@ void kva_stats_get(const kva_engine *e, kva_stats *out)
 	out->lax_wait_ns = kva__st_get(e, ST_LAX_WAIT_NS);
 	for (int i = 0; i < KVA_PRIORITY_CLASSES; i++)
 		out->admitted_by_priority[i] = kva__st_get(e, (enum kva__stat)(ST_ADMIT_PRIO0 + i));
+	out->cost_restores = kva__st_get(e, ST_COST_RESTORE);
+	out->cost_other_checkpoint = kva__st_get(e, ST_COST_OTHER);
+	out->cost_recomputes = kva__st_get(e, ST_COST_RECOMPUTE);
+	const struct kva__cost *m = &e->cost;
+	uint64_t x = atomic_load_explicit(&m->pub_ns_per_token_x1000, memory_order_relaxed);
+	out->prefill_tokens_per_s = x ? (uint64_t)(1e12 / (double)x) : 0;
+	for (int t = 0; t < KVA_TIER_COUNT; t++) {
+		out->tier_bytes_per_s[t] = atomic_load_explicit(&m->pub_bytes_per_s[t],
+		                                                memory_order_relaxed);
+		out->tier_setup_ns[t] = atomic_load_explicit(&m->pub_setup_ns[t], memory_order_relaxed);
+	}
+	out->copy_slot_interval_ns = atomic_load_explicit(&m->pub_slot_interval_ns,
+	                                                  memory_order_relaxed);
 	hist_get(e, H_CAPACITY_WAIT, &out->capacity_wait);
 	hist_get(e, H_LOOKUP, &out->lookup_latency);
 	hist_get(e, H_COPY, &out->copy_duration);
@@ -395,6 +408,31 @@ size_t kva_stats_format_as(const kva_stats *s, int format, char *buf, size_t len
 	       "Allocations a step needed and could not get.", s->alloc_failures);
 	single(&o, om, "kvadmit_logs_suppressed", COUNTER, "Log lines dropped by the rate limit.",
 	       s->logs_suppressed);
+
+	labelled(&o, om, "kvadmit_cost_decisions", COUNTER,
+		 "Cost policy choices at the head: restore the longest checkpoint, another "
+		 "(shorter or other-tier) one, or recompute.", "choice",
+		 (const struct lv[]){{"restore", s->cost_restores},
+				     {"other_checkpoint", s->cost_other_checkpoint},
+				     {"recompute", s->cost_recomputes},
+				     {NULL, 0}});
+	single(&o, om, "kvadmit_cost_prefill_tokens_per_second", GAUGE,
+	       "Learned prefill rate (the seed until the host reports one).",
+	       s->prefill_tokens_per_s);
+	static const char *const tiers[KVA_TIER_COUNT] = {"unknown", "gpu", "host", "disk",
+	                                                  "remote"};
+	struct lv bw[KVA_TIER_COUNT + 1], setup[KVA_TIER_COUNT + 1];
+	for (int t = 0; t < KVA_TIER_COUNT; t++) {
+		bw[t] = (struct lv){tiers[t], s->tier_bytes_per_s[t]};
+		setup[t] = (struct lv){tiers[t], s->tier_setup_ns[t]};
+	}
+	bw[KVA_TIER_COUNT] = setup[KVA_TIER_COUNT] = (struct lv){NULL, 0};
+	labelled(&o, om, "kvadmit_cost_copy_bytes_per_second", GAUGE,
+		 "Learned copy bandwidth per tier (the seed until measured).", "tier", bw);
+	labelled(&o, om, "kvadmit_cost_copy_setup_nanoseconds", GAUGE,
+		 "Learned copy setup latency per tier (the seed until measured).", "tier", setup);
+	single(&o, om, "kvadmit_cost_copy_slot_interval_nanoseconds", GAUGE,
+	       "Mean time between copy-slot releases (0: none seen).", s->copy_slot_interval_ns);
 
 	histogram(&o, om, "kvadmit_capacity_wait_duration_seconds",
 		  "Time a head waited for capacity, per wait.", &s->capacity_wait);

@@ -26,6 +26,7 @@ bool kva_has_feature(int feature)
 	case KVA_FEATURE_HOST_LOCAL:
 	case KVA_FEATURE_EXACT_BUDGET:
 	case KVA_FEATURE_CREDITS_ONLY:
+	case KVA_FEATURE_COST_POLICY:
 		return true;
 	case KVA_FEATURE_CUDA_IMPORTER:
 		return kva_cuda_importer_supported && kva_cuda_importer_supported();
@@ -58,7 +59,7 @@ const char *kva_reason_name(int reason)
 {
 	static const char *const names[KVA_REASON_COUNT] = {
 		"none", "no_key", "miss", "incompatible", "lookup_timeout", "retries_exhausted",
-		"wait_expired", "too_large", "legacy",
+		"wait_expired", "too_large", "legacy", "cost",
 	};
 	if (reason < 0 || reason >= KVA_REASON_COUNT)
 		return "unknown";

@@ -88,8 +88,8 @@ static void quiet_line(FILE *f, const struct sim_scenario *sc, struct sim_result
 		    l.mean_turn, w.mean_turn);
 }
 
-int sim_print_table(FILE *f, const struct sim_scenario *sc, struct sim_result *r[2],
-		    struct sim_result *quiet[2])
+int sim_print_table(FILE *f, const struct sim_scenario *sc, struct sim_result *r[SIM_N_POLICIES],
+		    struct sim_result *quiet[SIM_N_POLICIES])
 {
 	struct sim_metrics m[2];
 	memset(m, 0, sizeof(m));

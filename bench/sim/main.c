@@ -58,7 +58,12 @@ static void usage(FILE *f)
 	    "                        page tokens)\n"
 	    "  --page-tokens N       tokens per page (default 16)\n"
 	    "  --seed N              workload seed (default 1)\n"
-	    "  --policy P            both | wait | legacy (default both)\n"
+	    "  --policy P            both | wait | legacy | cost | all (all: legacy, wait and\n"
+	    "                        cost, three columns; default both)\n"
+	    "  --store S             where stored checkpoints live (README \"Store tiers\"):\n"
+	    "                        default (host DRAM, the profile's import link) | slow-tier\n"
+	    "                        (a file-backed tier) | mixed-tier (half of them there) |\n"
+	    "                        slot-saturation (one copy slot, 32 agents)\n"
 	    "  --max-restore-wait S  bounded wait of a blocked restore, 0 = unbounded (default "
 	    "60)\n"
 	    "  --lookup-timeout S    per-lookup deadline, 0 = never (default 5)\n"
@@ -90,6 +95,7 @@ static const char *const valued[] = {
     "--copy-slots", "--world-size", "--copy-fail-rate", "--profile", "--nodes",
     "--directory", "--svg",
     "--start-tokens", "--keep-local", "--local-cache", "--write-gbs", "--import-gbs", "--weight-bits",
+    "--store",
 };
 
 static bool is_valued(const char *name)
@@ -137,11 +143,11 @@ static int parse_double(const char *s, double *out)
 
 /* Runs the scenario's policies, legacy first; r[i] points into res or is
  * NULL. 0, or 3 when a run stopped on an engine error. */
-static int run_policies(const struct sim_scenario *sc, struct sim_result res[2],
-			struct sim_result *r[2])
+static int run_policies(const struct sim_scenario *sc, struct sim_result res[SIM_N_POLICIES],
+			struct sim_result *r[SIM_N_POLICIES])
 {
-	const int order[2] = {SIM_POLICY_LEGACY, SIM_POLICY_WAIT};
-	for (int i = 0; i < 2; i++) {
+	const int order[SIM_N_POLICIES] = {SIM_POLICY_LEGACY, SIM_POLICY_WAIT, SIM_POLICY_COST};
+	for (int i = 0; i < SIM_N_POLICIES; i++) {
 		if (!(sc->policies & order[i]))
 			continue;
 		if (sim_run_policy(sc, order[i], &res[i]) != 0) {
@@ -154,9 +160,9 @@ static int run_policies(const struct sim_scenario *sc, struct sim_result res[2],
 }
 
 /* 1 when a finished run broke an invariant, else status. */
-static int check_invariants(struct sim_result *r[2], int status)
+static int check_invariants(struct sim_result *r[SIM_N_POLICIES], int status)
 {
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < SIM_N_POLICIES; i++)
 		if (r[i] && !(r[i]->credits_conserved && r[i]->no_leaked_pages &&
 			      r[i]->all_terminal && r[i]->reported_once && r[i]->page_accounting)) {
 			fprintf(stderr, "kvadmit-sim: invariant check failed: %s\n", r[i]->check_msg);
@@ -183,6 +189,8 @@ int main(int argc, char **argv)
 			return bad("--profile", v, sim_profile_names());
 	}
 	double write_gbs = 0, import_gbs = 0;
+	const char *store = "default";
+	bool agents_given = false, slots_given = false;
 	uint32_t weight_bits = 16;
 	int keep_local = -1;
 	int local_boundary = -1;
@@ -240,7 +248,7 @@ int main(int argc, char **argv)
 		}
 		int rc = 0;
 		if (!strcmp(name, "--agents"))
-			rc = parse_u32(val, &sc.w.agents);
+			rc = parse_u32(val, &sc.w.agents), agents_given = true;
 		else if (!strcmp(name, "--duration"))
 			rc = parse_double(val, &sc.duration_s);
 		else if (!strcmp(name, "--pool-pages"))
@@ -254,7 +262,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(name, "--lookup-timeout"))
 			rc = parse_double(val, &sc.lookup_timeout_s);
 		else if (!strcmp(name, "--copy-slots"))
-			rc = parse_u32(val, &sc.copy_slots);
+			rc = parse_u32(val, &sc.copy_slots), slots_given = true;
 		else if (!strcmp(name, "--world-size"))
 			rc = parse_u32(val, &sc.world_size);
 		else if (!strcmp(name, "--copy-fail-rate"))
@@ -316,8 +324,14 @@ int main(int argc, char **argv)
 				sc.policies = SIM_POLICY_WAIT;
 			else if (!strcmp(val, "legacy"))
 				sc.policies = SIM_POLICY_LEGACY;
+			else if (!strcmp(val, "cost"))
+				sc.policies = SIM_POLICY_COST;
+			else if (!strcmp(val, "all"))
+				sc.policies = SIM_POLICY_LEGACY | SIM_POLICY_WAIT | SIM_POLICY_COST;
 			else
-				return bad(name, val, "must be both, wait or legacy");
+				return bad(name, val, "must be both, wait, legacy, cost or all");
+		} else if (!strcmp(name, "--store")) {
+			store = val;
 		}
 		if (rc)
 			return bad(name, val, "not a valid number");
@@ -330,6 +344,8 @@ int main(int argc, char **argv)
 		sc.m.write_bytes_s = write_gbs * 1e9;
 	if (import_gbs > 0)
 		sc.m.import_bytes_s = import_gbs * 1e9;
+	if (sim_store_profile(&sc, store, agents_given, slots_given) != 0)
+		return bad("--store", store, sim_store_names());
 	if (keep_local >= 0)
 		sc.keep_local = keep_local;
 	if (local_boundary >= 0)
@@ -354,8 +370,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
-	struct sim_result res[2], quiet_res[2];
-	struct sim_result *r[2] = {NULL, NULL}, *quiet[2] = {NULL, NULL};
+	struct sim_result res[SIM_N_POLICIES], quiet_res[SIM_N_POLICIES];
+	struct sim_result *r[SIM_N_POLICIES] = {NULL}, *quiet[SIM_N_POLICIES] = {NULL};
 	int status = run_policies(&sc, res, r);
 	/* The default scenario's table also shows the quiet case, so that
 	 * nobody takes the difference for a constant. */
@@ -380,7 +396,7 @@ int main(int argc, char **argv)
 		status = check_invariants(r, status);
 		status = check_invariants(quiet, status);
 	}
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < SIM_N_POLICIES; i++) {
 		if (r[i])
 			sim_result_free(r[i]);
 		if (quiet[i])

@@ -121,7 +121,7 @@ static uint64_t fallback_total(const kva_stats *st)
 
 const char *sim_policy_name(int p)
 {
-	return p == SIM_POLICY_WAIT ? "wait" : "legacy";
+	return p == SIM_POLICY_WAIT ? "wait" : p == SIM_POLICY_COST ? "cost" : "legacy";
 }
 
 /* ---- table --------------------------------------------------------------------- */
@@ -129,10 +129,11 @@ const char *sim_policy_name(int p)
 #define LABEL_W 36
 #define COL_W 20
 
-static void row(FILE *f, struct sim_result *r[2], const char *label, const char *vals[2])
+static void row(FILE *f, struct sim_result *r[SIM_N_POLICIES], const char *label,
+		const char *vals[SIM_N_POLICIES])
 {
 	fprintf(f, "%-*s", LABEL_W, label);
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < SIM_N_POLICIES; i++)
 		if (r[i])
 			fprintf(f, "%*s", COL_W, vals[i]);
 	fputc('\n', f);
@@ -140,9 +141,9 @@ static void row(FILE *f, struct sim_result *r[2], const char *label, const char 
 
 #define ROWF(label, ...)                                                                           \
 	do {                                                                                       \
-		char b_[2][64];                                                                    \
-		const char *v_[2] = {b_[0], b_[1]};                                                \
-		for (int i = 0; i < 2; i++)                                                        \
+		char b_[SIM_N_POLICIES][64];                                                       \
+		const char *v_[SIM_N_POLICIES] = {b_[0], b_[1], b_[2]};                            \
+		for (int i = 0; i < SIM_N_POLICIES; i++)                                           \
 			if (r[i]) {                                                                \
 				struct sim_result *x = r[i];                                       \
 				struct sim_metrics *mx = &m[i];                                        \
@@ -153,10 +154,11 @@ static void row(FILE *f, struct sim_result *r[2], const char *label, const char 
 		row(f, r, label, v_);                                                              \
 	} while (0)
 
-void sim_print_details(FILE *f, const struct sim_scenario *sc, struct sim_result *r[2])
+void sim_print_details(FILE *f, const struct sim_scenario *sc,
+		       struct sim_result *r[SIM_N_POLICIES])
 {
-	struct sim_metrics m[2];
-	for (int i = 0; i < 2; i++)
+	struct sim_metrics m[SIM_N_POLICIES];
+	for (int i = 0; i < SIM_N_POLICIES; i++)
 		if (r[i])
 			m[i] = sim_metrics(sc, r[i]);
 	fprintf(f, "kvadmit-sim: %u agents on %u engine%s, %.0f s simulated, seed %llu, %s start\n",
@@ -173,8 +175,9 @@ void sim_print_details(FILE *f, const struct sim_scenario *sc, struct sim_result
 	fprintf(f, "model: %s (bench/sim/README.md); copies over %u rank%s at %.0f GB/s each\n\n",
 		sc->m.model_class, sc->world_size, sc->world_size == 1 ? "" : "s",
 		sc->m.import_bytes_s / 1e9);
-	const char *hdr[2] = {r[0] ? sim_policy_name(r[0]->policy) : "",
-			      r[1] ? sim_policy_name(r[1]->policy) : ""};
+	const char *hdr[SIM_N_POLICIES];
+	for (int i = 0; i < SIM_N_POLICIES; i++)
+		hdr[i] = r[i] ? sim_policy_name(r[i]->policy) : "";
 	row(f, r, "", hdr);
 	ROWF("decode tokens/s", "%.1f", mx->decode_tok_s);
 	ROWF("per-turn prompt from cache", "%.1f%%", 100 * mx->turn_cache);
@@ -197,6 +200,11 @@ void sim_print_details(FILE *f, const struct sim_scenario *sc, struct sim_result
 	ROWF("turns in flight at end, mean age", "%llu, %.1f s", (unsigned long long)x->in_flight,
 	     x->in_flight_age_s);
 	ROWF("TTFT p50 / p99 (s)", "%.1f / %.1f", mx->ttft50, mx->ttft99);
+	ROWF("TTFT mean (s)", "%.2f", sim_samples_mean(&x->ttft_s));
+	ROWF("cost: restore / other / recompute", "%llu / %llu / %llu",
+	     (unsigned long long)x->st.cost_restores, (unsigned long long)x->st.cost_other_checkpoint,
+	     (unsigned long long)x->st.cost_recomputes);
+	ROWF("longest copy-slot wait (s)", "%.3f", x->slot_wait_max_s);
 	ROWF("preemptions", "%llu", (unsigned long long)x->st.preempted);
 	ROWF("steps held (preempted / budget)", "%llu / %llu", (unsigned long long)x->hold_steps,
 	     (unsigned long long)x->budget_steps);
@@ -216,7 +224,7 @@ void sim_print_details(FILE *f, const struct sim_scenario *sc, struct sim_result
 	ROWF("compactions (new sessions)", "%llu", (unsigned long long)x->compactions);
 	ROWF("invariants (credits, leaks, ends)", "%s", mx->ok ? "ok" : "FAILED");
 	ROWF("wall seconds", "%.2f", x->wall_s);
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < SIM_N_POLICIES; i++)
 		if (r[i] && !m[i].ok)
 			fprintf(f, "%s: invariant check failed: %s\n", sim_policy_name(r[i]->policy),
 				r[i]->check_msg);
@@ -239,6 +247,22 @@ static void json_policy(FILE *f, const struct sim_scenario *sc, struct sim_resul
 	fprintf(f, "\"mean_turn_s\":%.6g,", m.mean_turn);
 	fprintf(f, "\"ttft_p50_s\":%.6g,", m.ttft50);
 	fprintf(f, "\"ttft_p99_s\":%.6g,", m.ttft99);
+	fprintf(f, "\"ttft_mean_s\":%.6g,", sim_samples_mean(&r->ttft_s));
+	/* the cost policy's choices and rates (0 under the other policies), and the
+	 * copy-slot check: the longest wait of one turn for a slot alone, and the most
+	 * one exceeded its predicted recompute time plus the margin (null: none waited) */
+	fprintf(f,
+		"\"cost\":{\"restores\":%llu,\"other_checkpoint\":%llu,\"recomputes\":%llu,"
+		"\"prefill_tok_s\":%llu,\"host_bytes_s\":%llu,\"disk_bytes_s\":%llu},",
+		(unsigned long long)st->cost_restores, (unsigned long long)st->cost_other_checkpoint,
+		(unsigned long long)st->cost_recomputes, (unsigned long long)st->prefill_tokens_per_s,
+		(unsigned long long)st->tier_bytes_per_s[KVA_TIER_HOST],
+		(unsigned long long)st->tier_bytes_per_s[KVA_TIER_DISK]);
+	fprintf(f, "\"copy_slot_wait_max_s\":%.6g,", r->slot_wait_max_s);
+	if (isinf(r->slot_over_max_s))
+		fprintf(f, "\"copy_slot_wait_over_recompute_max_s\":null,");
+	else
+		fprintf(f, "\"copy_slot_wait_over_recompute_max_s\":%.6g,", r->slot_over_max_s);
 	fprintf(f, "\"preemptions\":%llu,", (unsigned long long)st->preempted);
 	fprintf(f, "\"fallbacks\":{");
 	for (int k = 1; k < KVA_REASON_COUNT; k++)
@@ -314,7 +338,7 @@ static void json_policy(FILE *f, const struct sim_scenario *sc, struct sim_resul
 	fprintf(f, "}");
 }
 
-void sim_print_json(FILE *f, const struct sim_scenario *sc, struct sim_result *r[2])
+void sim_print_json(FILE *f, const struct sim_scenario *sc, struct sim_result *r[SIM_N_POLICIES])
 {
 	const struct sim_model *md = &sc->m;
 	const struct sim_workload *w = &sc->w;
@@ -325,6 +349,11 @@ void sim_print_json(FILE *f, const struct sim_scenario *sc, struct sim_result *r
 		w->warm ? "warm" : "cold", sc->keep_local ? "true" : "false",
 		sc->local_boundary ? "boundary" : "prefix");
 	fprintf(f, "\"directory\":\"%s\",", sc->directory == SIM_DIR_FLEET ? "fleet" : "model");
+	fprintf(f,
+		"\"store\":{\"name\":\"%s\",\"slow_share\":%.6g,\"fast_bytes_s\":%.6g,"
+		"\"slow_bytes_s\":%.6g,\"setup_s\":%.6g,\"cost_margin\":%.6g},",
+		sc->store, sc->slow_share, sc->tier[0].bytes_s, sc->tier[1].bytes_s,
+		sc->tier[1].setup_s, sc->cost_margin);
 	fprintf(f, "\"pool_pages\":%u,\"page_tokens\":%u,\"pool_tokens\":%llu,", sc->pool_pages,
 		sc->page_tokens, (unsigned long long)sc->pool_pages * sc->page_tokens);
 	fprintf(f, "\"ctx_to_pool_start\":%.6g,", sim_ctx_to_pool_start(sc));
@@ -363,7 +392,7 @@ void sim_print_json(FILE *f, const struct sim_scenario *sc, struct sim_result *r
 	    w->compact_max);
 	fprintf(f, "},\"policies\":{");
 	bool first = true;
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < SIM_N_POLICIES; i++) {
 		if (!r[i])
 			continue;
 		if (!first)

@@ -100,9 +100,18 @@ static void stats_add(kva_stats *d, const kva_stats *x)
 	ADD(shorter_fallbacks);
 	ADD(restore_blocked_steps);
 	ADD(wait_expired);
+	ADD(cost_restores);
+	ADD(cost_other_checkpoint);
+	ADD(cost_recomputes);
 	for (int k = 0; k < KVA_REASON_COUNT; k++)
 		ADD(fallbacks[k]);
 #undef ADD
+	/* the learned rates: the last engine's (--nodes 1: its own) */
+	d->prefill_tokens_per_s = x->prefill_tokens_per_s;
+	for (int t = 0; t < KVA_TIER_COUNT; t++) {
+		d->tier_bytes_per_s[t] = x->tier_bytes_per_s[t];
+		d->tier_setup_ns[t] = x->tier_setup_ns[t];
+	}
 }
 
 static void start_drain(struct sim *s)
@@ -165,7 +174,7 @@ static void progress(struct sim *s, int *shown)
 		bar[i] = i < fill ? '#' : '.';
 	bar[40] = '\0';
 	fprintf(stderr, "\rkvadmit-sim %-6s [%s] %3d%%  t=%.0f/%.0f s",
-		s->policy == SIM_POLICY_WAIT ? "wait" : "legacy", bar, pct,
+		sim_policy_name(s->policy), bar, pct,
 		(double)s->now_ns / SIM_NS_PER_S, s->sc->duration_s);
 	fflush(stderr);
 }
@@ -187,7 +196,24 @@ static int engine_create(struct sim_node *n)
 	c.max_copy_retries = sc->m.max_copy_retries;
 	c.lookup_timeout_ns = (uint64_t)llround(sc->lookup_timeout_s * SIM_NS_PER_S);
 	c.max_restore_wait_ns = (uint64_t)llround(sc->max_restore_wait_s * SIM_NS_PER_S);
-	c.policy = s->policy == SIM_POLICY_WAIT ? KVA_POLICY_WAIT : KVA_POLICY_LEGACY;
+	c.policy = s->policy == SIM_POLICY_WAIT   ? KVA_POLICY_WAIT
+		   : s->policy == SIM_POLICY_COST ? KVA_POLICY_COST
+						  : KVA_POLICY_LEGACY;
+	/* the cost policy's seeds: what the scenario says of its GPU and tiers (the
+	 * engine learns the rest from the copies and the prefill steps it sees) */
+	c.cost.page_bytes = (uint64_t)llround(sc->m.kv_bytes_per_token * sc->page_tokens);
+	c.cost.prefill_tokens_per_s = (uint64_t)llround(sc->m.prefill_tok_s);
+	for (int t = 0; t < KVA_TIER_COUNT; t++) {
+		c.cost.tier_bytes_per_s[t] = (uint64_t)llround(sc->tier[0].bytes_s * sc->world_size);
+		c.cost.tier_setup_ns[t] = (uint64_t)llround(sc->tier[0].setup_s * SIM_NS_PER_S);
+	}
+	for (int i = 0; i < 2; i++) {
+		c.cost.tier_bytes_per_s[sc->tier[i].kind] =
+		    (uint64_t)llround(sc->tier[i].bytes_s * sc->world_size);
+		c.cost.tier_setup_ns[sc->tier[i].kind] =
+		    (uint64_t)llround(sc->tier[i].setup_s * SIM_NS_PER_S);
+	}
+	c.cost.margin_pct = (uint32_t)llround(sc->cost_margin * 100);
 	c.lookup = sim_dir_lookup_cb;
 	c.lookup_ctx = n;
 	for (uint32_t r = 0; r < sc->world_size; r++)
@@ -240,6 +266,7 @@ static void agents_init(struct sim *s)
 			a->ext_pos[0] = a->ctx / pt * pt;
 			a->hist_pos = a->ext_pos[0];
 			a->ext_id[0] = (uint64_t)(i + 1) << 32 | ++a->ext_seq;
+			a->ext_tier[0] = sim_store_tier(s, a);
 			a->n_ext = a->ext_pos[0] ? 1 : 0;
 		} else {
 			/* cold: the session begins at its first turn */
@@ -301,6 +328,42 @@ static bool kept_local_waits(struct sim_node *n, uint32_t prefill_budget)
 	return st.free_pages < need;
 }
 
+/* The copy-slot saturation check (README "Store tiers"): the time each turn
+ * waited at the head for a copy slot alone (its pages were free), against
+ * the engine's predicted recompute time (kva_query) plus the margin. One
+ * head a step: O(1). */
+static void slot_wait_track(struct sim_node *n)
+{
+	struct sim *s = n->s;
+	const struct sim_scenario *sc = s->sc;
+	struct sim_agent *a = n->slot_head;
+	if (a) {
+		a->slot_wait_ns += s->now_ns - n->slot_seen_ns;
+		double w = (double)a->slot_wait_ns / SIM_NS_PER_S;
+		double over = w - (double)a->pred_recompute_ns / SIM_NS_PER_S * (1 + sc->cost_margin);
+		if (w > s->res->slot_wait_max_s)
+			s->res->slot_wait_max_s = w;
+		if (a->pred_recompute_ns && over > s->res->slot_over_max_s)
+			s->res->slot_over_max_s = over;
+	}
+	n->slot_head = NULL;
+	a = NULL;
+	kva_waiting_foreach(n->e, head_of, &a, 1);
+	kva_request_info q;
+	if (!a || kva_query(n->e, a->h, &q) != 0 || !q.has_selection ||
+	    q.selected_location != KVA_LOC_EXTERNAL)
+		return;
+	kva_stats st;
+	kva_stats_get(n->e, &st);
+	uint64_t need = (uint64_t)sim_pages_for(s, a->prompt) + sim_headroom_pages(sc) +
+			sim_decode_reserve_pages(sc);
+	if (st.free_copy_slots || st.free_pages < need)
+		return;
+	n->slot_head = a;
+	n->slot_seen_ns = s->now_ns;
+	a->pred_recompute_ns = q.predicted_recompute_ns;
+}
+
 /* One scheduler iteration of engine n at s->now_ns: the GPU step that ends
  * now completes, the running requests take their tokens, the engine admits
  * within the rest, and the next GPU step starts (or the engine idles). */
@@ -352,6 +415,7 @@ static void node_step(struct sim_node *n)
 	sim_take_plan(n);
 	sim_cache_fit(n);
 	sim_check_running(n);
+	slot_wait_track(n);
 	if (s->fatal)
 		return;
 	struct sim_agent *first_new = old_tail ? sim_list_next(&n->run, old_tail) : n->run.head;
@@ -365,6 +429,12 @@ static void node_step(struct sim_node *n)
 		return;
 	if (b.n_decode || b.prefill_tokens) {
 		double dt = sim_gpu_step_s(&sc->m, &b);
+		/* what vLLM knows of its step: its time and prefill tokens. Only steps
+		 * that prefilled at least half a chunk: how fast a recompute's prefill
+		 * advances now (a step with a few tokens of a restore's rest would
+		 * charge the whole step's decoding to them) */
+		if (b.prefill_tokens * 2 >= sc->m.step_token_budget && s->policy == SIM_POLICY_COST)
+			kva_prefill_observed(n->e, b.prefill_tokens, sim_ns_of(dt));
 		double left = (double)(s->end_ns - s->now_ns) / SIM_NS_PER_S;
 		s->res->gpu_busy_s += dt < left ? dt : left;
 		s->res->gpu_steps++;
@@ -440,6 +510,7 @@ int sim_run_policy(const struct sim_scenario *sc, int policy, struct sim_result 
 {
 	memset(res, 0, sizeof(*res));
 	res->policy = policy;
+	res->slot_over_max_s = -INFINITY; /* no turn waited for a slot */
 	if (sim_timeline_init(&res->tl, sc->duration_s) != 0) {
 		fprintf(stderr, "kvadmit-sim: out of memory\n");
 		return -ENOMEM;
@@ -497,7 +568,7 @@ out:
 	free(s.nodes);
 	if (s.fatal) {
 		fprintf(stderr, "kvadmit-sim: %s policy: %s\n",
-			policy == SIM_POLICY_WAIT ? "wait" : "legacy", s.fatal_msg);
+			sim_policy_name(policy), s.fatal_msg);
 		return s.fatal;
 	}
 	return 0;

@@ -88,6 +88,7 @@ void sim_on_submit(struct sim *s, struct sim_agent *a)
 	a->recomputed_prefix = false;
 	a->admitted_once = false;
 	a->turn_local = a->turn_ext = 0;
+	a->slot_wait_ns = 0;
 	a->turn_start_ns = s->now_ns;
 }
 

@@ -81,7 +81,15 @@ struct sim_workload {
 	uint32_t compact_min, compact_max; /* a compacted session restarts at this size */
 };
 
-enum { SIM_POLICY_LEGACY = 1, SIM_POLICY_WAIT = 2 };
+enum { SIM_POLICY_LEGACY = 1, SIM_POLICY_WAIT = 2, SIM_POLICY_COST = 4 };
+#define SIM_N_POLICIES 3 /* legacy, wait, cost: the columns, in this order */
+
+/* One tier of the checkpoint store (--store; README "Store tiers"). */
+struct sim_tier {
+	uint8_t kind;	 /* enum kva_tier, told to the engine in each answer */
+	double bytes_s;	 /* store -> GPU, per rank */
+	double setup_s;	 /* fixed cost of one copy job, per rank */
+};
 /* who answers lookups: the modelled directory (store.c) or the real fleet
  * directory over inproc:// (fleetdir.c) */
 enum { SIM_DIR_MODEL = 0, SIM_DIR_FLEET = 1 };
@@ -102,12 +110,25 @@ struct sim_scenario {
 	double progress_after_s; /* CLOCK_MONOTONIC: the progress line waits until then */
 	bool details;	      /* --details: the full table below the headline */
 	const char *svg_path; /* --svg: the timeline's SVG file; NULL: none */
+	/* --store: where stored checkpoints live. tier[0] is the profile's import link
+	 * (host DRAM), tier[1] the slow one; a checkpoint is on tier[1] with probability
+	 * slow_share (drawn per agent and checkpoint). */
+	const char *store;
+	struct sim_tier tier[2];
+	double slow_share;
+	double cost_margin; /* the cost policy's margin (kva_cost_config.margin_pct / 100) */
 };
 
 void sim_defaults(struct sim_scenario *sc);
 /* Sets the model constants of a profile; -1 for an unknown name. */
 int sim_profile(struct sim_scenario *sc, const char *name);
 const char *sim_profile_names(void);
+/* Sets the store's tiers (--store NAME, after the profile and --import-gbs); the
+ * slot-saturation store also sets agents and copy slots where no flag did. -1 for an
+ * unknown name. */
+int sim_store_profile(struct sim_scenario *sc, const char *name, bool agents_given,
+		      bool slots_given);
+const char *sim_store_names(void);
 uint32_t sim_default_pool_pages(const struct sim_scenario *sc);
 /* Fills the warm start's range where no flag set it: a session under way is
  * anywhere between its condensed size and the model's window. */
@@ -217,6 +238,9 @@ struct sim_agent {
 	kva_handle last_ended; /* the last ended report (double-report check) */
 	uint32_t dir_draws;    /* the modelled directory's latency draws so far */
 	uint32_t copy_draws;   /* the importer's failure draws so far */
+	/* this turn's wait for a copy slot as the blocked head (pages free, no slot),
+	 * and the engine's predicted recompute time then (kva_query) */
+	uint64_t slot_wait_ns, pred_recompute_ns;
 
 	/* running state (the GPU's view) */
 	uint32_t kv;		 /* tokens whose KV is in pages */
@@ -228,6 +252,7 @@ struct sim_agent {
 	/* checkpoint store: the two newest stored positions of this session */
 	uint32_t ext_pos[2];
 	uint64_t ext_id[2];
+	uint8_t ext_tier[2]; /* index into sim_scenario.tier */
 	uint32_t n_ext;
 	uint32_t ext_seq;
 
@@ -278,6 +303,9 @@ void sim_dir_answer(struct sim *s, const struct sim_event *ev);
 int sim_import_cb(void *ctx, kva_engine *e, const struct kva_copy_job *job);
 void sim_store_write(struct sim *s, struct sim_agent *a, uint32_t position);
 void sim_store_written(struct sim *s, const struct sim_event *ev);
+/* The tier (index into sim_scenario.tier) of agent a's newest checkpoint
+ * (ext_seq): a draw per agent and checkpoint, the same for every policy. */
+uint8_t sim_store_tier(const struct sim *s, const struct sim_agent *a);
 void sim_cache_put(struct sim *s, struct sim_agent *a, uint32_t pages);
 void sim_cache_drop(struct sim *s, struct sim_agent *a, bool report);
 /* Evicts least recently cached pages until cached pages fit in the free
@@ -360,6 +388,9 @@ struct sim_result {
 	double ctx_to_pool_end, ctx_to_pool_mean; /* at the end / averaged over the window */
 	uint64_t compactions;
 	double wall_s;
+	/* the longest wait of one turn for a copy slot, and the most it exceeded its
+	 * predicted recompute time plus the margin (negative: never) */
+	double slot_wait_max_s, slot_over_max_s;
 	/* invariant checks at the end (and during the run) */
 	bool credits_conserved, no_leaked_pages, all_terminal, reported_once, page_accounting;
 	char check_msg[256];
@@ -382,6 +413,9 @@ struct sim_node {
 	bool in_step;
 	uint64_t wake_ns;
 	bool preempted; /* this step preempted: vLLM admits nothing new */
+	/* the head blocked on a copy slot alone at the last step (NULL: none), and when */
+	struct sim_agent *slot_head;
+	uint64_t slot_seen_ns;
 };
 
 /* The simulation of one policy (serving.c). */
@@ -438,16 +472,17 @@ struct sim_metrics sim_metrics(const struct sim_scenario *sc, struct sim_result 
 bool sim_under_pressure(const struct sim_result *r);
 const char *sim_policy_name(int policy);
 /* The full table (--details). */
-void sim_print_details(FILE *f, const struct sim_scenario *sc, struct sim_result *r[2]);
-void sim_print_json(FILE *f, const struct sim_scenario *sc, struct sim_result *r[2]);
+void sim_print_details(FILE *f, const struct sim_scenario *sc,
+		       struct sim_result *r[SIM_N_POLICIES]);
+void sim_print_json(FILE *f, const struct sim_scenario *sc, struct sim_result *r[SIM_N_POLICIES]);
 double sim_ctx_to_pool_start(const struct sim_scenario *sc);
 
 /* ---- headline.c: the demo's screen ------------------------------------- */
 /* The headline, the quiet case's line (quiet: the same run with contexts
  * that fit, either entry NULL when not run), the timeline, then the full
  * table under --details. */
-int sim_print_table(FILE *f, const struct sim_scenario *sc, struct sim_result *r[2],
-		    struct sim_result *quiet[2]); /* -1: the SVG could not be written */
+int sim_print_table(FILE *f, const struct sim_scenario *sc, struct sim_result *r[SIM_N_POLICIES],
+		    struct sim_result *quiet[SIM_N_POLICIES]); /* -1: the SVG could not be written */
 /* ---- timeline.c: the pictures ------------------------------------------- */
 void sim_timeline_print(FILE *f, struct sim_result *r[2]);
 /* "timeline":{...}: the bin length and one array per series (null: no turn ended). */

@@ -58,7 +58,8 @@ void sim_dir_lookup_cb(void *ctx, uint64_t key, uint32_t prompt, kva_lookup_toke
 		sim_fatal(s, "event queue", -ENOMEM);
 }
 
-static void add_entry(kva_manifest *m, uint32_t pos, uint8_t loc, uint64_t id, uint64_t epoch)
+static void add_entry(kva_manifest *m, uint32_t pos, uint8_t loc, uint64_t id, uint64_t epoch,
+		      uint8_t tier)
 {
 	if (pos == 0)
 		return;
@@ -77,8 +78,12 @@ static void add_entry(kva_manifest *m, uint32_t pos, uint8_t loc, uint64_t id, u
 		return;
 	}
 	memmove(&m->entries[i + 1], &m->entries[i], (m->count - i) * sizeof(m->entries[0]));
-	m->entries[i] = (kva_checkpoint){
-	    .position = pos, .location = loc, .compatible = 1, .id = id, .epoch = epoch};
+	m->entries[i] = (kva_checkpoint){.position = pos,
+					 .location = loc,
+					 .compatible = 1,
+					 .tier = tier,
+					 .id = id,
+					 .epoch = epoch};
 	m->count++;
 }
 
@@ -96,7 +101,8 @@ void sim_dir_answer(struct sim *s, const struct sim_event *ev)
 	if (idx < s->sc->w.agents && s->agents[idx].session == (uint32_t)(key >> 32)) {
 		struct sim_agent *a = &s->agents[idx];
 		for (uint32_t i = a->n_ext; i-- > 0;)
-			add_entry(&m, a->ext_pos[i], KVA_LOC_EXTERNAL, a->ext_id[i], 1);
+			add_entry(&m, a->ext_pos[i], KVA_LOC_EXTERNAL, a->ext_id[i], 1,
+				  s->sc->tier[a->ext_tier[i]].kind);
 		if (a->in_lru) {
 			/* an attention prefix cache serves any page-aligned prefix of
 			 * what it holds; a recurrent model's only the boundary its
@@ -105,7 +111,7 @@ void sim_dir_answer(struct sim *s, const struct sim_event *ev)
 			uint64_t cap = (uint64_t)ev->u.lookup.prompt / pt * pt;
 			if (have <= cap || !s->sc->local_boundary)
 				add_entry(&m, (uint32_t)(have < cap ? have : cap), KVA_LOC_LOCAL,
-					  sim_local_id(a), a->local_epoch);
+					  sim_local_id(a), a->local_epoch, KVA_TIER_GPU);
 		}
 	}
 	if (idx >= s->sc->w.agents)
@@ -118,8 +124,19 @@ void sim_dir_answer(struct sim *s, const struct sim_event *ev)
 
 /* ---- importer --------------------------------------------------------------- */
 
+/* The store tier a stored checkpoint of agent a lives on (its newest two
+ * are known; an older one is taken as on the first tier). */
+static const struct sim_tier *tier_of(const struct sim *s, const struct sim_agent *a, uint64_t id)
+{
+	for (uint32_t i = 0; a && i < a->n_ext; i++)
+		if (a->ext_id[i] == id)
+			return &s->sc->tier[a->ext_tier[i]];
+	return &s->sc->tier[0];
+}
+
 /* kva_import_fn on the simulated clock. Each rank has one link; jobs on it
- * run one after another, so concurrent imports share its bandwidth. */
+ * run one after another, so concurrent imports share its bandwidth (the
+ * link's speed is the checkpoint's tier's). */
 int sim_import_cb(void *ctx, kva_engine *e, const struct kva_copy_job *job)
 {
 	struct sim_node *n = ctx;
@@ -127,13 +144,15 @@ int sim_import_cb(void *ctx, kva_engine *e, const struct kva_copy_job *job)
 	(void)e;
 	const struct sim_scenario *sc = s->sc;
 	uint32_t r = job->rank;
-	double bytes = (double)job->position * sc->m.kv_bytes_per_token / job->world_size;
-	uint64_t start = n->import_free_ns[r] > s->now_ns ? n->import_free_ns[r] : s->now_ns;
-	uint64_t done = start + sim_ns_of(sc->m.copy_setup_s + bytes / sc->m.import_bytes_s);
-	n->import_free_ns[r] = done;
 	/* drawn per agent, not from the token's generation (see
 	 * sim_dir_lookup_cb); request ids are agent index + 1 */
 	uint32_t idx = (uint32_t)job->token.id - 1;
+	const struct sim_tier *t =
+	    tier_of(s, idx < sc->w.agents ? &s->agents[idx] : NULL, job->checkpoint_id);
+	double bytes = (double)job->position * sc->m.kv_bytes_per_token / job->world_size;
+	uint64_t start = n->import_free_ns[r] > s->now_ns ? n->import_free_ns[r] : s->now_ns;
+	uint64_t done = start + sim_ns_of(t->setup_s + bytes / t->bytes_s);
+	n->import_free_ns[r] = done;
 	uint64_t k = idx < sc->w.agents ? s->agents[idx].copy_draws++ : 0;
 	double u = sim_uniform(sc->w.seed ^ 0xC0917EAFull, job->token.id, (uint64_t)1 << 63 | k, r);
 	struct sim_event ev = {.t_ns = done, .kind = SIM_EV_COPY, .node = n->index};
@@ -172,6 +191,12 @@ void sim_store_write(struct sim *s, struct sim_agent *a, uint32_t position)
 		sim_fatal(s, "event queue", -ENOMEM);
 }
 
+uint8_t sim_store_tier(const struct sim *s, const struct sim_agent *a)
+{
+	return sim_uniform(s->sc->w.seed ^ 0x71E5ull, a->index + 1, a->ext_seq, 0) <
+	       s->sc->slow_share;
+}
+
 /* A checkpoint is visible to the directory once every rank wrote it. */
 void sim_store_written(struct sim *s, const struct sim_event *ev)
 {
@@ -181,8 +206,10 @@ void sim_store_written(struct sim *s, const struct sim_event *ev)
 		return;
 	a->ext_pos[1] = a->ext_pos[0];
 	a->ext_id[1] = a->ext_id[0];
+	a->ext_tier[1] = a->ext_tier[0];
 	a->ext_pos[0] = pos;
 	a->ext_id[0] = (uint64_t)(a->index + 1) << 32 | ++a->ext_seq;
+	a->ext_tier[0] = sim_store_tier(s, a);
 	if (a->n_ext < 2)
 		a->n_ext++;
 	sim_fleetdir_touch(s, a);

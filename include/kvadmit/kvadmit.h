@@ -76,6 +76,7 @@ enum kva_feature {
 	KVA_FEATURE_HOST_LOCAL = 7,    /* kva_request.local, kva_local_checkpoint */
 	KVA_FEATURE_EXACT_BUDGET = 8,  /* kva_plan.token_budget_exact */
 	KVA_FEATURE_CREDITS_ONLY = 9,  /* KVA_CONFIG_CREDITS_ONLY */
+	KVA_FEATURE_COST_POLICY = 10,  /* KVA_POLICY_COST, kva_checkpoint.tier, kva_cost_config */
 };
 /* KVA_VERSION_NUMBER of the library actually loaded. */
 KVA_API uint32_t kva_version(void);
@@ -99,6 +100,21 @@ KVA_API const char *kva_strerror(int err);
 enum kva_policy {
 	KVA_POLICY_WAIT = 0,   /* a selected restore waits for capacity */
 	KVA_POLICY_LEGACY = 1, /* refused restore is admitted to recompute */
+	/* The head's source (a checkpoint, or recomputing) by predicted time to first token, and
+	 * a restore waiting for a copy slot recomputes once waiting makes it slower
+	 * (KVA_REASON_COST; docs/design.md: cost policy). Capacity still waits as with WAIT. */
+	KVA_POLICY_COST = 2,
+};
+
+/* Where a checkpoint lives (kva_checkpoint.tier); the cost policy learns one copy rate per
+ * tier. UNKNOWN: the directory did not say. */
+enum kva_tier {
+	KVA_TIER_UNKNOWN = 0,
+	KVA_TIER_GPU = 1,    /* another GPU's memory (NVLink, RDMA) */
+	KVA_TIER_HOST = 2,   /* host DRAM */
+	KVA_TIER_DISK = 3,   /* a local file or SSD */
+	KVA_TIER_REMOTE = 4, /* a remote store over the network */
+	KVA_TIER_COUNT
 };
 
 /* The order of the waiting queue (kva_config.order; docs/design.md: priority order). */
@@ -159,6 +175,8 @@ enum kva_log_event {
 	KVA_LOGEV_INVARIANT,        /* ERROR: an internal invariant failed, a safe path taken; 0 */
 	KVA_LOGEV_IMPORTER_REFUSED, /* WARN: an importer refused a rank (EIO: a dead importer);
 	                             * the errno it returned */
+	KVA_LOGEV_COST,             /* DEBUG: the cost policy chose a source; its predicted
+	                             * time to first token in ns (the text gives every one) */
 	KVA_LOGEV_COUNT
 };
 
@@ -178,6 +196,22 @@ typedef void (*kva_log_record_fn)(void *ctx, const kva_log_record *rec);
  * Thread: the producer of the event (submit, cancel, answer, report ...), maybe several at once,
  * maybe the scheduler. Must be cheap, never block or call kvadmit: signal a condvar or eventfd. */
 typedef void (*kva_wake_fn)(void *ctx);
+
+/* The cost policy's model (KVA_POLICY_COST). Rates are learned as exponentially weighted
+ * averages whose weight halves every `half_life` observations; the seeds stand until then. */
+typedef struct kva_cost_config {
+	uint64_t page_bytes;           /* KV bytes of one page over all ranks, > 0 with COST */
+	uint64_t prefill_tokens_per_s; /* seed of the host's prefill rate, > 0 with COST */
+	/* seeds per tier (index enum kva_tier): copy bandwidth (bytes/s, > 0 with COST) and
+	 * setup latency (ns) */
+	uint64_t tier_bytes_per_s[KVA_TIER_COUNT];
+	uint64_t tier_setup_ns[KVA_TIER_COUNT];
+	uint32_t half_life;  /* observations, 1..65535 with COST */
+	/* A source other than the longest checkpoint is taken only when it is predicted faster
+	 * by more than this share (percent, 0..1000), and a waiting restore recomputes once
+	 * recomputing is faster by more than it. */
+	uint32_t margin_pct;
+} kva_cost_config;
 
 typedef struct kva_importer_ref {
 	kva_import_fn submit; /* NULL: the host runs the plan's copy jobs itself */
@@ -233,6 +267,10 @@ typedef struct kva_config {
 	/* PRIORITY only, aging: a waiting request ranks one priority level sooner per interval it
 	 * has waited, counted from its arrival; 0 = no aging (the default). */
 	uint64_t aging_interval_ns;
+	/* KVA_POLICY_COST's model (kva_config_default: 16 KiB pages, 8,000 prefill tokens/s,
+	 * GPU 25 GB/s, host 10 GB/s, disk 1.5 GB/s, remote 3 GB/s, unknown 3 GB/s; 1 ms setup;
+	 * half-life 8; margin 10%). Read only under COST. */
+	kva_cost_config cost;
 } kva_config;
 
 /* kva_config_default - all but total_pages: wait 60 s, log 30 s, lookup 5 s, refresh 20 s, 1 rank,
@@ -271,7 +309,8 @@ typedef struct kva_checkpoint {
 	uint32_t position; /* prefix tokens covered, > 0 */
 	uint8_t location;  /* enum kva_location */
 	uint8_t compatible;
-	uint16_t reserved_; /* 0: anything else is -EINVAL (room for a later meaning) */
+	uint8_t tier;      /* enum kva_tier (< KVA_TIER_COUNT, else -EINVAL); 0: unknown */
+	uint8_t reserved_; /* 0: anything else is -EINVAL (room for a later meaning) */
 	uint64_t id;
 	uint64_t epoch;
 } kva_checkpoint;
@@ -315,6 +354,7 @@ enum kva_reason {
 	KVA_REASON_WAIT_EXPIRED,      /* rule bounded-wait */
 	KVA_REASON_TOO_LARGE,         /* rule too-large-at-once */
 	KVA_REASON_LEGACY,            /* legacy policy: refused restore recomputes */
+	KVA_REASON_COST,              /* cost policy: recomputing is predicted faster */
 	KVA_REASON_COUNT
 };
 KVA_API const char *kva_reason_name(int reason);
@@ -371,6 +411,11 @@ KVA_API int kva_copy_done(kva_engine *e, kva_copy_token t, uint32_t rank, int st
  * Effect: waiting requests that selected it at an older epoch look up again; no older copy of a
  * local entry is taken later (rule eviction-revalidates).  Returns: 0, -EINVAL, -ENOMEM. */
 KVA_API int kva_checkpoint_evicted(kva_engine *e, uint64_t checkpoint_id, uint64_t epoch);
+
+/* kva_prefill_observed - the host prefilled `tokens` in `ns` (e.g. one step's prefill tokens
+ * and its duration): the cost policy's prefill rate learns from it.  Thread: any.
+ * Cost: O(1), two atomic adds; the next step folds them in.  Returns: 0, -EINVAL (NULL, ns 0). */
+KVA_API int kva_prefill_observed(kva_engine *e, uint64_t tokens, uint64_t ns);
 
 /* ---- the step ---------------------------------------------------------- */
 enum kva_how {
@@ -560,6 +605,15 @@ typedef struct kva_stats {
 	/* Admissions by priority class, a bounded label set: [0] < 0, [1] 0, [2] 1, [3] 2-3, [4] 4-7,
 	 * [5] 8-15, [6] 16-255, [7] >= 256. */
 	uint64_t admitted_by_priority[KVA_PRIORITY_CLASSES];
+	/* Cost policy (KVA_POLICY_COST): heads it decided to restore as selected, to restore a
+	 * shorter or other-tier checkpoint than the longest, to recompute (also counted in
+	 * fallbacks[KVA_REASON_COST]); the learned rates (seeds until measured): the host's
+	 * prefill rate, per tier (enum kva_tier) copy bandwidth and setup latency, and the mean
+	 * time between copy-slot releases (0: none seen). */
+	uint64_t cost_restores, cost_other_checkpoint, cost_recomputes;
+	uint64_t prefill_tokens_per_s;
+	uint64_t tier_bytes_per_s[KVA_TIER_COUNT], tier_setup_ns[KVA_TIER_COUNT];
+	uint64_t copy_slot_interval_ns;
 } kva_stats;
 
 /* kva_stats_get - a snapshot of the counters.  Thread: any; atomics only, never blocks. */
@@ -581,6 +635,9 @@ typedef struct kva_request_info {
 	/* A kva_cancel was accepted; the step may not have handled it yet (a racing kva_finish
 	 * can still win). Stays set once the request ended. */
 	uint8_t cancel_requested;
+	/* Cost model predictions of its time to first token from now (ns; learned rates): of
+	 * restoring its selected checkpoint (0: none selected) and of recomputing. */
+	uint64_t predicted_restore_ns, predicted_recompute_ns;
 } kva_request_info;
 
 /* kva_query - h's state and numbers.  Thread: any, under RCU.  Returns: 0, -EINVAL, -ENOENT. */

@@ -13,7 +13,8 @@ from ._errors import (AlreadyDone, Busy, InvalidArgument, InvalidRange, InvalidT
                       TimedOut, TryAgain, strerror)
 from ._types import (Admission, Checkpoint, CopyJob, CopyToken, Ended, Fallback, Feature, Handle,
                      Histogram, How, Location, LogEvent, LogLevel, LogRecord, LookupToken,
-                     MetricsFormat, Order, PlanSizes, Policy, Reason, RequestInfo, State, WaitingInfo)
+                     MetricsFormat, Order, PlanSizes, Policy, Reason, RequestInfo, State, Tier,
+                     WaitingInfo)
 from ._config import Config, plan_min_sizes
 from ._stats import Stats, histogram_bounds
 from ._plan import Plan
@@ -31,8 +32,9 @@ __all__ = [
     "InvalidArgument", "InvalidRange", "InvalidType", "KvadmitError", "Location", "LogEvent",
     "LogLevel", "LogRecord",
     "LookupToken", "MetricsFormat", "NoDevice", "NoSpace", "NotFound", "NotSupported",
-    "OutOfMemory", "OutOfRange", "Order", "PlanSizes", "Policy", "Reason", "RequestInfo", "Stale", "State",
-    "TimedOut", "TryAgain", "WaitingInfo", "strerror", "Config", "Engine", "Plan", "Stats",
+    "OutOfMemory", "OutOfRange", "Order", "PlanSizes", "Policy", "Reason", "RequestInfo", "Stale",
+    "State", "Tier", "TimedOut", "TryAgain", "WaitingInfo", "strerror", "Config", "Engine", "Plan",
+    "Stats",
     "cuda_importer_supported", "has_feature", "histogram_bounds", "plan_min_sizes",
     "reason_name", "register_at_fork", "version", "version_string", "CpuImporter",
     "ImporterStats", "Fleet", "FleetMatch", "hash_bytes", "vllm_block_hashes",

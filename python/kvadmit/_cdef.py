@@ -51,13 +51,22 @@ enum kva_feature {
     KVA_FEATURE_HOST_LOCAL = 7,
     KVA_FEATURE_EXACT_BUDGET = 8,
     KVA_FEATURE_CREDITS_ONLY = 9,
+    KVA_FEATURE_COST_POLICY = 10,
 };
 uint32_t kva_version(void);
 const char *kva_version_string(void);
 bool kva_has_feature(int feature);
 const char *kva_strerror(int err);
 
-enum kva_policy { KVA_POLICY_WAIT = 0, KVA_POLICY_LEGACY = 1 };
+enum kva_policy { KVA_POLICY_WAIT = 0, KVA_POLICY_LEGACY = 1, KVA_POLICY_COST = 2 };
+enum kva_tier {
+    KVA_TIER_UNKNOWN = 0,
+    KVA_TIER_GPU = 1,
+    KVA_TIER_HOST = 2,
+    KVA_TIER_DISK = 3,
+    KVA_TIER_REMOTE = 4,
+    KVA_TIER_COUNT = 5
+};
 enum kva_order { KVA_ORDER_FCFS = 0, KVA_ORDER_PRIORITY = 1 };
 enum kva_log_level { KVA_LOG_DEBUG = 0, KVA_LOG_INFO = 1, KVA_LOG_WARN = 2, KVA_LOG_ERROR = 3 };
 enum kva_location { KVA_LOC_EXTERNAL = 0, KVA_LOC_LOCAL = 1 };
@@ -83,7 +92,8 @@ enum kva_log_event {
     KVA_LOGEV_NO_MEMORY = 11,
     KVA_LOGEV_INVARIANT = 12,
     KVA_LOGEV_IMPORTER_REFUSED = 13,
-    KVA_LOGEV_COUNT = 14
+    KVA_LOGEV_COST = 14,
+    KVA_LOGEV_COUNT = 15
 };
 
 typedef struct kva_log_record {
@@ -96,6 +106,15 @@ typedef struct kva_log_record {
 } kva_log_record;
 typedef void (*kva_log_record_fn)(void *ctx, const kva_log_record *rec);
 typedef void (*kva_wake_fn)(void *ctx);
+
+typedef struct kva_cost_config {
+    uint64_t page_bytes;
+    uint64_t prefill_tokens_per_s;
+    uint64_t tier_bytes_per_s[5];
+    uint64_t tier_setup_ns[5];
+    uint32_t half_life;
+    uint32_t margin_pct;
+} kva_cost_config;
 
 typedef struct kva_importer_ref {
     kva_import_fn submit;
@@ -132,6 +151,7 @@ typedef struct kva_config {
     int order;
     int32_t preempt_threshold;
     uint64_t aging_interval_ns;
+    kva_cost_config cost;
 } kva_config;
 
 void kva_config_default(kva_config *cfg);
@@ -150,7 +170,8 @@ typedef struct kva_checkpoint {
     uint32_t position;
     uint8_t location;
     uint8_t compatible;
-    uint16_t reserved_;
+    uint8_t tier;
+    uint8_t reserved_;
     uint64_t id;
     uint64_t epoch;
 } kva_checkpoint;
@@ -187,7 +208,8 @@ enum kva_reason {
     KVA_REASON_WAIT_EXPIRED = 6,
     KVA_REASON_TOO_LARGE = 7,
     KVA_REASON_LEGACY = 8,
-    KVA_REASON_COUNT = 9
+    KVA_REASON_COST = 9,
+    KVA_REASON_COUNT = 10
 };
 const char *kva_reason_name(int reason);
 
@@ -215,6 +237,7 @@ typedef struct kva_copy_job {
 } kva_copy_job;
 
 int kva_copy_done(kva_engine *e, kva_copy_token t, uint32_t rank, int status);
+int kva_prefill_observed(kva_engine *e, uint64_t tokens, uint64_t ns);
 int kva_checkpoint_evicted(kva_engine *e, uint64_t checkpoint_id, uint64_t epoch);
 
 enum kva_how {
@@ -301,7 +324,7 @@ typedef struct kva_stats {
     uint64_t lookups_issued, lookups_answered, lookups_timed_out, late_answers, refreshes,
         revalidations;
     uint64_t copy_jobs, copy_attempts_failed, copy_retries, shorter_fallbacks, stale_copy_reports;
-    uint64_t fallbacks[9];
+    uint64_t fallbacks[10];
     uint64_t restore_blocked_steps, wait_logs, wait_expired;
     uint64_t steps, events;
     uint64_t restores_waiting, capacity_wait_ns;
@@ -313,6 +336,10 @@ typedef struct kva_stats {
     int64_t urgent_level, lax_level;
     uint64_t urgent_waiting, lax_waiting, urgent_wait_ns, lax_wait_ns;
     uint64_t admitted_by_priority[KVA_PRIORITY_CLASSES];
+    uint64_t cost_restores, cost_other_checkpoint, cost_recomputes;
+    uint64_t prefill_tokens_per_s;
+    uint64_t tier_bytes_per_s[5], tier_setup_ns[5];
+    uint64_t copy_slot_interval_ns;
 } kva_stats;
 
 void kva_stats_get(const kva_engine *e, kva_stats *out);
@@ -331,6 +358,7 @@ typedef struct kva_request_info {
     uint32_t lookups;
     uint32_t copy_attempts;
     uint8_t cancel_requested;
+    uint64_t predicted_restore_ns, predicted_recompute_ns;
 } kva_request_info;
 
 int kva_query(kva_engine *e, kva_handle h, kva_request_info *out);

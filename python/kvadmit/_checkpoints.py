@@ -38,6 +38,7 @@ def fill_checkpoint(c, cp):
     c.position = cp.position
     c.location = int(cp.location)
     c.compatible = 1 if cp.compatible else 0
+    c.tier = int(cp.tier)
     c.id = cp.id
     c.epoch = cp.epoch
 

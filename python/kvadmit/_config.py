@@ -3,7 +3,7 @@
 plan_min_sizes."""
 import dataclasses
 import operator
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ._errors import CONVERSION, arg_error, error
 from ._lib import ffi, lib
@@ -39,6 +39,10 @@ class Config:
         jobs say how many pages the host takes from its own pool (vLLM's
         BlockPool ...), and the host runs plan.copies into its own pages (no
         importers). flags: the raw kva_config.flags (credits_only ORs in).
+    cost: kva_cost_config fields (Config.COST) that differ from
+        kva_config_default's, for Policy.COST: {"page_bytes": 2**17,
+        "tier_bytes_per_s": (3e9, ...)} (a tier field takes a sequence
+        indexed by Tier).
     plan_sizes: the step's array sizes (PlanSizes); None: kva_plan_min_sizes,
         with at least 256 admissions, fallbacks and ended, 64 copy jobs a rank.
     """
@@ -70,6 +74,7 @@ class Config:
     plan_sizes: Optional[PlanSizes] = None
     flags: int = _DEFAULTS.flags
     credits_only: bool = False
+    cost: Optional[Mapping[str, Any]] = None
 
     # the kva_config fields set from the numeric attributes above
     NUMERIC = ("total_pages", "page_tokens", "decode_reserve_pages", "decode_headroom_pages",
@@ -78,6 +83,9 @@ class Config:
                "wait_log_interval_ns", "lookup_refresh_ns", "policy", "start_ns",
                "log_level", "flags", "order", "preempt_threshold",
                "aging_interval_ns")
+    # kva_config.cost's fields (Config.cost's keys)
+    COST = ("page_bytes", "prefill_tokens_per_s", "tier_bytes_per_s", "tier_setup_ns",
+            "half_life", "margin_pct")
 
     def to_c(self):
         """A kva_config with the numeric fields (callbacks NULL). A field of
@@ -93,6 +101,20 @@ class Config:
                 raise arg_error(f"kva_config.{name}", exc) from exc
         if self.credits_only:
             c.flags |= lib.KVA_CONFIG_CREDITS_ONLY
+        for name, v in (self.cost or {}).items():
+            if name not in self.COST:
+                raise error(-22, f"kva_config.cost.{name}: no such field")
+            try:
+                if name.startswith("tier_"):
+                    row = getattr(c.cost, name)
+                    if len(v) != len(row):
+                        raise error(-22, f"kva_config.cost.{name}: {len(row)} values, one a Tier")
+                    for t, x in enumerate(v):
+                        row[t] = operator.index(x) if not isinstance(x, float) else int(x)
+                else:
+                    setattr(c.cost, name, operator.index(v))
+            except CONVERSION as exc:
+                raise arg_error(f"kva_config.cost.{name}", exc) from exc
         problem = _config_problem(c)
         if problem:
             raise error(-22, f"kva_config.{problem}")
@@ -114,8 +136,19 @@ def _config_problem(c):
     if c.decode_headroom_pages > c.total_pages:
         return (f"decode_headroom_pages: {c.decode_headroom_pages} > total_pages "
                 f"({c.total_pages})")
-    if c.policy not in (int(Policy.WAIT), int(Policy.LEGACY)):
+    if c.policy not in (int(Policy.WAIT), int(Policy.LEGACY), int(Policy.COST)):
         return f"policy: {c.policy}, not a Policy"
+    if c.policy == int(Policy.COST):
+        k = c.cost
+        for name in ("page_bytes", "prefill_tokens_per_s", "half_life"):
+            if getattr(k, name) == 0:
+                return f"cost.{name}: 0, must be at least 1 with Policy.COST"
+        if k.half_life > 65535:
+            return f"cost.half_life: {k.half_life} > 65535"
+        if k.margin_pct > 1000:
+            return f"cost.margin_pct: {k.margin_pct} > 1000"
+        if 0 in list(k.tier_bytes_per_s):
+            return "cost.tier_bytes_per_s: a 0, each must be at least 1 with Policy.COST"
     if not int(LogLevel.DEBUG) <= c.log_level <= int(LogLevel.ERROR):
         return f"log_level: {c.log_level}, not a LogLevel"
     if c.flags & ~lib.KVA_CONFIG_CREDITS_ONLY:

@@ -610,4 +610,5 @@ def _request_info_of(q, serial, names):
                        _LOCATION.get(q.selected_location, q.selected_location),
                        bool(q.has_selection), q.prompt_tokens, q.selected_position,
                        q.pages_held, q.pages_reserved, q.lookups, q.copy_attempts,
-                       bool(q.cancel_requested))
+                       bool(q.cancel_requested), q.predicted_restore_ns,
+                       q.predicted_recompute_ns)

@@ -74,6 +74,13 @@ class Stats:
     urgent_wait_ns: int
     lax_wait_ns: int
     admitted_by_priority: Tuple[int, ...]
+    cost_restores: int
+    cost_other_checkpoint: int
+    cost_recomputes: int
+    prefill_tokens_per_s: int
+    tier_bytes_per_s: Tuple[int, ...]  # index: Tier
+    tier_setup_ns: Tuple[int, ...]
+    copy_slot_interval_ns: int
 
 
 def _check_stats():
@@ -100,6 +107,8 @@ def histogram_bounds():
 _FIELDS = ffi.typeof("kva_stats").fields
 _PLAIN = tuple(name for name, f in _FIELDS if f.type.kind == "primitive")
 _HISTS = tuple(name for name, f in _FIELDS if f.type.kind == "struct")
+# arrays, as tuples (copies, not the C arrays)
+_ARRAYS = ("admitted_by_priority", "tier_bytes_per_s", "tier_setup_ns")
 _REASONS = tuple(_REASON.get(i, i) for i in range(ffi.typeof("kva_stats").fields[
     [n for n, _ in _FIELDS].index("fallbacks")][1].type.length))
 _new_stats = object.__new__
@@ -111,11 +120,12 @@ def stats_from_c(s):
     instance dict at once, about twice as fast (python/README.md)."""
     values = {name: getattr(s, name) for name in _PLAIN}
     values["fallbacks"] = dict(zip(_REASONS, s.fallbacks))
+    for name in _ARRAYS:
+        values[name] = tuple(getattr(s, name))
     bounds = histogram_bounds()
     for name in _HISTS:
         v = getattr(s, name)
         values[name] = Histogram(v.count, v.sum_ns, tuple(v.buckets), bounds)
-    values["admitted_by_priority"] = tuple(s.admitted_by_priority)  # a copy, not the C array
     st = _new_stats(Stats)
     st.__dict__.update(values)
     return st

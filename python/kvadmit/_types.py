@@ -25,12 +25,23 @@ class Feature(enum.IntEnum):
     HOST_LOCAL = 7
     EXACT_BUDGET = 8
     CREDITS_ONLY = 9
+    COST_POLICY = 10
 
 
 class Policy(enum.IntEnum):
     """enum kva_policy"""
     WAIT = 0
     LEGACY = 1
+    COST = 2
+
+
+class Tier(enum.IntEnum):
+    """enum kva_tier: where a checkpoint lives (kva_checkpoint.tier)"""
+    UNKNOWN = 0
+    GPU = 1
+    HOST = 2
+    DISK = 3
+    REMOTE = 4
 
 
 class Order(enum.IntEnum):
@@ -68,6 +79,7 @@ class LogEvent(enum.IntEnum):
     NO_MEMORY = 11
     INVARIANT = 12
     IMPORTER_REFUSED = 13
+    COST = 14
 
 
 class State(enum.IntEnum):
@@ -92,6 +104,7 @@ class Reason(enum.IntEnum):
     WAIT_EXPIRED = 6
     TOO_LARGE = 7
     LEGACY = 8
+    COST = 9
 
 
 class How(enum.IntEnum):
@@ -123,6 +136,7 @@ for _cls, _ctype, _prefix in (
         (Feature, "enum kva_feature", "KVA_FEATURE_"), (Policy, "enum kva_policy", "KVA_POLICY_"),
         (Order, "enum kva_order", "KVA_ORDER_"),
         (LogLevel, "enum kva_log_level", "KVA_LOG_"), (Location, "enum kva_location", "KVA_LOC_"),
+        (Tier, "enum kva_tier", "KVA_TIER_"),
         (LogEvent, "enum kva_log_event", "KVA_LOGEV_"), (State, "enum kva_state", "KVA_STATE_"),
         (Reason, "enum kva_reason", "KVA_REASON_"), (How, "enum kva_how", "KVA_ADMIT_"),
         (MetricsFormat, "enum kva_metrics_format", "KVA_METRICS_")):
@@ -180,6 +194,7 @@ class Checkpoint(NamedTuple):
     epoch: int = 0
     location: int = 0  # Location.EXTERNAL
     compatible: bool = True
+    tier: int = 0  # Tier.UNKNOWN
 
 
 class Admission(NamedTuple):
@@ -262,6 +277,8 @@ class RequestInfo:
     lookups: int
     copy_attempts: int
     cancel_requested: bool
+    predicted_restore_ns: int = 0
+    predicted_recompute_ns: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

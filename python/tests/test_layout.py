@@ -209,7 +209,27 @@ def test_config_covers_every_numeric_field():
     callbacks = {"lookup", "lookup_ctx", "importers", "log", "log_ctx", "wake", "wake_ctx",
                  "log_record", "log_record_ctx"}
     fields = {n for n, _ in ffi.typeof("kva_config").fields}
-    assert set(kvadmit.Config.NUMERIC) == fields - callbacks
+    assert set(kvadmit.Config.NUMERIC) == fields - callbacks - {"cost"}
+    assert kvadmit.Config.COST == tuple(n for n, _ in ffi.typeof("kva_cost_config").fields)
+
+
+def test_config_cost_writes_its_fields():
+    tiers = (1, 2, 3, 4, 5)
+    c = kvadmit.Config(total_pages=64, policy=kvadmit.Policy.COST,
+                       cost={"page_bytes": 7, "prefill_tokens_per_s": 9, "half_life": 3,
+                             "margin_pct": 20, "tier_bytes_per_s": tiers,
+                             "tier_setup_ns": tiers}).to_c()
+    assert (c.cost.page_bytes, c.cost.prefill_tokens_per_s, c.cost.half_life,
+            c.cost.margin_pct) == (7, 9, 3, 20)
+    assert tuple(c.cost.tier_bytes_per_s) == tiers == tuple(c.cost.tier_setup_ns)
+    with pytest.raises(kvadmit.InvalidArgument, match="cost.page_bytes"):
+        kvadmit.Config(total_pages=64, policy=kvadmit.Policy.COST,
+                       cost={"page_bytes": 0}).to_c()
+    with pytest.raises(kvadmit.InvalidArgument, match="cost.nope"):
+        kvadmit.Config(total_pages=64, cost={"nope": 1}).to_c()
+    e = kvadmit.Engine(total_pages=64, policy=kvadmit.Policy.COST)
+    assert e.stats().tier_bytes_per_s[kvadmit.Tier.DISK] == 1500000000
+    e.close()
 
 
 def test_config_defaults_are_kva_config_default():

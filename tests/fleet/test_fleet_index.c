@@ -13,6 +13,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "apply.h"
 #include "index.h"
 #include "score.h"
 #include "unhash.h"
@@ -134,6 +135,25 @@ static void cap_evicts_the_entry_without_a_reference(void **st)
 #define NL 4
 static const uint32_t LOCS[NL] = {KVF_LOC(0, 0, 0), KVF_LOC(0, 1, 0), KVF_LOC(1, 0, 0),
                                   KVF_LOC(1, 0, 1)};
+
+/* A medium's name says its tier (kva_checkpoint.tier, for the cost policy):
+ * vLLM's "GPU" and "CPU", other stores' words, without case; others unknown. */
+static void medium_names_say_their_tier(void **st)
+{
+	(void)st;
+	static const struct {
+		const char *name;
+		uint8_t tier;
+	} cases[] = {
+	    {"GPU", KVA_TIER_GPU},         {"cpu", KVA_TIER_HOST},    {"CPU_DRAM", KVA_TIER_HOST},
+	    {"LocalDisk", KVA_TIER_DISK},  {"nvme0", KVA_TIER_DISK},  {"SSD", KVA_TIER_DISK},
+	    {"redis", KVA_TIER_REMOTE},    {"S3", KVA_TIER_REMOTE},   {"tape", KVA_TIER_UNKNOWN},
+	    {"", KVA_TIER_UNKNOWN},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		assert_int_equal(kvf_medium_tier(cases[i].name, strlen(cases[i].name)), cases[i].tier);
+	assert_int_equal(kvf_medium_tier("GPUxx", 2), KVA_TIER_UNKNOWN); /* its len bytes only */
+}
 
 static void random_operations_match_a_reference(void **st)
 {
@@ -453,6 +473,7 @@ int main(void)
 		cmocka_unit_test(dropping_a_publisher_is_constant_time),
 		cmocka_unit_test(generation_wrap_scans_once),
 		cmocka_unit_test(random_drops_match_a_reference),
+		cmocka_unit_test(medium_names_say_their_tier),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

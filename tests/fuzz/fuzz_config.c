@@ -20,6 +20,8 @@
  *     interval from their classes too), kva_set_priority and
  *     kva_preempt_candidate answer only their documented codes; under FCFS
  *     both are refused (-EINVAL);
+ *   - KVA_POLICY_COST with the seeds of kva_config_default, a margin from
+ *     its class, or a broken cost config (read only under COST);
  *   - after a final drain (copies reported, everything finished or
  *     cancelled, plans with room), every request ended exactly once and
  *     every credit is back.
@@ -174,11 +176,21 @@ static bool config_valid(const kva_config *c)
 		return false;
 	if (c->decode_reserve_pages >= c->total_pages || c->decode_headroom_pages > c->total_pages)
 		return false;
-	if (c->policy != KVA_POLICY_WAIT && c->policy != KVA_POLICY_LEGACY)
+	if (c->policy != KVA_POLICY_WAIT && c->policy != KVA_POLICY_LEGACY &&
+	    c->policy != KVA_POLICY_COST)
 		return false;
 	if ((c->order != KVA_ORDER_FCFS && c->order != KVA_ORDER_PRIORITY) ||
 	    c->preempt_threshold < 0)
 		return false;
+	const kva_cost_config *k = &c->cost;
+	if (c->policy == KVA_POLICY_COST) {
+		if (!k->page_bytes || !k->prefill_tokens_per_s || !k->half_life ||
+		    k->half_life > 65535 || k->margin_pct > 1000)
+			return false;
+		for (int t = 0; t < KVA_TIER_COUNT; t++)
+			if (!k->tier_bytes_per_s[t])
+				return false;
+	}
 	bool first = c->importers[0].submit != NULL;
 	for (uint32_t i = 1; i < c->world_size; i++)
 		if ((c->importers[i].submit != NULL) != first)
@@ -207,7 +219,10 @@ static void configure(void)
 	c->lookup_refresh_ns = u64_class();
 	c->start_ns = u64_class();
 	uint8_t b = fz_u8(&S.in);
-	static const int policies[4] = {KVA_POLICY_WAIT, KVA_POLICY_LEGACY, 2, -1};
+	/* 2 and 3: unknown policies, as before COST existed (COST: the cap
+	 * byte's extension below, so that older inputs keep their meaning) */
+	static const int policies[4] = {KVA_POLICY_WAIT, KVA_POLICY_LEGACY, KVA_POLICY_COST + 1,
+					-1};
 	c->policy = policies[b & 3];
 	if (!(b & 4))
 		c->lookup = lookup_cb;
@@ -240,6 +255,19 @@ static void configure(void)
 		/* INT32_MAX + 1 and UINT32_MAX are negative: invalid */
 		c->preempt_threshold = (int32_t)u32_class(INT32_MAX);
 		c->aging_interval_ns = u64_class();
+	}
+	/* Bit 3 of the first cap byte: one more byte for the cost policy (after the
+	 * priority fields, whose inputs keep their meaning). Its bit 0: COST
+	 * instead of the policy above; bit 1: a broken cost config (-EINVAL
+	 * under COST, not read under the others); bit 2: a margin from its class. */
+	if (cap0 & 8) {
+		uint8_t x = fz_u8(&S.in);
+		if (x & 1)
+			c->policy = KVA_POLICY_COST;
+		if (x & 2)
+			c->cost.half_life = 0;
+		if (x & 4)
+			c->cost.margin_pct = u32_class(1000);
 	}
 }
 

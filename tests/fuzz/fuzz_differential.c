@@ -20,7 +20,10 @@
  *   - step. No timers: lookup timeout, bounded wait, wait log and refresh are
  *     all disabled, so time does not matter; no evictions, no reset, no
  *     allocation failures (fuzz_engine covers those against invariants).
- * Policies wait and legacy; plan capacities may be tight (leftovers go to
+ * Policies wait, legacy and cost (the clock stays at 0: a copy takes no
+ * time, so a tier's first completed copy makes its copies free; the choice
+ * is computed the same way, in doubles, for whichever request heads the
+ * sorted list); plan capacities may be tight (leftovers go to
  * the next step in order). FCFS or PRIORITY order (with or without aging):
  * under PRIORITY each submit has a priority and maybe a host arrival time,
  * kva_set_priority changes it, and the reference sorts its waiting list
@@ -99,6 +102,11 @@ struct ref {
 	uint64_t join_seq; /* PRIORITY: joins of the waiting list */
 	struct ref_ev ev[4 * MAXR + 64];
 	uint32_t nev, evpos;
+	/* the cost policy: tiers with a completed copy, copy-slot releases, and
+	 * the head the choice was made for (request, selection; -1 none) */
+	bool measured[KVA_TIER_COUNT];
+	uint32_t releases;
+	int cost_head, cost_sel;
 	/* the plan the reference expects */
 	kva_admission adm[CAP_BIG];
 	uint32_t nadm, npages;
@@ -299,6 +307,7 @@ static void ref_copy_start(int r)
 static void ref_make_ready(int r)
 {
 	S.m.free_slots++;
+	S.m.releases++;
 	S.m.q[r].state = R_READY;
 	uint32_t at = S.m.nready;
 	while (at > 0 && S.m.q[S.m.ready[at - 1]].queue_seq > S.m.q[r].queue_seq)
@@ -325,6 +334,7 @@ static void ref_copy_report(int r, uint16_t rank, uint8_t status)
 	}
 	const kva_manifest *mf = &S.m.dir[q->key];
 	if (!q->any_failed) {
+		S.m.measured[mf->entries[q->sel].tier] = true; /* took 0 ns: free from now on */
 		ref_make_ready(r);
 	} else if (q->retries < S.m.cfg.max_copy_retries) {
 		q->retries++;
@@ -451,6 +461,90 @@ static void ref_admit(int r, uint8_t how, uint32_t local, uint32_t restored)
 	q->state = R_RUNNING;
 }
 
+/* ---- the cost policy, the slow way (docs/design.md: cost policy) ---- */
+
+static double ref_copy_ns(const kva_checkpoint *c)
+{
+	const kva_cost_config *k = &S.m.cfg.cost;
+	if (S.m.measured[c->tier])
+		return 0;
+	double bytes = (double)pages_for(c->position) * (double)k->page_bytes;
+	return (double)k->tier_setup_ns[c->tier] + bytes * (1e9 / (double)k->tier_bytes_per_s[c->tier]);
+}
+
+static double ref_restore_ns(const kva_checkpoint *c, uint32_t prompt)
+{
+	double rest = 1e9 / (double)S.m.cfg.cost.prefill_tokens_per_s * (prompt - c->position);
+	return c->location == KVA_LOC_LOCAL ? rest : ref_copy_ns(c) + rest;
+}
+
+static double ref_with_queue(const kva_checkpoint *c, uint32_t prompt)
+{
+	double t = ref_restore_ns(c, prompt);
+	if (c->location == KVA_LOC_LOCAL || S.m.free_slots)
+		return t;
+	return t + (S.m.releases > 1 ? 0 : ref_copy_ns(c) / S.m.cfg.copy_slots);
+}
+
+static double ref_margin(void) { return S.m.cfg.cost.margin_pct / 100.0; }
+
+static double ref_recompute_ns(uint32_t prompt)
+{
+	return 1e9 / (double)S.m.cfg.cost.prefill_tokens_per_s * prompt;
+}
+
+/* The head's source: maybe another entry, or recomputing (fallen back,
+ * KVA_REASON_COST), once per head and selection. */
+static void ref_cost_choose(int r)
+{
+	struct ref *m = &S.m;
+	struct ref_req *q = &m->q[r];
+	if (m->cost_head == r && m->cost_sel == q->sel)
+		return;
+	const kva_manifest *mf = &m->dir[q->key];
+	int best = q->sel;
+	double cur_t = ref_with_queue(&mf->entries[q->sel], q->prompt), best_t = cur_t;
+	for (int i = 0; i < (int)mf->count; i++) {
+		const kva_checkpoint *c = &mf->entries[i];
+		if (i == q->sel || !c->compatible || c->position > q->prompt)
+			continue;
+		double t = ref_with_queue(c, q->prompt);
+		if (t < best_t) {
+			best = i;
+			best_t = t;
+		}
+	}
+	if (best != q->sel && best_t * (1 + ref_margin()) >= cur_t) {
+		best = q->sel;
+		best_t = cur_t;
+	}
+	if (ref_recompute_ns(q->prompt) * (1 + ref_margin()) < best_t) {
+		m->cost_head = -1;
+		ref_fallback(r, KVA_REASON_COST);
+		return;
+	}
+	q->sel = best;
+	m->cost_head = r;
+	m->cost_sel = best;
+}
+
+/* A restore refused while its pages and a running slot are free but no copy
+ * slot is: at clock 0 it recomputes once its slack is under 1 ns. */
+static bool ref_cost_wait_over(int r, const kva_checkpoint *c, uint32_t total)
+{
+	struct ref *m = &S.m;
+	struct ref_req *q = &m->q[r];
+	if (c->location == KVA_LOC_LOCAL || m->free_slots || !m->free_runs ||
+	    m->free_pages < total + m->cfg.decode_reserve_pages)
+		return false;
+	double slack = ref_recompute_ns(q->prompt) * (1 + ref_margin()) - ref_restore_ns(c, q->prompt);
+	if (slack > 0 && (uint64_t)slack > 0)
+		return false;
+	m->cost_head = -1;
+	ref_fallback(r, KVA_REASON_COST);
+	return true;
+}
+
 /* 1 admitted, 0 blocked, -1 the plan is full */
 static int ref_admit_head(int r)
 {
@@ -460,6 +554,9 @@ static int ref_admit_head(int r)
 		return 0;
 	uint32_t floor = m->cfg.decode_reserve_pages;
 	bool legacy = false;
+	bool cost = m->cfg.policy == KVA_POLICY_COST;
+	if (cost && q->restore)
+		ref_cost_choose(r);
 	if (q->restore) {
 		const kva_checkpoint *c = &m->dir[q->key].entries[q->sel];
 		bool local = c->location == KVA_LOC_LOCAL;
@@ -484,10 +581,14 @@ static int ref_admit_head(int r)
 		/* rule restore-waits-for-capacity: wait, don't recompute; legacy
 		 * gives up on imports only
 		 * (a local prefix hit waited for capacity in legacy engines too) */
-		if (m->cfg.policy != KVA_POLICY_LEGACY || local)
+		if (cost && ref_cost_wait_over(r, c, total)) {
+			/* recomputes: the ordinary path below */
+		} else if (m->cfg.policy != KVA_POLICY_LEGACY || local) {
 			return 0;
-		/* rule legacy-decides-at-admission: recompute only if that fits now */
-		legacy = true;
+		} else {
+			/* rule legacy-decides-at-admission: recompute only if that fits now */
+			legacy = true;
+		}
 	}
 	uint32_t first = pages_for(
 	    q->prompt < m->cfg.prefill_chunk_tokens ? q->prompt : m->cfg.prefill_chunk_tokens);
@@ -860,7 +961,12 @@ static void configure(uint32_t *max_prompt)
 	c->decode_headroom_pages = b % 3;
 	c->copy_slots = (uint16_t)(1 + (b >> 2) % 3);
 	c->max_copy_retries = (b >> 4) % 3;
-	c->policy = (b >> 6) == 3 ? KVA_POLICY_LEGACY : KVA_POLICY_WAIT;
+	c->policy = (b >> 6) == 3   ? KVA_POLICY_LEGACY
+		    : (b >> 6) == 2 ? KVA_POLICY_COST
+				    : KVA_POLICY_WAIT;
+	/* 1 MiB pages: a disk copy (1.5 GB/s seed) of a small page loses to its
+	 * recompute (8,000 tokens/s), a GPU one (25 GB/s) wins */
+	c->cost.page_bytes = 1u << 20;
 	c->prefill_chunk_tokens = 1 + fz_below(in, 16 * c->page_tokens);
 	b = fz_u8(in);
 	c->max_running = (uint16_t)(1 + (b & 7) % 6);
@@ -899,6 +1005,7 @@ static void configure(uint32_t *max_prompt)
 			    (kva_checkpoint){.position = pos,
 					     .location = (x & 1) ? KVA_LOC_LOCAL : KVA_LOC_EXTERNAL,
 					     .compatible = (x & 6) != 0,
+					     .tier = (uint8_t)((x >> 3) % KVA_TIER_COUNT),
 					     .id = 10 * k + j,
 					     .epoch = x >> 4};
 		}
@@ -906,6 +1013,7 @@ static void configure(uint32_t *max_prompt)
 	S.m.free_pages = c->total_pages;
 	S.m.free_slots = c->copy_slots;
 	S.m.free_runs = c->max_running;
+	S.m.cost_head = -1;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -920,7 +1028,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	    "world %u, retries %u, %s\n",
 	    c->total_pages, c->page_tokens, c->decode_reserve_pages, c->decode_headroom_pages,
 	    c->prefill_chunk_tokens, c->copy_slots, c->max_running, c->world_size,
-	    c->max_copy_retries, c->policy == KVA_POLICY_LEGACY ? "legacy" : "wait");
+	    c->max_copy_retries,
+	    c->policy == KVA_POLICY_LEGACY ? "legacy" : c->policy == KVA_POLICY_COST ? "cost" : "wait");
 	for (uint32_t k = 1; k < NKEYS; k++)
 		for (uint32_t j = 0; j < S.m.dir[k].count; j++)
 			TRACE("  key %u: pos %u %s%s\n", k, S.m.dir[k].entries[j].position,

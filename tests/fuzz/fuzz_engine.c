@@ -104,6 +104,7 @@ static struct {
 	struct fz in;
 	uint64_t now;
 	bool importers, legacy, fault;
+	bool cost; /* KVA_POLICY_COST */
 	uint32_t usable, max_prompt, fit_prompt;
 	kva_plan plan;
 	kva_admission adm[CAP_BIG];
@@ -391,6 +392,7 @@ static void check_admission(const kva_admission *a, uint32_t *pages_next)
 		CHECK(a->reason != KVA_REASON_NO_KEY || r->key == 0);
 		CHECK(r->key != 0 || a->reason == KVA_REASON_NO_KEY || r->host_local);
 		CHECK(a->reason != KVA_REASON_LEGACY || S.legacy);
+		CHECK(a->reason != KVA_REASON_COST || S.cost);
 		CHECK(a->reason != KVA_REASON_LOOKUP_TIMEOUT || S.cfg.lookup_timeout_ns);
 		CHECK(a->reason != KVA_REASON_WAIT_EXPIRED || S.cfg.max_restore_wait_ns);
 		CHECK(a->reason != KVA_REASON_TOO_LARGE || total > S.usable);
@@ -584,6 +586,7 @@ static void do_step(uint64_t dt, uint32_t budget, bool hold)
 		CHECK(i >= 0);
 		CHECK(f->reason > KVA_REASON_NONE && f->reason < KVA_REASON_COUNT);
 		CHECK(f->reason != KVA_REASON_LEGACY || S.legacy);
+		CHECK(f->reason != KVA_REASON_COST || S.cost);
 		CHECK(f->reason != KVA_REASON_NO_KEY || S.h[i].key == 0);
 		CHECK(S.h[i].key != 0 || f->reason == KVA_REASON_NO_KEY || S.h[i].host_local);
 	}
@@ -1061,7 +1064,8 @@ static void configure(void)
 	c->copy_slots = (uint16_t)(1 + (b >> 2) % 3);
 	c->max_copy_retries = (b >> 4) % 3;
 	S.legacy = (b >> 6) == 3;
-	c->policy = S.legacy ? KVA_POLICY_LEGACY : KVA_POLICY_WAIT;
+	S.cost = (b >> 6) == 2;
+	c->policy = S.legacy ? KVA_POLICY_LEGACY : S.cost ? KVA_POLICY_COST : KVA_POLICY_WAIT;
 	c->prefill_chunk_tokens = 1 + fz_below(in, 16 * c->page_tokens);
 	b = fz_u8(in);
 	c->max_running = (uint16_t)(1 + b % 8);
@@ -1179,7 +1183,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	    S.cfg.total_pages, S.cfg.page_tokens, S.cfg.decode_reserve_pages,
 	    S.cfg.decode_headroom_pages, S.cfg.prefill_chunk_tokens, S.cfg.copy_slots,
 	    S.cfg.max_running, S.cfg.world_size, S.cfg.max_copy_retries,
-	    S.legacy ? "legacy" : "wait", S.importers ? ", importers" : "");
+	    S.legacy ? "legacy" : S.cost ? "cost" : "wait", S.importers ? ", importers" : "");
 	for (uint32_t q = 0; q < MAXP; q++)
 		S.owner[q] = -1;
 	S.now = S.cfg.start_ns;

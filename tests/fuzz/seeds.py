@@ -480,10 +480,11 @@ class Config(Enc):
                  slots=("u8", 4), running=("u8", 8), world="1", retries="lim",
                  timeouts=(("s", 5), ("s", 60), ("s", 30), ("s", 20)), start="1",
                  policy=0, lookup=True, log=True, wake=True, importers=0, refuse=False,
-                 caps=(3, 3, 3, 3, 3), priority=None):
+                 caps=(3, 3, 3, 3, 3), priority=None, cost=None):
         """priority: None (FCFS, nothing written), or (order class 0..3: FCFS,
         PRIORITY, 2, -1; preempt_threshold as a u32 field; aging interval as a
-        u64 field)."""
+        u64 field). cost: None (nothing written), or (COST instead of `policy`,
+        a broken cost config, a margin as a u32 field or None)."""
         super().__init__()
         for v in (pages, pt, reserve, headroom, chunk, slots, running, world, retries):
             self.u32(v)
@@ -492,12 +493,18 @@ class Config(Enc):
         self.u8(policy | (0 if lookup else 4) | (8 if log else 0) | (16 if wake else 0)
                 | importers << 5 | (128 if refuse else 0))
         for i, c in enumerate(caps):
-            self.u8(c | (4 if i == 0 and priority is not None else 0))
+            self.u8(c | (4 if i == 0 and priority is not None else 0)
+                    | (8 if i == 0 and cost is not None else 0))
         if priority is not None:
             order, threshold, aging = priority
             self.u8(order)
             self.u32(threshold)
             self.u64(aging)
+        if cost is not None:
+            use, broken, margin = cost
+            self.u8((1 if use else 0) | (2 if broken else 0) | (4 if margin is not None else 0))
+            if margin is not None:
+                self.u32(margin)
 
     def u32(self, v):
         if isinstance(v, str):
@@ -557,11 +564,11 @@ class Config(Enc):
         self.u8(5 | STEP_DT.index(dt) << 3)
 
 
-def config_seeds():
-    seeds = {}
-    c = Config()
-    for i in range(4):
-        c.submit(1 + i % 3, 100)
+def config_run(c, prios=(0, 0, 0, 0)):
+    """The defaults seed's operations on c: four submits (priority indices
+    prios), answers, a copy, a finish, steps."""
+    for i, p in enumerate(prios):
+        c.submit(1 + i % 3, 100, p)
     c.step("0")
     c.answer(0, [(1, False, True), (2, False, True)])
     c.answer(0, [(0, True, True)])
@@ -570,7 +577,12 @@ def config_seeds():
     c.step("1s")
     c.end(0, finish=True)
     c.step("60s")
-    seeds["defaults"] = c
+    return c
+
+
+def config_seeds():
+    seeds = {}
+    seeds["defaults"] = config_run(Config())
     c = Config(world="2", importers=1, slots=("u8", 2), retries="1")
     for i in range(3):
         c.submit(1, 100)
@@ -626,6 +638,17 @@ def config_seeds():
     c.set_priority(0, 1)
     c.step("0")
     seeds["fcfs-refuses-priority-changes"] = c
+    # the cost policy (the cap byte's bit 3): with kva_config_default's seeds,
+    # under PRIORITY with a margin at its limit, beside a refusing importer,
+    # and a broken cost config, -EINVAL under COST and not read under WAIT
+    for name, kw in (("cost-policy", dict(cost=(True, False, None))),
+                     ("cost-under-priority", dict(priority=(1, "0", "0"),
+                                                  cost=(True, False, "lim"))),
+                     ("cost-refusing-importer", dict(importers=1, refuse=True,
+                                                     cost=(True, False, ("u8", 0))))):
+        seeds[name] = config_run(Config(pages=("u8", 20), **kw), prios=(0, 1, 2, 3))
+    seeds["cost-broken-config"] = Config(cost=(True, True, None))
+    seeds["cost-config-not-read"] = Config(cost=(False, True, None))
     # item 1: durations whose deadline passes UINT64_MAX mean never; the lookup
     # must not time out (nor refresh, expire or log every step) at once
     regress = {}

@@ -97,7 +97,8 @@ static void create_rejects_null_and_malformed_configs(void **st)
 	c = good, c.decode_reserve_pages = UINT32_MAX, expect_create_einval(&c);
 	c = good, c.decode_headroom_pages = c.total_pages + 1, expect_create_einval(&c);
 	c = good, c.decode_headroom_pages = UINT32_MAX, expect_create_einval(&c);
-	c = good, c.policy = 2, expect_create_einval(&c);
+	c = good, c.policy = KVA_POLICY_COST + 1, expect_create_einval(&c);
+	c = good, c.policy = KVA_POLICY_COST, c.cost.page_bytes = 0, expect_create_einval(&c);
 	c = good, c.policy = -1, expect_create_einval(&c);
 	c = good, c.policy = INT_MAX, expect_create_einval(&c);
 	/* importers must cover every rank or none */
@@ -196,7 +197,7 @@ static void submit_rejects_null_and_zero_prompt(void **st)
 	assert_int_equal(kva_submit(s->e, &r, &h), -EINVAL);
 	r.flags = 0;
 	r.local = sc_ckpt(16, 70, 1);
-	r.local.reserved_ = 0xBEEF; /* reserved, must be 0 */
+	r.local.reserved_ = 0xEF; /* reserved, must be 0 (a byte since tier took the other) */
 	assert_int_equal(kva_submit(s->e, &r, &h), -EINVAL);
 	r.local = (kva_checkpoint){0};
 	/* nothing was submitted and *out was not written */

@@ -1,0 +1,320 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The cost policy (see cost_model.h; docs/design.md: cost policy). Rates
+ * are exponentially weighted averages: an observation weighs alpha =
+ * 1 - 2^(-1/half_life), so after half_life observations an old one's weight
+ * has halved. Per tier, each completed copy adds (bytes, ns) to weighted
+ * moments; setup latency and bandwidth are the intercept and slope of their
+ * least-squares line (while the sizes barely vary, the setup stays what it
+ * was and the bandwidth takes the rest). Predictions look at the head's
+ * entries only (at most KVA_MAX_CHECKPOINTS + 1): O(1) per step.
+ *
+ * Memory-order labels: none; the published rates are relaxed values that
+ * readers (kva_stats_get, kva_query) show as they find them.
+ */
+#include <errno.h>
+
+#include "cost_model.h"
+#include "lookup.h"
+#include "stats.h"
+
+/* No libm (the library links libc and liburcu only): a rounding of a
+ * non-negative value, and 2^(-1/h) by its series (|x| <= ln 2). */
+static uint64_t round_ns(double v)
+{
+	return v <= 0 ? 0 : v >= 1.8e19 ? UINT64_MAX : (uint64_t)(v + 0.5);
+}
+
+static double half_power(uint32_t h)
+{
+	double x = -0.69314718055994531 / h, term = 1, sum = 1;
+	for (int k = 1; k < 24; k++) {
+		term *= x / k;
+		sum += term;
+	}
+	return sum;
+}
+
+int kva__cost_config_check(const kva_config *c)
+{
+	const kva_cost_config *k = &c->cost;
+	if (c->policy != KVA_POLICY_COST)
+		return 0;
+	if (!k->page_bytes || !k->prefill_tokens_per_s || !k->half_life || k->half_life > 65535 ||
+	    k->margin_pct > 1000)
+		return -EINVAL;
+	for (int t = 0; t < KVA_TIER_COUNT; t++)
+		if (!k->tier_bytes_per_s[t])
+			return -EINVAL;
+	return 0;
+}
+
+static void publish(kva_engine *e)
+{
+	struct kva__cost *m = &e->cost;
+	atomic_store_explicit(&m->pub_ns_per_token_x1000, round_ns(m->ns_per_token * 1000),
+	                      memory_order_relaxed);
+	for (int t = 0; t < KVA_TIER_COUNT; t++) {
+		double bps = m->tier[t].ns_per_byte > 0 ? 1e9 / m->tier[t].ns_per_byte : 0;
+		atomic_store_explicit(&m->pub_bytes_per_s[t], round_ns(bps),
+		                      memory_order_relaxed);
+		atomic_store_explicit(&m->pub_setup_ns[t], round_ns(m->tier[t].setup_ns),
+		                      memory_order_relaxed);
+	}
+	atomic_store_explicit(&m->pub_slot_interval_ns, round_ns(m->slot_interval_ns),
+	                      memory_order_relaxed);
+}
+
+void kva__cost_init(kva_engine *e)
+{
+	struct kva__cost *m = &e->cost;
+	const kva_cost_config *k = &e->cfg.cost;
+	if (e->cfg.policy != KVA_POLICY_COST)
+		return;
+	m->alpha = 1.0 - half_power(k->half_life);
+	m->margin = k->margin_pct / 100.0;
+	m->ns_per_token = 1e9 / (double)k->prefill_tokens_per_s;
+	for (int t = 0; t < KVA_TIER_COUNT; t++) {
+		m->tier[t].ns_per_byte = 1e9 / (double)k->tier_bytes_per_s[t];
+		m->tier[t].setup_ns = (double)k->tier_setup_ns[t];
+	}
+	publish(e);
+}
+
+static double ewma(const struct kva__cost *m, double old, double x, bool first)
+{
+	return first ? x : old + m->alpha * (x - old);
+}
+
+/* The copy-slot release rate: the mean time between two releases (a copy
+ * slot is released when its import is READY: admit.c, make_ready). */
+static void slot_released(kva_engine *e)
+{
+	struct kva__cost *m = &e->cost;
+	if (m->releases)
+		m->slot_interval_ns = ewma(m, m->slot_interval_ns, (double)(e->now - m->last_release),
+		                           m->releases == 1);
+	m->last_release = e->now;
+	if (m->releases < 2)
+		m->releases++;
+}
+
+void kva__cost_slot_released(kva_engine *e)
+{
+	if (e->cfg.policy != KVA_POLICY_COST)
+		return;
+	slot_released(e);
+	publish(e);
+}
+
+void kva__cost_copy_observed(kva_engine *e, uint8_t tier, uint32_t pages, uint64_t ns)
+{
+	if (e->cfg.policy != KVA_POLICY_COST || tier >= KVA_TIER_COUNT || !pages)
+		return;
+	struct kva__cost *m = &e->cost;
+	struct kva__tier_rate *t = &m->tier[tier];
+	double b = (double)pages * (double)e->cfg.cost.page_bytes, d = (double)ns;
+	bool first = t->n == 0;
+	t->mb = ewma(m, t->mb, b, first);
+	t->md = ewma(m, t->md, d, first);
+	t->mbb = ewma(m, t->mbb, b * b, first);
+	t->mbd = ewma(m, t->mbd, b * d, first);
+	if (t->n < UINT32_MAX)
+		t->n++;
+	double var = t->mbb - t->mb * t->mb, cov = t->mbd - t->mb * t->md;
+	if (var > 1e-4 * t->mb * t->mb && cov > 0) {
+		/* sizes vary: the fitted line */
+		t->ns_per_byte = cov / var;
+		t->setup_ns = t->md - t->ns_per_byte * t->mb;
+		if (t->setup_ns < 0) {
+			t->setup_ns = 0;
+			t->ns_per_byte = t->md / t->mb;
+		}
+	} else if (t->md > t->setup_ns) {
+		t->ns_per_byte = (t->md - t->setup_ns) / t->mb;
+	} else { /* faster than the setup assumed: half of it each */
+		t->setup_ns = t->md / 2;
+		t->ns_per_byte = t->md / 2 / t->mb;
+	}
+	publish(e);
+}
+
+/* Folds the host's prefill reports in (kva_prefill_observed). Two
+ * exchanges: a report racing them may split across two folds, which
+ * moves one sample's weight a little, never a token. */
+static void fold_prefill(kva_engine *e)
+{
+	struct kva__cost *m = &e->cost;
+	if (!atomic_load_explicit(&m->obs_ns, memory_order_relaxed))
+		return;
+	uint64_t ns = atomic_exchange_explicit(&m->obs_ns, 0, memory_order_relaxed);
+	uint64_t tok = atomic_exchange_explicit(&m->obs_tokens, 0, memory_order_relaxed);
+	if (!tok || !ns)
+		return;
+	m->ns_per_token = ewma(m, m->ns_per_token, (double)ns / (double)tok, !m->prefill_seen);
+	m->prefill_seen = true;
+	publish(e);
+}
+
+static double prefill_ns(const struct kva__cost *m, uint32_t tokens)
+{
+	return m->ns_per_token * tokens;
+}
+
+/* A copy of `position` tokens from `tier`: setup + bytes / bandwidth. */
+static double copy_ns(const kva_engine *e, uint8_t tier, uint32_t position)
+{
+	const struct kva__tier_rate *t = &e->cost.tier[tier < KVA_TIER_COUNT ? tier : 0];
+	double bytes = (double)kva__pages_for(e, position) * (double)e->cfg.cost.page_bytes;
+	return t->setup_ns + bytes * t->ns_per_byte;
+}
+
+/* Expected wait for a copy slot: none while one is free; else the time
+ * between releases, seeded (none seen yet) by this copy's own duration
+ * shared among the slots. */
+static double slot_wait_ns(const kva_engine *e, double copy)
+{
+	if (kva_capacity_free(&e->cap).slots)
+		return 0;
+	return e->cost.releases > 1 ? e->cost.slot_interval_ns : copy / e->cfg.copy_slots;
+}
+
+/* Predicted time to first token restoring entry c of a prompt, without
+ * any wait for a copy slot. */
+static double restore_ns(const kva_engine *e, const kva_checkpoint *c, uint32_t prompt)
+{
+	double rest = prefill_ns(&e->cost, prompt - c->position);
+	return c->location == KVA_LOC_LOCAL ? rest : copy_ns(e, c->tier, c->position) + rest;
+}
+
+static double with_queue(const kva_engine *e, const kva_checkpoint *c, uint32_t prompt)
+{
+	double t = restore_ns(e, c, prompt);
+	return c->location == KVA_LOC_LOCAL ? t : t + slot_wait_ns(e, copy_ns(e, c->tier, c->position));
+}
+
+static void remember(kva_engine *e, struct kva__req *r, double restore, double recompute)
+{
+	struct kva__cost *m = &e->cost;
+	kva_handle h = kva__rec_handle(r);
+	atomic_store_explicit(&m->pub_head, (uint64_t)h.slot << 32 | h.gen, memory_order_relaxed);
+	atomic_store_explicit(&m->pub_head_tier, kva__selected_checkpoint(r)->tier,
+	                      memory_order_relaxed);
+	m->head = r;
+	m->head_gen = atomic_load_explicit(&r->hdr.gen, memory_order_relaxed);
+	m->head_sel = r->sel;
+	m->head_nents = r->nents;
+	m->head_restore_ns = round_ns(restore);
+	m->head_recompute_ns = round_ns(recompute);
+}
+
+bool kva__cost_choose(kva_engine *e, struct kva__req *r)
+{
+	struct kva__cost *m = &e->cost;
+	fold_prefill(e);
+	if (m->head == r && m->head_gen == atomic_load_explicit(&r->hdr.gen, memory_order_relaxed) &&
+	    m->head_sel == r->sel && m->head_nents == r->nents)
+		return false; /* chosen already, from the same entries */
+	const kva_checkpoint *ents = kva__manifest_entries(r);
+	int cur = r->sel, best = cur;
+	double cur_t = with_queue(e, &ents[cur], r->prompt_tokens), best_t = cur_t;
+	for (int i = 0; i < r->nents; i++) {
+		if (i == cur || !kva__lookup_usable(e, r, i))
+			continue;
+		double t = with_queue(e, &ents[i], r->prompt_tokens);
+		if (t < best_t) {
+			best = i;
+			best_t = t;
+		}
+	}
+	/* the longest stays unless another is faster by more than the margin */
+	if (best != cur && best_t * (1 + m->margin) >= cur_t) {
+		best = cur;
+		best_t = cur_t;
+	}
+	double recompute = prefill_ns(m, r->prompt_tokens);
+	bool recomputes = recompute * (1 + m->margin) < best_t;
+	const kva_checkpoint *b = &ents[best];
+	/* the level first: a variadic call with doubles costs a busy head's admission */
+	if (e->cfg.log_level <= KVA_LOG_DEBUG && (e->cfg.log || e->cfg.log_record))
+		kva__log(e, KVA_LOG_DEBUG, KVA_LOGEV_COST, r, recomputes ? KVA_REASON_COST : 0,
+		         round_ns(recomputes ? recompute : best_t),
+		         "kvadmit: request %llu %s: restore %u tokens (tier %u) %.1f ms, longest %u %.1f ms, "
+		         "recompute %.1f ms",
+		         (unsigned long long)r->id,
+		         recomputes ? "recomputes" : best != cur ? "takes another checkpoint" : "restores",
+		         b->position, b->tier, best_t / 1e6, ents[cur].position, cur_t / 1e6,
+		         recompute / 1e6);
+	if (recomputes) {
+		kva__st_add_single_writer(e, ST_COST_RECOMPUTE, 1);
+		m->head = NULL;
+		kva__fallback(e, r, KVA_REASON_COST);
+		return true;
+	}
+	kva__st_add_single_writer(e, best != cur ? ST_COST_OTHER : ST_COST_RESTORE, 1);
+	if (best != cur)
+		kva__select(e, r, best);
+	remember(e, r, best_t, recompute);
+	return false;
+}
+
+bool kva__cost_wait_over(kva_engine *e, struct kva__req *r, uint64_t *deadline)
+{
+	*deadline = UINT64_MAX;
+	const kva_checkpoint *c = kva__selected_checkpoint(r);
+	struct kva_credits f = kva_capacity_free(&e->cap);
+	uint64_t need = (uint64_t)kva__pages_for(e, r->prompt_tokens) + e->cfg.decode_headroom_pages;
+	/* rule restore-waits-for-capacity: short of pages or a run slot, a
+	 * recompute would wait as long */
+	if (c->location == KVA_LOC_LOCAL || f.slots || !f.runs ||
+	    f.pages < need + e->cfg.decode_reserve_pages)
+		return false;
+	double recompute = prefill_ns(&e->cost, r->prompt_tokens);
+	double slack = recompute * (1 + e->cost.margin) - restore_ns(e, c, r->prompt_tokens);
+	uint64_t since = (r->flags & KVA__F_BLOCKED) ? r->blocked_since : e->now;
+	*deadline = slack <= 0 ? since : kva__after(since, (uint64_t)slack);
+	if (e->now < *deadline)
+		return false;
+	kva__st_add_single_writer(e, ST_COST_RECOMPUTE, 1);
+	kva__log(e, KVA_LOG_DEBUG, KVA_LOGEV_COST, r, KVA_REASON_COST, round_ns(recompute),
+	         "kvadmit: request %llu waited %.1f ms for a copy slot; recomputing (%.1f ms) is "
+	         "faster now", (unsigned long long)r->id, (double)(e->now - since) / 1e6,
+	         recompute / 1e6);
+	e->cost.head = NULL;
+	kva__fallback(e, r, KVA_REASON_COST);
+	return true;
+}
+
+void kva__cost_query(const kva_engine *e, kva_handle h, uint32_t prompt, uint32_t sel_position,
+                     bool local, uint64_t *restore_ns_out, uint64_t *recompute_ns_out)
+{
+	const struct kva__cost *m = &e->cost;
+	/* the head's tier is known; another request's, unknown */
+	uint8_t tier = atomic_load_explicit(&m->pub_head, memory_order_relaxed) ==
+	                       ((uint64_t)h.slot << 32 | h.gen)
+	                   ? atomic_load_explicit(&m->pub_head_tier, memory_order_relaxed)
+	                   : KVA_TIER_UNKNOWN;
+	double ns_tok = atomic_load_explicit(&m->pub_ns_per_token_x1000, memory_order_relaxed) / 1000.0;
+	*recompute_ns_out = round_ns(ns_tok * prompt);
+	*restore_ns_out = 0;
+	if (!sel_position)
+		return;
+	double t = ns_tok * (prompt - sel_position);
+	if (!local) {
+		uint64_t bps = atomic_load_explicit(&m->pub_bytes_per_s[tier], memory_order_relaxed);
+		double bytes = (double)kva__pages_for(e, sel_position) * (double)e->cfg.cost.page_bytes;
+		t += (double)atomic_load_explicit(&m->pub_setup_ns[tier], memory_order_relaxed) +
+		     (bps ? bytes * 1e9 / (double)bps : 0);
+	}
+	*restore_ns_out = round_ns(t);
+}
+
+int kva_prefill_observed(kva_engine *e, uint64_t tokens, uint64_t ns)
+{
+	if (!e || !ns)
+		return -EINVAL;
+	/* tokens before ns: the step's fold looks at ns first (fold_prefill) */
+	atomic_fetch_add_explicit(&e->cost.obs_tokens, tokens, memory_order_relaxed);
+	atomic_fetch_add_explicit(&e->cost.obs_ns, ns, memory_order_relaxed);
+	return 0;
+}
