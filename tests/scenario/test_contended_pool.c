@@ -4,7 +4,9 @@
  * of a step's work"): the step's take gives up after
  * KVA_PAGEPOOL_CLAIM_TRIES claim CASes (lockfree/pagepool.h) rather than
  * retry for as long as others win, gives back its credits, and the head
- * waits for the next step, which plan.backlog asks for. kva_grow, on a host
+ * waits for the next step, which plan.backlog asks for (a READY restore
+ * whose take for a longer local checkpoint is crowded out stays READY, its
+ * pages and credits unchanged). kva_grow, on a host
  * thread, tries a crowded-out take again a bounded number of times, then
  * says -ENOSPC with nothing changed.
  *
@@ -93,6 +95,59 @@ static void a_crowded_out_restore_starts_its_copy_at_the_next_step(void **st)
 	sc_free(s);
 }
 
+/* A restore READY on its import that the host gave a longer local
+ * checkpoint during the copy takes the pages the local prefix needs beyond
+ * the imported ones (take_more, reservations/admit.c) from credits it
+ * already owns. Crowded out, it stays READY, owning the same pages and
+ * credits, and is admitted at the next step as it would have been. */
+static void a_crowded_out_take_more_keeps_the_ready_restore_for_the_next_step(void **st)
+{
+	(void)st;
+	struct sc *s = sc_default();
+	sc_dir_set(s, KEY, sc_ckpt(128, 80, 0));
+	kva_handle h = sc_submit(s, 1, KEY, 256); /* 16 pages, 8 imported */
+	sc_step(s, SC_MS);
+	assert_int_equal(s->plan.n_copies, 1);
+	kva_checkpoint longer = sc_ckpt(200, 71, 1); /* 13 pages: 5 more */
+	assert_int_equal(kva_local_checkpoint(s->e, h, &longer), 0);
+	sc_copies_done(s, 0);
+	kva_stats before = sc_stats(s);
+	size_t pool = kva_pagepool_count(&s->e->pool);
+	kva_request_info was;
+	assert_int_equal(kva_query(s->e, h, &was), 0);
+	assert_int_equal(was.pages_held + was.pages_reserved, 16);
+
+	contend(KVA_PAGEPOOL_CLAIM_TRIES); /* take_more's take */
+	assert_int_equal(sc_step(s, SC_MS), 0);
+	assert_int_equal(contend(0), KVA_PAGEPOOL_CLAIM_TRIES); /* tried no more */
+	assert_true(s->plan.backlog);
+	assert_int_equal(s->plan.n_admitted, 0);
+	kva_request_info i;
+	assert_int_equal(kva_query(s->e, h, &i), 0);
+	assert_int_equal(i.state, KVA_STATE_READY);
+	assert_int_equal(i.pages_held, was.pages_held);
+	assert_int_equal(i.pages_reserved, was.pages_reserved);
+	kva_stats now = sc_stats(s);
+	sc_assert_conserved(s);
+	assert_int_equal(now.free_pages, before.free_pages);
+	assert_int_equal(now.reserved_pages + now.in_use_pages,
+			 before.reserved_pages + before.in_use_pages);
+	assert_int_equal(kva_pagepool_count(&s->e->pool), pool); /* no id lost */
+
+	assert_int_equal(sc_step(s, SC_MS), 1);
+	assert_false(s->plan.backlog);
+	const kva_admission *a = sc_expect_admitted(s, h, KVA_ADMIT_LOCAL, 200, 0);
+	assert_int_equal(a->restored_tokens, 0);
+	assert_int_equal(a->npages, 13);
+	assert_int_equal(a->npages + a->reserved_pages, 16);
+	assert_int_equal(kva_pagepool_count(&s->e->pool), pool - 5);
+	sc_assert_conserved(s);
+	assert_int_equal(kva_finish(s->e, h), 0);
+	sc_step(s, SC_MS);
+	assert_whole(s, 0);
+	sc_free(s);
+}
+
 /* kva_grow tries a crowded-out take again (16 takes in all, kvadmit.h),
  * then says -ENOSPC with nothing changed. */
 static void grow_retries_a_crowded_out_take_then_says_enospc(void **st)
@@ -129,6 +184,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(a_crowded_out_take_leaves_the_head_waiting_for_the_next_step),
 	    cmocka_unit_test(a_crowded_out_restore_starts_its_copy_at_the_next_step),
+	    cmocka_unit_test(a_crowded_out_take_more_keeps_the_ready_restore_for_the_next_step),
 	    cmocka_unit_test(grow_retries_a_crowded_out_take_then_says_enospc),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
