@@ -28,14 +28,7 @@
 #include "unhash.h"
 #include "kvadmit/fleet.h"
 #include <kvadmit/lockfree/hash.h>
-
-#ifdef KVA_TSAN
-const char *__tsan_default_suppressions(void);
-const char *__tsan_default_suppressions(void)
-{
-	return "race:libzmq.so.5\ncalled_from_lib:libzmq.so.5\n";
-}
-#endif
+#include "tsan_libzmq.h"
 
 static uint64_t mono(void)
 {

@@ -23,17 +23,7 @@
 #include <zmq.h>
 
 #include "kvadmit/fleet.h"
-
-#ifdef KVA_TSAN
-/* As in tests/fleet/test_fleet.c: libzmq is not built with ThreadSanitizer,
- * so the message buffers it hands between threads look raced; reports that
- * involve libzmq are suppressed, the fleet's own code stays checked. */
-const char *__tsan_default_suppressions(void);
-const char *__tsan_default_suppressions(void)
-{
-	return "race:libzmq.so.5\ncalled_from_lib:libzmq.so.5\n";
-}
-#endif
+#include "tsan_libzmq.h"
 
 #define EVENTS 16
 #define BLOCKS 32

@@ -34,14 +34,7 @@
 #include <zmq.h>
 
 #include "kvadmit/fleet.h"
-
-#ifdef KVA_TSAN
-const char *__tsan_default_suppressions(void);
-const char *__tsan_default_suppressions(void)
-{
-	return "race:libzmq.so.5\ncalled_from_lib:libzmq.so.5\n";
-}
-#endif
+#include "tsan_libzmq.h"
 
 #define PUBS 64
 #define EVENTS 16

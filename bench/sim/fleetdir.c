@@ -70,19 +70,7 @@ void sim_fleetdir_answer(struct sim *s, const struct sim_event *ev)
 #include <zmq.h>
 
 #include "kvadmit/fleet.h"
-
-#ifdef KVA_TSAN
-/* libzmq is not built with ThreadSanitizer: an inproc message reaching
- * several subscribers is one reference-counted buffer, freed by whichever
- * fleet thread drops it last, through atomics TSan cannot see. Reports from
- * inside libzmq are suppressed (as in tests/fleet); the fleet's and the
- * simulator's code stays checked. */
-const char *__tsan_default_suppressions(void);
-const char *__tsan_default_suppressions(void)
-{
-	return "race:libzmq.so.5\ncalled_from_lib:libzmq.so.5\n";
-}
-#endif
+#include "tsan_libzmq.h"
 
 #define WAIT_S 60.0 /* real seconds the fleet may take to catch up */
 

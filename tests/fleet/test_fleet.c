@@ -28,22 +28,11 @@
 #include "fleet_engine.h"
 #include "fleet_pub.h"
 #include "kvadmit/fleet.h"
+#include "tsan_libzmq.h"
 #include "thread_signals.h"
 
 extern char **environ;
 
-#ifdef KVA_TSAN
-/* libzmq is not built with ThreadSanitizer: the lock-free pipes that hand
- * each message between the caller and libzmq's own I/O thread use atomics
- * TSan cannot see, so every message buffer looks raced. Reports from inside
- * libzmq are suppressed; the fleet's code (its queue, stats, engine calls)
- * stays checked. */
-const char *__tsan_default_suppressions(void);
-const char *__tsan_default_suppressions(void)
-{
-	return "race:libzmq.so.5\ncalled_from_lib:libzmq.so.5\n";
-}
-#endif
 
 #define BS 16
 #define WAIT_NS (60ull * 1000000000ull)

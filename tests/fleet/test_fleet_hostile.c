@@ -32,18 +32,7 @@
 #include "chain.h"
 #include "fleet_state.h"
 #include "unhash.h"
-
-#ifdef KVA_TSAN
-/* As in test_fleet.c: libzmq is not built with ThreadSanitizer (its pipes'
- * atomics are invisible to it); reports from inside it are suppressed, and
- * from libsodium, which decrypts CURVE messages on libzmq's I/O thread
- * before the pipe hands them over. */
-const char *__tsan_default_suppressions(void);
-const char *__tsan_default_suppressions(void)
-{
-	return "race:libzmq.so.5\ncalled_from_lib:libzmq.so.5\nrace:libsodium.so\n";
-}
-#endif
+#include "tsan_libzmq.h"
 
 #define WAIT_NS (30ull * 1000000000ull)
 
