@@ -405,11 +405,10 @@ static void replay_in_both_framings_gap_and_late_join(void **st)
 	}
 }
 
-/* Sequence back to 0: the old process's blocks are dropped, the new
- * process's count; a waiting request that selected the old ones hears of it. */
-static void publisher_restart_drops_its_entries(void **st)
+/* The restart tests' start: publisher 0 holds 6 blocks of CHAIN and
+ * publisher 1 one; a waiting request (*h) has selected publisher 0's 6. */
+static struct fx *six_blocks_selected(kva_handle *h)
 {
-	(void)st;
 	struct fx *x = fx_new(2, NULL, NULL, 0, 0);
 	fx_sync(x, 0);
 	fx_sync(x, 1);
@@ -419,9 +418,19 @@ static void publisher_restart_drops_its_entries(void **st)
 	tp_store(x->tp[1], CHAIN, 1, BS, NULL, -1, 0);
 	fx_settle(x, b0 + 2);
 	fx_hog(x);
-	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
-	WAIT_UNTIL(x, info(x, h).has_selection);
-	assert_int_equal(info(x, h).selected_position, 6 * BS);
+	*h = fx_submit(x, 2, KEY, 8 * BS);
+	WAIT_UNTIL(x, info(x, *h).has_selection);
+	assert_int_equal(info(x, *h).selected_position, 6 * BS);
+	return x;
+}
+
+/* Sequence back to 0: the old process's blocks are dropped, the new
+ * process's count; a waiting request that selected the old ones hears of it. */
+static void publisher_restart_drops_its_entries(void **st)
+{
+	(void)st;
+	kva_handle h;
+	struct fx *x = six_blocks_selected(&h);
 	tp_restart(x->tp[0]);
 	tp_store(x->tp[0], CHAIN, 3, BS, NULL, -1, 0); /* sequence 0 again */
 	WAIT_UNTIL(x, stats(x).restarts == 1 && info(x, h).lookups == 2 &&
@@ -440,18 +449,8 @@ static void publisher_restart_drops_its_entries(void **st)
 static void quick_restart_on_reconnect_is_a_new_process(void **st)
 {
 	(void)st;
-	struct fx *x = fx_new(2, NULL, NULL, 0, 0);
-	fx_sync(x, 0);
-	fx_sync(x, 1);
-	register_chain(x);
-	uint64_t b0 = stats(x).batches;
-	tp_store(x->tp[0], CHAIN, 6, BS, NULL, -1, 0);
-	tp_store(x->tp[1], CHAIN, 1, BS, NULL, -1, 0);
-	fx_settle(x, b0 + 2);
-	fx_hog(x);
-	kva_handle h = fx_submit(x, 2, KEY, 8 * BS);
-	WAIT_UNTIL(x, info(x, h).has_selection);
-	assert_int_equal(info(x, h).selected_position, 6 * BS);
+	kva_handle h;
+	struct fx *x = six_blocks_selected(&h);
 	kva_fleet_stats s0 = stats(x);
 	int64_t old_next = tp_next_seq(x->tp[0]);
 	assert_int_equal(tp_reopen(x->tp[0], old_next + 5), 0);
