@@ -242,6 +242,20 @@ static int reserve(kva_engine *e, struct kva_credits want)
 	return got;
 }
 
+/* Credits a recompute reserves at admission: its first chunk's, as vLLM
+ * allocates. Under the cost policy, its prompt's and decode headroom's,
+ * all or nothing, as a restore's (rule paired-reservation): the policy
+ * predicts a prefill that runs through, and a recompute admitted on its
+ * first chunk into a full pool is preempted mid-prefill and starts again
+ * (docs/design.md, cost policy: "A recompute reserves its prompt"). */
+static uint32_t recompute_pages(const kva_engine *e, uint32_t prompt_pages, uint32_t first)
+{
+	if (e->cfg.policy != KVA_POLICY_COST)
+		return first;
+	uint64_t total = (uint64_t)prompt_pages + e->cfg.decode_headroom_pages;
+	return total > e->usable_pages ? e->usable_pages : (uint32_t)total;
+}
+
 /* 1 admitted, 0 blocked, -1 no room in the plan. */
 static int admit_head(kva_engine *e, struct kva__req *r)
 {
@@ -341,12 +355,12 @@ static int admit_head(kva_engine *e, struct kva__req *r)
 	if (kva__grant_ensure(e, r, first) != 0)
 		return head_no_memory(e, r);
 	kva__alloc_ok(e);
-	struct kva_credits want = {first, 0, 1};
+	struct kva_credits want = {recompute_pages(e, prompt_pages, first), 0, 1};
 	if (reserve(e, want) <= 0) {
 		kva__head_timers_block(e, r, false);
 		return 0;
 	}
-	int rc = take_pages(e, kva__grant(r), first, first);
+	int rc = take_pages(e, kva__grant(r), first, want.pages);
 	if (rc)
 		return pages_not_taken(e, r, want, rc, false);
 	if (legacy) {

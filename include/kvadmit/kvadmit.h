@@ -102,7 +102,8 @@ enum kva_policy {
 	KVA_POLICY_LEGACY = 1, /* refused restore is admitted to recompute */
 	/* The head's source (a checkpoint, or recomputing) by predicted time to first token, and
 	 * a restore waiting for a copy slot recomputes once waiting makes it slower
-	 * (KVA_REASON_COST; docs/design.md: cost policy). Capacity still waits as with WAIT. */
+	 * (KVA_REASON_COST; docs/design.md: cost policy). Capacity still waits as with WAIT; a
+	 * recompute reserves its whole prompt and decode headroom, as a restore does. */
 	KVA_POLICY_COST = 2,
 };
 
@@ -436,7 +437,9 @@ typedef struct kva_admission {
 	uint32_t pages_off;  /* first of this admission's pages in plan->pages */
 	uint32_t npages;     /* pages handed over now: RESTORE / LOCAL the prefix's (the rest
 	                      * of the prompt and the decode headroom are reserved_pages, taken
-	                      * with kva_grow); RECOMPUTE its first chunk's */
+	                      * with kva_grow); RECOMPUTE its first chunk's (under
+	                      * KVA_POLICY_COST the rest of its prompt and the headroom are
+	                      * reserved_pages too) */
 	uint32_t reserved_pages; /* credits still owned for kva_grow (continuation) */
 } kva_admission;
 

@@ -596,12 +596,19 @@ static int ref_admit_head(int r)
 		first = m->usable;
 	if (!ref_plan_room(first))
 		return -1;
-	if (!ref_reserve(first, 0, floor))
+	/* the cost policy's recompute reserves its prompt and headroom, as a restore */
+	uint32_t total = first;
+	if (cost) {
+		total = pages_for(q->prompt) + m->cfg.decode_headroom_pages;
+		if (total > m->usable)
+			total = m->usable;
+	}
+	if (!ref_reserve(total, 0, floor))
 		return 0;
 	if (legacy)
 		ref_fallback(r, KVA_REASON_LEGACY);
 	q->npages = q->import_pages = first;
-	q->reserved = 0;
+	q->reserved = total - first;
 	list_remove(m->waitq, &m->nwait, r);
 	ref_admit(r, KVA_ADMIT_RECOMPUTE, 0, 0);
 	return 1;

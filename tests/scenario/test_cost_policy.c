@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The cost policy (KVA_POLICY_COST; docs/design.md: cost policy): each decision edge — a
  * faster shorter checkpoint, a slow tier that loses to recomputing, a learned rate crossing
- * the margin, a saturated copy slot's deadline, the seeds before any copy finished — and the
- * unchanged capacity wait (rule restore-waits-for-capacity). */
+ * the margin, a saturated copy slot's deadline, the seeds before any copy finished — the
+ * unchanged capacity wait (rule restore-waits-for-capacity) and a recompute's reservation. */
 #include "scenario.h"
 
 #define KEY 7
@@ -219,6 +219,58 @@ static void capacity_shortage_still_waits(void **st)
 	sc_free(s);
 }
 
+/* Under the cost policy a recompute reserves its prompt and decode headroom, all or
+ * nothing, as a restore does: its predicted prefill runs through, where one admitted on its
+ * first chunk into a full pool would be preempted mid-prefill and start again. PROMPT is
+ * 30 pages, the headroom 2, the first chunk 16: the admission lists 16 pages and keeps 16
+ * reserved, which its grows take before the pool's. With 31 pages free it waits (30 + 2 do
+ * not fit), where the wait policy admits its first chunk. */
+static void recompute_reserves_its_prompt(void **st)
+{
+	(void)st;
+	for (int policy = 0; policy < 2; policy++) {
+		kva_config c;
+		cost_config(&c);
+		c.decode_headroom_pages = 2;
+		if (policy)
+			c.policy = KVA_POLICY_WAIT;
+		struct sc *s = sc_new(&c);
+		bool cost = c.policy == KVA_POLICY_COST;
+		kva_handle hog = sc_occupy(s, 9, 69); /* 31 pages free */
+		kva_handle a = sc_submit(s, 1, KEY, PROMPT);
+		sc_step(s, 0); /* asks the directory */
+		assert_int_equal(s->n_lookups, 1);
+		kva_manifest miss = {.count = 0};
+		assert_int_equal(kva_lookup_answer(s->e, s->lookups[s->n_lookups - 1].token, &miss), 0);
+		sc_step(s, 0);
+		if (cost) {
+			assert_int_equal(sc_state(s, a), KVA_STATE_WAITING);
+			assert_true(s->plan.head_blocked);
+			assert_int_equal(sc_free_pages(s), 31);
+			assert_int_equal(kva_finish(s->e, hog), 0);
+			sc_step(s, 0);
+		}
+		const kva_admission *adm = sc_expect_admitted(s, a, KVA_ADMIT_RECOMPUTE, 0, 0);
+		assert_int_equal(adm->reason, KVA_REASON_MISS);
+		assert_int_equal(adm->npages, 16);
+		assert_int_equal(adm->reserved_pages, cost ? 16 : 0);
+		uint64_t free_before = sc_free_pages(s);
+		assert_int_equal(kva_grow(s->e, a, 14, NULL), 0);
+		assert_int_equal(sc_free_pages(s), cost ? free_before : free_before - 14);
+		if (cost) {
+			/* the slow tier's recompute (KVA_REASON_COST) reserves the same way */
+			sc_dir_set(s, KEY + 1, ckpt(320, 900, KVA_TIER_DISK));
+			kva_handle b = sc_submit(s, 2, KEY + 1, PROMPT);
+			sc_step(s, 0);
+			adm = sc_expect_admitted(s, b, KVA_ADMIT_RECOMPUTE, 0, 0);
+			assert_int_equal(adm->reason, KVA_REASON_COST);
+			assert_int_equal(adm->reserved_pages, 16);
+		}
+		sc_assert_conserved(s);
+		sc_free(s);
+	}
+}
+
 /* Before any copy finished the seeds stand (stats show them); a host's prefill report
  * replaces the prefill seed at the next step, and kva_query's predictions follow. */
 static void seeds_before_any_copy(void **st)
@@ -312,6 +364,7 @@ int main(void)
 		cmocka_unit_test(saturated_slot_has_a_deadline),
 		cmocka_unit_test(slot_deadline_fires_as_a_timer),
 		cmocka_unit_test(capacity_shortage_still_waits),
+		cmocka_unit_test(recompute_reserves_its_prompt),
 		cmocka_unit_test(seeds_before_any_copy),
 		cmocka_unit_test(bad_cost_input_is_refused),
 	};
