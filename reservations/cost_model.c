@@ -54,6 +54,8 @@ static void publish(kva_engine *e)
 	struct kva__cost *m = &e->cost;
 	atomic_store_explicit(&m->pub_ns_per_token_x1000, round_ns(m->ns_per_token * 1000),
 	                      memory_order_relaxed);
+	atomic_store_explicit(&m->pub_attn_ps, round_ns(m->ns_per_square * 1000),
+	                      memory_order_relaxed);
 	for (int t = 0; t < KVA_TIER_COUNT; t++) {
 		double bps = m->tier[t].ns_per_byte > 0 ? 1e9 / m->tier[t].ns_per_byte : 0;
 		atomic_store_explicit(&m->pub_bytes_per_s[t], round_ns(bps),
@@ -74,6 +76,7 @@ void kva__cost_init(kva_engine *e)
 	m->alpha = 1.0 - half_power(k->half_life);
 	m->margin = k->margin_pct / 100.0;
 	m->ns_per_token = 1e9 / (double)k->prefill_tokens_per_s;
+	m->ns_per_square = (double)k->prefill_attn_ps / 1000;
 	for (int t = 0; t < KVA_TIER_COUNT; t++) {
 		m->tier[t].ns_per_byte = 1e9 / (double)k->tier_bytes_per_s[t];
 		m->tier[t].setup_ns = (double)k->tier_setup_ns[t];
@@ -139,9 +142,45 @@ void kva__cost_copy_observed(kva_engine *e, uint8_t tier, uint32_t pages, uint64
 	publish(e);
 }
 
-/* Folds the host's prefill reports in (kva_prefill_observed). Two
- * exchanges: a report racing them may split across two folds, which
- * moves one sample's weight a little, never a token. */
+/* One span report (x1 tokens, x2 square span, y ns) into the two-term line
+ * y = a x1 + b x2, by weighted least squares without an intercept. While
+ * the positions barely vary the two terms cannot be told apart: the
+ * attention term stays what it was (the seed) and the linear one takes the
+ * rest. */
+static void fit_prefill(struct kva__cost *m, double x1, double x2, double y)
+{
+	bool first = !m->prefill_seen;
+	m->m11 = ewma(m, m->m11, x1 * x1, first);
+	m->m12 = ewma(m, m->m12, x1 * x2, first);
+	m->m22 = ewma(m, m->m22, x2 * x2, first);
+	m->m1y = ewma(m, m->m1y, x1 * y, first);
+	m->m2y = ewma(m, m->m2y, x2 * y, first);
+	double det = m->m11 * m->m22 - m->m12 * m->m12;
+	if (det > 1e-6 * m->m11 * m->m22) {
+		double a = (m->m1y * m->m22 - m->m2y * m->m12) / det;
+		double b = (m->m2y * m->m11 - m->m1y * m->m12) / det;
+		if (a > 0 && b >= 0) {
+			m->ns_per_token = a;
+			m->ns_per_square = b;
+			return;
+		}
+	}
+	double a = (m->m1y - m->ns_per_square * m->m12) / m->m11;
+	if (a > 0) {
+		m->ns_per_token = a;
+		return;
+	}
+	/* the attention term alone overshoots: it takes all */
+	m->ns_per_token = 1e-3;
+	m->ns_per_square = (m->m2y - m->ns_per_token * m->m12) / m->m22;
+	if (m->ns_per_square < 0)
+		m->ns_per_square = 0;
+}
+
+/* Folds the host's prefill reports in (kva_prefill_observed[_span]).
+ * Exchanges: a report racing them may split across two folds, which moves
+ * one sample's weight a little, never a token. A fold whose reports said
+ * no positions is a rate per token, as the host measured it. */
 static void fold_prefill(kva_engine *e)
 {
 	struct kva__cost *m = &e->cost;
@@ -149,16 +188,29 @@ static void fold_prefill(kva_engine *e)
 		return;
 	uint64_t ns = atomic_exchange_explicit(&m->obs_ns, 0, memory_order_relaxed);
 	uint64_t tok = atomic_exchange_explicit(&m->obs_tokens, 0, memory_order_relaxed);
+	uint64_t sq = atomic_exchange_explicit(&m->obs_square, 0, memory_order_relaxed);
 	if (!tok || !ns)
 		return;
-	m->ns_per_token = ewma(m, m->ns_per_token, (double)ns / (double)tok, !m->prefill_seen);
+	if (sq) {
+		fit_prefill(m, (double)tok, (double)sq, (double)ns);
+	} else {
+		m->ns_per_token = ewma(m, m->ns_per_token, (double)ns / (double)tok, !m->prefill_seen);
+		m->ns_per_square = 0;
+	}
 	m->prefill_seen = true;
 	publish(e);
 }
 
-static double prefill_ns(const struct kva__cost *m, uint32_t tokens)
+/* Prefill of positions [from, to): its tokens and its attention. */
+static double span_ns(double ns_per_token, double ns_per_square, uint32_t from, uint32_t to)
 {
-	return m->ns_per_token * tokens;
+	double f = from, t = to;
+	return ns_per_token * (t - f) + ns_per_square * (t * t - f * f);
+}
+
+static double prefill_ns(const struct kva__cost *m, uint32_t from, uint32_t to)
+{
+	return span_ns(m->ns_per_token, m->ns_per_square, from, to);
 }
 
 /* A copy of `position` tokens from `tier`: setup + bytes / bandwidth. */
@@ -183,7 +235,7 @@ static double slot_wait_ns(const kva_engine *e, double copy)
  * any wait for a copy slot. */
 static double restore_ns(const kva_engine *e, const kva_checkpoint *c, uint32_t prompt)
 {
-	double rest = prefill_ns(&e->cost, prompt - c->position);
+	double rest = prefill_ns(&e->cost, c->position, prompt);
 	return c->location == KVA_LOC_LOCAL ? rest : copy_ns(e, c->tier, c->position) + rest;
 }
 
@@ -232,7 +284,7 @@ bool kva__cost_choose(kva_engine *e, struct kva__req *r)
 		best = cur;
 		best_t = cur_t;
 	}
-	double recompute = prefill_ns(m, r->prompt_tokens);
+	double recompute = prefill_ns(m, 0, r->prompt_tokens);
 	bool recomputes = recompute * (1 + m->margin) < best_t;
 	const kva_checkpoint *b = &ents[best];
 	/* the level first: a variadic call with doubles costs a busy head's admission */
@@ -269,7 +321,7 @@ bool kva__cost_wait_over(kva_engine *e, struct kva__req *r, uint64_t *deadline)
 	if (c->location == KVA_LOC_LOCAL || f.slots || !f.runs ||
 	    f.pages < need + e->cfg.decode_reserve_pages)
 		return false;
-	double recompute = prefill_ns(&e->cost, r->prompt_tokens);
+	double recompute = prefill_ns(&e->cost, 0, r->prompt_tokens);
 	double slack = recompute * (1 + e->cost.margin) - restore_ns(e, c, r->prompt_tokens);
 	uint64_t since = (r->flags & KVA__F_BLOCKED) ? r->blocked_since : e->now;
 	*deadline = slack <= 0 ? since : kva__after(since, (uint64_t)slack);
@@ -295,11 +347,12 @@ void kva__cost_query(const kva_engine *e, kva_handle h, uint32_t prompt, uint32_
 	                   ? atomic_load_explicit(&m->pub_head_tier, memory_order_relaxed)
 	                   : KVA_TIER_UNKNOWN;
 	double ns_tok = atomic_load_explicit(&m->pub_ns_per_token_x1000, memory_order_relaxed) / 1000.0;
-	*recompute_ns_out = round_ns(ns_tok * prompt);
+	double ns_sq = atomic_load_explicit(&m->pub_attn_ps, memory_order_relaxed) / 1000.0;
+	*recompute_ns_out = round_ns(span_ns(ns_tok, ns_sq, 0, prompt));
 	*restore_ns_out = 0;
 	if (!sel_position)
 		return;
-	double t = ns_tok * (prompt - sel_position);
+	double t = span_ns(ns_tok, ns_sq, sel_position, prompt);
 	if (!local) {
 		uint64_t bps = atomic_load_explicit(&m->pub_bytes_per_s[tier], memory_order_relaxed);
 		double bytes = (double)kva__pages_for(e, sel_position) * (double)e->cfg.cost.page_bytes;
@@ -309,12 +362,19 @@ void kva__cost_query(const kva_engine *e, kva_handle h, uint32_t prompt, uint32_
 	*restore_ns_out = round_ns(t);
 }
 
-int kva_prefill_observed(kva_engine *e, uint64_t tokens, uint64_t ns)
+int kva_prefill_observed_span(kva_engine *e, uint64_t tokens, uint64_t square_span, uint64_t ns)
 {
 	if (!e || !ns)
 		return -EINVAL;
-	/* tokens before ns: the step's fold looks at ns first (fold_prefill) */
+	/* tokens and span before ns: the step's fold looks at ns first (fold_prefill) */
 	atomic_fetch_add_explicit(&e->cost.obs_tokens, tokens, memory_order_relaxed);
+	if (square_span)
+		atomic_fetch_add_explicit(&e->cost.obs_square, square_span, memory_order_relaxed);
 	atomic_fetch_add_explicit(&e->cost.obs_ns, ns, memory_order_relaxed);
 	return 0;
+}
+
+int kva_prefill_observed(kva_engine *e, uint64_t tokens, uint64_t ns)
+{
+	return kva_prefill_observed_span(e, tokens, 0, ns);
 }

@@ -190,6 +190,7 @@ void kva_stats_get(const kva_engine *e, kva_stats *out)
 	const struct kva__cost *m = &e->cost;
 	uint64_t x = atomic_load_explicit(&m->pub_ns_per_token_x1000, memory_order_relaxed);
 	out->prefill_tokens_per_s = x ? (uint64_t)(1e12 / (double)x) : 0;
+	out->prefill_attn_ps = atomic_load_explicit(&m->pub_attn_ps, memory_order_relaxed);
 	for (int t = 0; t < KVA_TIER_COUNT; t++) {
 		out->tier_bytes_per_s[t] = atomic_load_explicit(&m->pub_bytes_per_s[t],
 		                                                memory_order_relaxed);
@@ -419,6 +420,10 @@ size_t kva_stats_format_as(const kva_stats *s, int format, char *buf, size_t len
 	single(&o, om, "kvadmit_cost_prefill_tokens_per_second", GAUGE,
 	       "Learned prefill rate (the seed until the host reports one).",
 	       s->prefill_tokens_per_s);
+	single(&o, om, "kvadmit_cost_prefill_attention_picoseconds", GAUGE,
+	       "Learned attention term of a prefill: picoseconds per unit of end^2 - start^2 of "
+	       "the positions prefilled.",
+	       s->prefill_attn_ps);
 	static const char *const tiers[KVA_TIER_COUNT] = {"unknown", "gpu", "host", "disk",
 	                                                  "remote"};
 	struct lv bw[KVA_TIER_COUNT + 1], setup[KVA_TIER_COUNT + 1];

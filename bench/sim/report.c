@@ -253,9 +253,11 @@ static void json_policy(FILE *f, const struct sim_scenario *sc, struct sim_resul
 	 * one exceeded its predicted recompute time plus the margin (null: none waited) */
 	fprintf(f,
 		"\"cost\":{\"restores\":%llu,\"other_checkpoint\":%llu,\"recomputes\":%llu,"
-		"\"prefill_tok_s\":%llu,\"host_bytes_s\":%llu,\"disk_bytes_s\":%llu},",
+		"\"prefill_tok_s\":%llu,\"prefill_attn_ps\":%llu,\"host_bytes_s\":%llu,"
+		"\"disk_bytes_s\":%llu},",
 		(unsigned long long)st->cost_restores, (unsigned long long)st->cost_other_checkpoint,
 		(unsigned long long)st->cost_recomputes, (unsigned long long)st->prefill_tokens_per_s,
+		(unsigned long long)st->prefill_attn_ps,
 		(unsigned long long)st->tier_bytes_per_s[KVA_TIER_HOST],
 		(unsigned long long)st->tier_bytes_per_s[KVA_TIER_DISK]);
 	fprintf(f, "\"copy_slot_wait_max_s\":%.6g,", r->slot_wait_max_s);

@@ -108,6 +108,7 @@ static void stats_add(kva_stats *d, const kva_stats *x)
 #undef ADD
 	/* the learned rates: the last engine's (--nodes 1: its own) */
 	d->prefill_tokens_per_s = x->prefill_tokens_per_s;
+	d->prefill_attn_ps = x->prefill_attn_ps;
 	for (int t = 0; t < KVA_TIER_COUNT; t++) {
 		d->tier_bytes_per_s[t] = x->tier_bytes_per_s[t];
 		d->tier_setup_ns[t] = x->tier_setup_ns[t];
@@ -203,6 +204,7 @@ static int engine_create(struct sim_node *n)
 	 * engine learns the rest from the copies and the prefill steps it sees) */
 	c.cost.page_bytes = (uint64_t)llround(sc->m.kv_bytes_per_token * sc->page_tokens);
 	c.cost.prefill_tokens_per_s = (uint64_t)llround(sc->m.prefill_tok_s);
+	c.cost.prefill_attn_ps = (uint64_t)llround(sc->m.attn_s_per_tok2 * 1e12);
 	for (int t = 0; t < KVA_TIER_COUNT; t++) {
 		c.cost.tier_bytes_per_s[t] = (uint64_t)llround(sc->tier[0].bytes_s * sc->world_size);
 		c.cost.tier_setup_ns[t] = (uint64_t)llround(sc->tier[0].setup_s * SIM_NS_PER_S);
@@ -429,12 +431,14 @@ static void node_step(struct sim_node *n)
 		return;
 	if (b.n_decode || b.prefill_tokens) {
 		double dt = sim_gpu_step_s(&sc->m, &b);
-		/* what vLLM knows of its step: its time and prefill tokens. Only steps
-		 * that prefilled at least half a chunk: how fast a recompute's prefill
+		/* what vLLM knows of its step: its time, its prefill tokens and their
+		 * positions (sum of end^2 - start^2 over its chunks). Only steps that
+		 * prefilled at least half a chunk: how fast a recompute's prefill
 		 * advances now (a step with a few tokens of a restore's rest would
 		 * charge the whole step's decoding to them) */
 		if (b.prefill_tokens * 2 >= sc->m.step_token_budget && s->policy == SIM_POLICY_COST)
-			kva_prefill_observed(n->e, b.prefill_tokens, sim_ns_of(dt));
+			kva_prefill_observed_span(n->e, b.prefill_tokens, (uint64_t)llround(b.attn_tok2),
+						  sim_ns_of(dt));
 		double left = (double)(s->end_ns - s->now_ns) / SIM_NS_PER_S;
 		s->res->gpu_busy_s += dt < left ? dt : left;
 		s->res->gpu_steps++;

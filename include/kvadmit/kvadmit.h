@@ -212,6 +212,10 @@ typedef struct kva_cost_config {
 	 * by more than this share (percent, 0..1000), and a waiting restore recomputes once
 	 * recomputing is faster by more than it. */
 	uint32_t margin_pct;
+	/* Seed of attention's share of a prefill: picoseconds per unit of end^2 - start^2 of the
+	 * positions prefilled (causal attention over [start, end) grows with end^2 - start^2);
+	 * 0: none until kva_prefill_observed_span measures it. Any value. */
+	uint64_t prefill_attn_ps;
 } kva_cost_config;
 
 typedef struct kva_importer_ref {
@@ -414,9 +418,17 @@ KVA_API int kva_copy_done(kva_engine *e, kva_copy_token t, uint32_t rank, int st
 KVA_API int kva_checkpoint_evicted(kva_engine *e, uint64_t checkpoint_id, uint64_t epoch);
 
 /* kva_prefill_observed - the host prefilled `tokens` in `ns` (e.g. one step's prefill tokens
- * and its duration): the cost policy's prefill rate learns from it.  Thread: any.
+ * and its duration): the cost policy's prefill rate learns from it, as a rate per token (a
+ * report without positions sets the attention term to 0).  Thread: any.
  * Cost: O(1), two atomic adds; the next step folds them in.  Returns: 0, -EINVAL (NULL, ns 0). */
 KVA_API int kva_prefill_observed(kva_engine *e, uint64_t tokens, uint64_t ns);
+/* kva_prefill_observed_span - kva_prefill_observed, with `square_span` the sum over the
+ * step's prefill chunks [start, end) of end^2 - start^2 (saturating at UINT64_MAX): the cost
+ * policy then learns a prefill time of a × tokens + b × square_span, so that a long prompt's
+ * prefill is not predicted at a short one's rate (docs/design.md, cost policy).
+ * Thread: any.  Cost: O(1), three atomic adds.  Returns: 0, -EINVAL (NULL, ns 0). */
+KVA_API int kva_prefill_observed_span(kva_engine *e, uint64_t tokens, uint64_t square_span,
+                                      uint64_t ns);
 
 /* ---- the step ---------------------------------------------------------- */
 enum kva_how {
@@ -617,6 +629,9 @@ typedef struct kva_stats {
 	uint64_t prefill_tokens_per_s;
 	uint64_t tier_bytes_per_s[KVA_TIER_COUNT], tier_setup_ns[KVA_TIER_COUNT];
 	uint64_t copy_slot_interval_ns;
+	/* Cost policy: the learned attention term of a prefill (kva_cost_config.prefill_attn_ps's
+	 * unit; the seed until measured). */
+	uint64_t prefill_attn_ps;
 } kva_stats;
 
 /* kva_stats_get - a snapshot of the counters.  Thread: any; atomics only, never blocks. */

@@ -114,6 +114,7 @@ typedef struct kva_cost_config {
     uint64_t tier_setup_ns[5];
     uint32_t half_life;
     uint32_t margin_pct;
+    uint64_t prefill_attn_ps;
 } kva_cost_config;
 
 typedef struct kva_importer_ref {
@@ -238,6 +239,8 @@ typedef struct kva_copy_job {
 
 int kva_copy_done(kva_engine *e, kva_copy_token t, uint32_t rank, int status);
 int kva_prefill_observed(kva_engine *e, uint64_t tokens, uint64_t ns);
+int kva_prefill_observed_span(kva_engine *e, uint64_t tokens, uint64_t square_span,
+                              uint64_t ns);
 int kva_checkpoint_evicted(kva_engine *e, uint64_t checkpoint_id, uint64_t epoch);
 
 enum kva_how {
@@ -340,6 +343,7 @@ typedef struct kva_stats {
     uint64_t prefill_tokens_per_s;
     uint64_t tier_bytes_per_s[5], tier_setup_ns[5];
     uint64_t copy_slot_interval_ns;
+    uint64_t prefill_attn_ps;
 } kva_stats;
 
 void kva_stats_get(const kva_engine *e, kva_stats *out);

@@ -85,7 +85,7 @@ class Config:
                "aging_interval_ns")
     # kva_config.cost's fields (Config.cost's keys)
     COST = ("page_bytes", "prefill_tokens_per_s", "tier_bytes_per_s", "tier_setup_ns",
-            "half_life", "margin_pct")
+            "half_life", "margin_pct", "prefill_attn_ps")
 
     def to_c(self):
         """A kva_config with the numeric fields (callbacks NULL). A field of

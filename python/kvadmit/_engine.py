@@ -288,6 +288,14 @@ class Engine:
         self._call("kva_checkpoint_evicted", lib.kva_checkpoint_evicted,
                    (checkpoint_id, epoch))
 
+    def prefill_observed(self, tokens: int, ns: int, square_span: int = 0) -> None:
+        """kva_prefill_observed_span: the host prefilled `tokens` in `ns`
+        (one step's prefill); `square_span`, the sum of end^2 - start^2 over
+        its prefill chunks, lets the cost policy tell a long prompt's prefill
+        from a short one's (0: not known)."""
+        self._call("kva_prefill_observed_span", lib.kva_prefill_observed_span,
+                   (tokens, square_span, ns))
+
     def reset_prefix_cache(self) -> None:
         """kva_reset_prefix_cache (rule reset-returns-ready)."""
         self._call("kva_reset_prefix_cache", lib.kva_reset_prefix_cache)

@@ -81,6 +81,7 @@ class Stats:
     tier_bytes_per_s: Tuple[int, ...]  # index: Tier
     tier_setup_ns: Tuple[int, ...]
     copy_slot_interval_ns: int
+    prefill_attn_ps: int
 
 
 def _check_stats():

@@ -218,17 +218,23 @@ def test_config_cost_writes_its_fields():
     c = kvadmit.Config(total_pages=64, policy=kvadmit.Policy.COST,
                        cost={"page_bytes": 7, "prefill_tokens_per_s": 9, "half_life": 3,
                              "margin_pct": 20, "tier_bytes_per_s": tiers,
-                             "tier_setup_ns": tiers}).to_c()
+                             "tier_setup_ns": tiers, "prefill_attn_ps": 11}).to_c()
     assert (c.cost.page_bytes, c.cost.prefill_tokens_per_s, c.cost.half_life,
-            c.cost.margin_pct) == (7, 9, 3, 20)
+            c.cost.margin_pct, c.cost.prefill_attn_ps) == (7, 9, 3, 20, 11)
     assert tuple(c.cost.tier_bytes_per_s) == tiers == tuple(c.cost.tier_setup_ns)
     with pytest.raises(kvadmit.InvalidArgument, match="cost.page_bytes"):
         kvadmit.Config(total_pages=64, policy=kvadmit.Policy.COST,
                        cost={"page_bytes": 0}).to_c()
     with pytest.raises(kvadmit.InvalidArgument, match="cost.nope"):
         kvadmit.Config(total_pages=64, cost={"nope": 1}).to_c()
-    e = kvadmit.Engine(total_pages=64, policy=kvadmit.Policy.COST)
+    e = kvadmit.Engine(total_pages=64, policy=kvadmit.Policy.COST,
+                       cost={"prefill_attn_ps": 2000})
     assert e.stats().tier_bytes_per_s[kvadmit.Tier.DISK] == 1500000000
+    assert e.stats().prefill_attn_ps == 2000
+    # folded in at the next head decision (test_cost_policy.c checks the fit)
+    e.prefill_observed(100, 100 + 2 * 100 ** 2, 100 ** 2)
+    with pytest.raises(kvadmit.InvalidArgument):
+        e.prefill_observed(1, 0)
     e.close()
 
 

@@ -472,9 +472,18 @@ static double ref_copy_ns(const kva_checkpoint *c)
 	return (double)k->tier_setup_ns[c->tier] + bytes * (1e9 / (double)k->tier_bytes_per_s[c->tier]);
 }
 
+/* Prefill of positions [from, to), as the seeds say (nothing reports a prefill here). */
+static double ref_prefill_ns(uint32_t from, uint32_t to)
+{
+	const kva_cost_config *k = &S.m.cfg.cost;
+	double f = from, t = to;
+	return 1e9 / (double)k->prefill_tokens_per_s * (t - f) +
+	       (double)k->prefill_attn_ps / 1000 * (t * t - f * f);
+}
+
 static double ref_restore_ns(const kva_checkpoint *c, uint32_t prompt)
 {
-	double rest = 1e9 / (double)S.m.cfg.cost.prefill_tokens_per_s * (prompt - c->position);
+	double rest = ref_prefill_ns(c->position, prompt);
 	return c->location == KVA_LOC_LOCAL ? rest : ref_copy_ns(c) + rest;
 }
 
@@ -490,7 +499,7 @@ static double ref_margin(void) { return S.m.cfg.cost.margin_pct / 100.0; }
 
 static double ref_recompute_ns(uint32_t prompt)
 {
-	return 1e9 / (double)S.m.cfg.cost.prefill_tokens_per_s * prompt;
+	return ref_prefill_ns(0, prompt);
 }
 
 /* The head's source: maybe another entry, or recomputing (fallen back,
@@ -985,6 +994,9 @@ static void configure(uint32_t *max_prompt)
 	c->lookup = on_lookup;
 	S.m.usable = c->total_pages - c->decode_reserve_pages;
 	*max_prompt = (c->total_pages + 4) * c->page_tokens;
+	/* an attention term 8x the linear one (125 us a token) at the longest prompt: it
+	 * moves choices between a disk restore and recomputing */
+	c->cost.prefill_attn_ps = (b >> 6) & 1 ? 1000000000ull / *max_prompt : 0;
 
 	b = fz_u8(in);
 	uint8_t b2 = fz_u8(in);

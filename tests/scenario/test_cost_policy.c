@@ -307,6 +307,77 @@ static void seeds_before_any_copy(void **st)
 	sc_free(s);
 }
 
+/* A prefill's time has an attention term, b (end^2 - start^2), beside a per token: a long
+ * prompt's recompute is not predicted at a short one's rate. A disk at 4 GB/s; PROMPT's
+ * 320-token checkpoint restores in 1 + 80 ms + the rest's prefill. Linear (b = 0): 16 ms of
+ * rest, 97 ms against recomputing's 48: it recomputes. With b = 500 ns: the rest 16 + 64 ms,
+ * 161 ms against 48 + 115.2 = 163.2 ms: it restores. The host's span reports teach b: one
+ * at positions [0, 100), one at [1000, 1100), each a step, on the line a = 100 us, b = 500 ns;
+ * the first alone cannot split the terms (the seed's b = 0 stands, a takes all), the two fit
+ * it exactly. */
+static void long_prompt_prefill_has_an_attention_term(void **st)
+{
+	(void)st;
+	for (int seeded = 0; seeded < 2; seeded++) {
+		kva_config c;
+		cost_config(&c);
+		c.cost.tier_bytes_per_s[KVA_TIER_DISK] = 4000000000ull;
+		c.cost.prefill_attn_ps = seeded ? 500000 : 0;
+		struct sc *s = sc_new(&c);
+		assert_int_equal(sc_stats(s).prefill_attn_ps, seeded ? 500000 : 0);
+		sc_dir_set(s, KEY, ckpt(320, 900, KVA_TIER_DISK));
+		kva_handle h = sc_submit(s, 1, KEY, PROMPT);
+		sc_step(s, 0);
+		if (seeded) {
+			assert_int_equal(s->plan.n_copies, 1);
+			assert_int_equal(sc_state(s, h), KVA_STATE_IMPORTING);
+			kva_request_info info;
+			assert_int_equal(kva_query(s->e, h, &info), 0);
+			assert_int_equal(info.predicted_recompute_ns, 163200000);
+			assert_int_equal(info.predicted_restore_ns, 161000000);
+		} else {
+			const kva_admission *a = sc_expect_admitted(s, h, KVA_ADMIT_RECOMPUTE, 0, 0);
+			assert_int_equal(a->reason, KVA_REASON_COST);
+		}
+		sc_free(s);
+	}
+
+	kva_config c;
+	cost_config(&c);
+	c.cost.tier_bytes_per_s[KVA_TIER_DISK] = 4000000000ull;
+	struct sc *s = sc_new(&c);
+	sc_dir_set(s, KEY + 1, ckpt(320, 901, KVA_TIER_HOST));
+	assert_int_equal(kva_prefill_observed_span(s->e, 100, 10000, 15000000), 0);
+	sc_submit(s, 1, KEY + 1, PROMPT); /* a head decision folds the reports in */
+	sc_step(s, 0);
+	kva_stats t = sc_stats(s);
+	assert_int_equal(t.prefill_tokens_per_s, 6666); /* 150 us a token */
+	assert_int_equal(t.prefill_attn_ps, 0);
+	assert_int_equal(kva_prefill_observed_span(s->e, 100, 210000, 115000000), 0);
+	sc_submit(s, 2, KEY + 1, PROMPT);
+	sc_step(s, 0);
+	t = sc_stats(s);
+	assert_int_equal(t.prefill_tokens_per_s, 10000);
+	assert_int_equal(t.prefill_attn_ps, 500000);
+	char buf[16384];
+	assert_true(kva_stats_format(&t, buf, sizeof(buf)) < sizeof(buf));
+	assert_non_null(strstr(buf, "kvadmit_cost_prefill_attention_picoseconds 500000"));
+	sc_dir_set(s, KEY, ckpt(320, 900, KVA_TIER_DISK));
+	kva_handle h = sc_submit(s, 3, KEY, PROMPT);
+	sc_step(s, 0);
+	assert_int_equal(sc_state(s, h), KVA_STATE_IMPORTING); /* restores, as seeded above */
+	assert_int_equal(sc_stats(s).cost_recomputes, 0);
+	/* a report without positions is a rate per token: the attention term goes */
+	assert_int_equal(kva_prefill_observed(s->e, 100, 20 * MS), 0);
+	assert_int_equal(kva_prefill_observed_span(s->e, 1, 1, 0), -EINVAL);
+	assert_int_equal(kva_prefill_observed_span(NULL, 1, 1, 1), -EINVAL);
+	sc_submit(s, 4, KEY + 1, PROMPT);
+	sc_step(s, 0);
+	t = sc_stats(s);
+	assert_int_equal(t.prefill_attn_ps, 0);
+	sc_free(s);
+}
+
 /* The cost config's ranges, and a tier past the enum in an answer. */
 static void bad_cost_input_is_refused(void **st)
 {
@@ -366,6 +437,7 @@ int main(void)
 		cmocka_unit_test(capacity_shortage_still_waits),
 		cmocka_unit_test(recompute_reserves_its_prompt),
 		cmocka_unit_test(seeds_before_any_copy),
+		cmocka_unit_test(long_prompt_prefill_has_an_attention_term),
 		cmocka_unit_test(bad_cost_input_is_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
