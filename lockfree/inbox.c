@@ -82,6 +82,11 @@ struct kva_inbox_node *kva_inbox_batch_pop_nonblocking(struct kva_inbox_batch *b
 	return received(__cds_wfcq_dequeue_nonblocking(&batch->head, &batch->tail));
 }
 
+bool kva_inbox_batch_empty(struct kva_inbox_batch *batch)
+{
+	return cds_wfcq_empty(&batch->head, &batch->tail);
+}
+
 bool kva_inbox_empty(struct kva_inbox *q)
 {
 	return cds_wfcq_empty(&q->head, &q->tail);

@@ -99,10 +99,10 @@ static inline struct kva_inbox_node *kva_inbox_batch_peek(struct kva_inbox_batch
 #endif
 }
 
-static inline bool kva_inbox_batch_empty(struct kva_inbox_batch *batch)
-{
-	return cds_wfcq_empty(&batch->head, &batch->tail);
-}
+/* Out of line, in inbox.c: there liburcu's emptiness test is inline; in a
+ * caller without _LGPL_SOURCE it is a call into the shared liburcu-common,
+ * through the PLT (an idle step asks about five queues). */
+bool kva_inbox_batch_empty(struct kva_inbox_batch *batch);
 
 /* Any thread: a hint only. */
 bool kva_inbox_empty(struct kva_inbox *q);
