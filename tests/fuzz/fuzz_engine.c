@@ -407,7 +407,10 @@ static void check_admission(const kva_admission *a, uint32_t *pages_next)
 			uint32_t first = pages_for(chunk < S.budget_left ? chunk : S.budget_left);
 			if (first > S.usable)
 				first = S.usable;
-			CHECK(a->npages == first && a->reserved_pages == 0);
+			/* under the cost policy it reserves its prompt and headroom
+			 * too (capped at the usable pool), as a restore does */
+			uint32_t owned = S.cost ? (total > S.usable ? S.usable : total) : first;
+			CHECK(a->npages == first && a->reserved_pages == owned - first);
 		}
 		break;
 	}
