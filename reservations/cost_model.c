@@ -122,11 +122,19 @@ void kva__cost_copy_observed(kva_engine *e, uint8_t tier, uint32_t pages, uint64
 	t->md = ewma(m, t->md, d, first);
 	t->mbb = ewma(m, t->mbb, b * b, first);
 	t->mbd = ewma(m, t->mbd, b * d, first);
+	t->mdd = ewma(m, t->mdd, d * d, first);
 	if (t->n < UINT32_MAX)
 		t->n++;
 	double var = t->mbb - t->mb * t->mb, cov = t->mbd - t->mb * t->md;
-	if (var > 1e-4 * t->mb * t->mb && cov > 0) {
-		/* sizes vary: the fitted line */
+	double vard = t->mdd - t->md * t->md;
+	/* The fitted line only where it explains the durations: at least three
+	 * copies (two always lie on a line) whose sizes account for half of
+	 * their durations' variance or more (R^2 >= 1/2). A copy that queued on
+	 * its link behind others took longer for a reason its size does not
+	 * show; a line through such points can put nearly all of the time in
+	 * the setup and learn a bandwidth orders of magnitude too high. */
+	if (t->n >= 3 && var > 1e-4 * t->mb * t->mb && cov > 0 && cov * cov >= 0.5 * var * vard) {
+		/* sizes vary and explain the durations: the fitted line */
 		t->ns_per_byte = cov / var;
 		t->setup_ns = t->md - t->ns_per_byte * t->mb;
 		if (t->setup_ns < 0) {

@@ -14,7 +14,7 @@
 /* One tier's copies: exponentially weighted moments of (bytes, ns), from
  * which setup latency (intercept) and bandwidth (slope) are fitted. */
 struct kva__tier_rate {
-	double mb, md, mbb, mbd; /* E[b], E[d], E[b^2], E[b d] */
+	double mb, md, mbb, mbd, mdd; /* E[b], E[d], E[b^2], E[b d], E[d^2] */
 	double ns_per_byte, setup_ns;
 	uint32_t n; /* copies seen (saturating) */
 };

@@ -378,6 +378,54 @@ static void long_prompt_prefill_has_an_attention_term(void **st)
 	sc_free(s);
 }
 
+/* One restore of `pos` tokens from host DRAM whose copy takes d_ns, then finished. */
+static void one_copy(struct sc *s, uint64_t id, uint32_t pos, uint64_t d_ns)
+{
+	sc_dir_set(s, KEY + id, ckpt(pos, 900 + id, KVA_TIER_HOST));
+	kva_handle h = sc_submit(s, id, KEY + id, PROMPT);
+	sc_step(s, 0);
+	assert_int_equal(s->plan.n_copies, 1);
+	sc_copies_done(s, 0);
+	sc_step(s, d_ns);
+	sc_expect_admitted(s, h, KVA_ADMIT_RESTORE, 0, pos);
+	assert_int_equal(kva_finish(s->e, h), 0);
+}
+
+/* Copies whose durations barely follow their sizes (they queued on a link behind others:
+ * 160 and 320 MB in 480, 500, 520 and 530 ms) teach an effective bandwidth, about
+ * 0.5 GB/s here, and keep the 1 ms setup; a line through them would put 489 ms in the
+ * setup and learn 9 GB/s. Copies that follow their sizes (20 ms + 0.5 GB/s) teach that
+ * line once three are in. Recomputing costs 4.8 s (100 tokens/s): every head restores. */
+static void queued_copies_teach_no_huge_bandwidth(void **st)
+{
+	(void)st;
+	kva_config c;
+	cost_config(&c);
+	c.cost.prefill_tokens_per_s = 100;
+	struct sc *s = sc_new(&c);
+	static const uint64_t queued[4] = {480 * MS, 500 * MS, 520 * MS, 530 * MS};
+	for (int i = 0; i < 4; i++)
+		one_copy(s, 1 + (uint64_t)i, i % 2 ? 320 : 160, queued[i]);
+	kva_stats t = sc_stats(s);
+	assert_true(t.tier_bytes_per_s[KVA_TIER_HOST] > 490000000ull &&
+	            t.tier_bytes_per_s[KVA_TIER_HOST] < 510000000ull);
+	assert_int_equal(t.tier_setup_ns[KVA_TIER_HOST], 1 * MS);
+	sc_free(s);
+
+	s = sc_new(&c);
+	for (int i = 0; i < 4; i++) {
+		uint32_t pos = i % 2 ? 320 : 160;
+		one_copy(s, 1 + (uint64_t)i, pos, 20 * MS + (uint64_t)pos * 2 * MS);
+		t = sc_stats(s);
+		if (i < 2) /* fewer than three: the setup stays */
+			assert_int_equal(t.tier_setup_ns[KVA_TIER_HOST], 1 * MS);
+	}
+	assert_true(t.tier_bytes_per_s[KVA_TIER_HOST] > 499000000ull &&
+	            t.tier_bytes_per_s[KVA_TIER_HOST] < 501000000ull);
+	assert_true(t.tier_setup_ns[KVA_TIER_HOST] > 19 * MS && t.tier_setup_ns[KVA_TIER_HOST] < 21 * MS);
+	sc_free(s);
+}
+
 /* The cost config's ranges, and a tier past the enum in an answer. */
 static void bad_cost_input_is_refused(void **st)
 {
@@ -438,6 +486,7 @@ int main(void)
 		cmocka_unit_test(recompute_reserves_its_prompt),
 		cmocka_unit_test(seeds_before_any_copy),
 		cmocka_unit_test(long_prompt_prefill_has_an_attention_term),
+		cmocka_unit_test(queued_copies_teach_no_huge_bandwidth),
 		cmocka_unit_test(bad_cost_input_is_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
