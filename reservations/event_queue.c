@@ -8,13 +8,7 @@
 #include "alloc.h"
 #include "event_queue.h"
 
-/* The engine whose kva_step runs on this thread, if any: events it produces
- * (a directory answering from its callback) belong to the step in progress. */
-static _Thread_local kva_engine *tls_stepping;
-
-void kva__rec_stepping(kva_engine *e) { tls_stepping = e; }
-
-bool kva__rec_stepping_here(const kva_engine *e) { return tls_stepping == e; }
+_Thread_local kva_engine *kva__tls_stepping; /* event_queue.h */
 
 struct kva__cancel *kva__cancel_new(kva_engine *e)
 {
@@ -43,7 +37,7 @@ bool kva__event_enqueue(kva_engine *e, struct kva__event *ev)
 	/* Answers and copy reports the step's own callbacks produce belong to
 	 * it (bounded by the lookups and copies it started); anything else a
 	 * callback does (a submit, a cancel) waits for the next step. */
-	if (tls_stepping == e && (ev->type == KVA__EV_ANSWER || ev->type == KVA__EV_COPY)) {
+	if (kva__tls_stepping == e && (ev->type == KVA__EV_ANSWER || ev->type == KVA__EV_COPY)) {
 		kva_inbox_push(&e->local, &ev->node);
 		return false;
 	}

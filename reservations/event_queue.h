@@ -10,10 +10,14 @@
 
 #include "engine_state.h"
 
+/* The engine whose kva_step runs on this thread, if any: events it produces
+ * (a directory answering from its callback) belong to the step in progress.
+ * Inline accessors: every step sets, clears and asks it. */
+extern _Thread_local kva_engine *kva__tls_stepping;
 /* Scheduler thread: e's step runs on this thread from now (NULL: ended). */
-void kva__rec_stepping(kva_engine *e);
+static inline void kva__rec_stepping(kva_engine *e) { kva__tls_stepping = e; }
 /* Any thread: whether e's step runs on this thread (a callback re-entering it). */
-bool kva__rec_stepping_here(const kva_engine *e);
+static inline bool kva__rec_stepping_here(const kva_engine *e) { return kva__tls_stepping == e; }
 /* Any thread: hands an event to the scheduler — the inbox (waking the host
  * when it was empty), or the step's own queue for an answer or copy report
  * the scheduler thread produces inside kva_step. */
