@@ -221,22 +221,31 @@ static double prefill_ns(const struct kva__cost *m, uint32_t from, uint32_t to)
 	return span_ns(m->ns_per_token, m->ns_per_square, from, to);
 }
 
-/* A copy of `position` tokens from `tier`: setup + bytes / bandwidth. */
+/* A copy of `position` tokens: setup + bytes at ns_per_byte (the learned
+ * rates here, the published ones in kva__cost_query). */
+static double copy_time(const kva_engine *e, double setup_ns, double ns_per_byte,
+                        uint32_t position)
+{
+	double bytes = (double)kva__pages_for(e, position) * (double)e->cfg.cost.page_bytes;
+	return setup_ns + bytes * ns_per_byte;
+}
+
+/* A copy of `position` tokens from `tier`. */
 static double copy_ns(const kva_engine *e, uint8_t tier, uint32_t position)
 {
 	const struct kva__tier_rate *t = &e->cost.tier[tier < KVA_TIER_COUNT ? tier : 0];
-	double bytes = (double)kva__pages_for(e, position) * (double)e->cfg.cost.page_bytes;
-	return t->setup_ns + bytes * t->ns_per_byte;
+	return copy_time(e, t->setup_ns, t->ns_per_byte, position);
 }
 
-/* Expected wait for a copy slot: none while one is free; else the time
- * between releases, seeded (none seen yet) by this copy's own duration
+/* Expected wait for a copy slot for entry c: none while one is free; else
+ * the time between releases, seeded (none seen yet) by c's own copy time
  * shared among the slots. */
-static double slot_wait_ns(const kva_engine *e, double copy)
+static double slot_wait_ns(const kva_engine *e, const kva_checkpoint *c)
 {
 	if (kva_capacity_free(&e->cap).slots)
 		return 0;
-	return e->cost.releases > 1 ? e->cost.slot_interval_ns : copy / e->cfg.copy_slots;
+	return e->cost.releases > 1 ? e->cost.slot_interval_ns
+	                            : copy_ns(e, c->tier, c->position) / e->cfg.copy_slots;
 }
 
 /* Predicted time to first token restoring entry c of a prompt, without
@@ -250,7 +259,7 @@ static double restore_ns(const kva_engine *e, const kva_checkpoint *c, uint32_t 
 static double with_queue(const kva_engine *e, const kva_checkpoint *c, uint32_t prompt)
 {
 	double t = restore_ns(e, c, prompt);
-	return c->location == KVA_LOC_LOCAL ? t : t + slot_wait_ns(e, copy_ns(e, c->tier, c->position));
+	return c->location == KVA_LOC_LOCAL ? t : t + slot_wait_ns(e, c);
 }
 
 static void remember(kva_engine *e, struct kva__req *r, double restore, double recompute)
@@ -363,9 +372,8 @@ void kva__cost_query(const kva_engine *e, kva_handle h, uint32_t prompt, uint32_
 	double t = span_ns(ns_tok, ns_sq, sel_position, prompt);
 	if (!local) {
 		uint64_t bps = atomic_load_explicit(&m->pub_bytes_per_s[tier], memory_order_relaxed);
-		double bytes = (double)kva__pages_for(e, sel_position) * (double)e->cfg.cost.page_bytes;
-		t += (double)atomic_load_explicit(&m->pub_setup_ns[tier], memory_order_relaxed) +
-		     (bps ? bytes * 1e9 / (double)bps : 0);
+		t += copy_time(e, (double)atomic_load_explicit(&m->pub_setup_ns[tier], memory_order_relaxed),
+		               bps ? 1e9 / (double)bps : 0, sel_position);
 	}
 	*restore_ns_out = round_ns(t);
 }
