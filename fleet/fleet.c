@@ -27,6 +27,8 @@
 #include "quota.h"
 #include "watch.h"
 
+_Static_assert(MAX_MEDIA <= KVF_SCORE_MEDIA, "the router's copy keys every medium id");
+
 void kva_fleet_config_default(kva_fleet_config *c)
 {
 	memset(c, 0, sizeof(*c));

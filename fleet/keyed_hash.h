@@ -10,6 +10,7 @@
 #ifndef KVA_FLEET_KEYED_HASH_H
 #define KVA_FLEET_KEYED_HASH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct kvf_key {
@@ -65,5 +66,10 @@ static inline uint64_t kvf_siphash13(const struct kvf_key *key, uint64_t m0, uin
 	kvf_sipround(&s);
 	return s.v0 ^ s.v1 ^ s.v2 ^ s.v3;
 }
+
+/* out[i] = kvf_siphash13(key, in[i], 0, 0) for i < n: eight at a time where
+ * the CPU has AVX-512 (about 1 ns a word instead of 6.5 on the machine of
+ * bench/README.md), one at a time otherwise. */
+void kvf_siphash13_many(const struct kvf_key *key, const uint64_t *in, uint64_t *out, size_t n);
 
 #endif

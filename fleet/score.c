@@ -1,16 +1,25 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * score: see score.h. The entries are a flat open-addressing table keyed by
- * block hash alone (linear probing, backward-shift deletion, at most 3/4
- * full, allocated once), each 16-byte slot guarded by its own sequence
- * number: the I/O thread makes it odd, writes the slot, makes it even
- * (release); a reader reads the number (acquire), the slot, the number
- * again, and takes the slot only if both were the same even number. No
- * allocation per entry and no pointer to follow; nothing is freed while the
- * fleet lives, so readers need no grace period for the entries. A reader
- * never waits: a slot it finds being written a few times in a row is
- * passed over (a score may then miss that entry, as a score taken a moment
- * earlier or later would). Identities are replaced under RCU.
+ * block hash (Robin Hood linear probing, backward-shift deletion, at most
+ * 3/4 full, allocated once). A slot holds one block hash and one key of
+ * its holders (medium, group, and a word of 64 publisher ids) with the
+ * mask of the word's publishers that hold it: a block that eight
+ * publishers hold is one slot, and a query reads one slot per block
+ * instead of one per holder. Slots of a run lie in the order of their
+ * homes (Robin Hood), each knowing its distance from home, so a probe
+ * stops at the first slot whose home lies past its own instead of at the
+ * run's end.
+ *
+ * Each 24-byte slot is guarded by its own sequence number: the I/O thread
+ * makes it odd, writes the slot, makes it even (release); a reader reads
+ * the number (acquire), the slot, the number again, and takes the slot
+ * only if both were the same even number. No allocation per entry and no
+ * pointer to follow; nothing is freed while the fleet lives, so readers
+ * need no grace period for the entries. A reader never waits: a slot it
+ * finds being written a few times in a row is passed over (a score may
+ * then miss that entry, as a score taken a moment earlier or later would).
+ * Identities are replaced under RCU.
  *
  * The I/O thread holds its adds and removals and applies them at the end of
  * a batch (kvf_score_flush), fetching the home slots of the next ones while
@@ -34,18 +43,34 @@
 
 #define TOPIC_MAX 95u
 #define MAX_PAIRS 1024u  /* (publisher, medium) pairs a query follows */
-#define PAIR_SLOTS 2048u /* its open-addressing map: at most half full */
+#define MAX_COMBOS 255u  /* (medium, id word) keys those pairs lie in */
 #define READ_TRIES 64    /* a slot still being written after these: passed over */
-#define AHEAD 24         /* blocks ahead whose home slots a query fetches */
-#define RING 32          /* their homes, kept until reached (> AHEAD, a power of two) */
+#define CHUNK 16         /* blocks whose homes a query hashes and fetches together */
 #define PENDING 1024     /* writes the I/O thread holds before applying them */
 #define FLUSH_AHEAD 16   /* pending writes ahead whose home slots a flush fetches */
 #define HUGE_PAGE ((size_t)2 << 20)
 
+/* A slot's key: which holders its mask is of. Publisher ids come in words
+ * of 64 (KVA_FLEET_MAX_PUBLISHERS = 4,096: 64 words), media number at most
+ * 64, and only groups 0..31 are copied (full_groups is 32 bits). */
+#define TAG(medium, group, word) ((uint32_t)(medium) << 11 | (uint32_t)(group) << 6 | (word))
+#define TAG_MEDIUM(t) ((t) >> 11)
+#define TAG_GROUP(t) ((t) >> 6 & 31)
+#define TAG_WORD(t) ((t)&63)
+#define TAG_COMBO(t) (TAG_MEDIUM(t) << 6 | TAG_WORD(t)) /* the group left out */
+#define TAG_BITS 17
+#define DIST_MAX 4095u /* distances from home fit 12 bits above the tag */
+#define META(tag, dist) ((uint32_t)(dist) << TAG_BITS | (tag))
+#define META_TAG(m) ((m) & ((1u << TAG_BITS) - 1))
+#define META_DIST(m) ((m) >> TAG_BITS)
+
+_Static_assert(KVA_FLEET_MAX_PUBLISHERS <= 64 * 64, "a word index fits 6 bits");
+
 struct slot {
 	_Atomic uint32_t seq;  /* odd while the I/O thread writes the slot */
-	_Atomic uint32_t loc1; /* location + 1; 0 empty */
+	_Atomic uint32_t meta; /* META(tag, distance from home) */
 	_Atomic uint64_t hash;
+	_Atomic uint64_t mask; /* the word's publishers holding it; 0: empty */
 };
 
 struct ident {
@@ -58,8 +83,9 @@ struct ident {
 /* A write the I/O thread has not applied yet (kvf_score_flush). */
 struct op {
 	uint64_t hash;
-	uint32_t loc1; /* location + 1 */
-	uint32_t del;
+	uint32_t tag;
+	uint8_t bit; /* the publisher's bit in its word */
+	uint8_t del;
 };
 
 struct kvf_score {
@@ -77,6 +103,7 @@ struct kvf_score {
 	uint64_t refused; /* adds past probe_max: not copied (the index's own cap) */
 	uint32_t npending;
 	struct op pending[PENDING];
+	uint64_t pending_hash[PENDING], pending_home[PENDING]; /* kvf_score_flush's */
 	/* published with release stores (I/O thread), read with acquire loads
 	 * (kvf_score_query) inside a read-side section */
 	struct ident *_Atomic ident[KVA_FLEET_MAX_PUBLISHERS];
@@ -94,29 +121,31 @@ static inline size_t home(const struct kvf_score *s, uint64_t hash)
 	return (size_t)kvf_siphash13(&s->key, hash, 0, 0) & s->mask;
 }
 
-/* I/O thread: slot <- (hash, loc1). The odd number is stored before the
- * fields (the release fence), the even one after them (release): a reader
- * that saw the same even number before and after read neither half of a
- * write (pairs with the acquire load and fence in slot_read). */
-static void slot_write(struct slot *sl, uint64_t hash, uint32_t loc1)
+/* I/O thread: slot <- (hash, meta, mask). The odd number is stored before
+ * the fields (the release fence), the even one after them (release): a
+ * reader that saw the same even number before and after read neither half
+ * of a write (pairs with the acquire load and fence in slot_read). */
+static void slot_write(struct slot *sl, uint64_t hash, uint32_t meta, uint64_t mask)
 {
 	uint32_t q = atomic_load_explicit(&sl->seq, memory_order_relaxed);
 	atomic_store_explicit(&sl->seq, q + 1, memory_order_relaxed);
 	atomic_thread_fence(memory_order_release);
 	atomic_store_explicit(&sl->hash, hash, memory_order_relaxed);
-	atomic_store_explicit(&sl->loc1, loc1, memory_order_relaxed);
+	atomic_store_explicit(&sl->meta, meta, memory_order_relaxed);
+	atomic_store_explicit(&sl->mask, mask, memory_order_relaxed);
 	atomic_store_explicit(&sl->seq, q + 2, memory_order_release);
 }
 
 /* Any thread: false when the slot was being written READ_TRIES times. */
-static bool slot_read(const struct slot *sl, uint64_t *hash, uint32_t *loc1)
+static bool slot_read(const struct slot *sl, uint64_t *hash, uint32_t *meta, uint64_t *mask)
 {
 	for (int t = 0; t < READ_TRIES; t++) {
 		uint32_t q = atomic_load_explicit(&sl->seq, memory_order_acquire);
 		if (q & 1)
 			continue;
 		*hash = atomic_load_explicit(&sl->hash, memory_order_relaxed);
-		*loc1 = atomic_load_explicit(&sl->loc1, memory_order_relaxed);
+		*meta = atomic_load_explicit(&sl->meta, memory_order_relaxed);
+		*mask = atomic_load_explicit(&sl->mask, memory_order_relaxed);
 		atomic_thread_fence(memory_order_acquire);
 		if (atomic_load_explicit(&sl->seq, memory_order_relaxed) == q)
 			return true;
@@ -171,102 +200,142 @@ void kvf_score_free(struct kvf_score *s)
 }
 
 /* The I/O thread's own reads of the table need no sequence check. */
-static inline uint32_t loc1_at(const struct kvf_score *s, size_t i)
+static inline uint64_t mask_at(const struct kvf_score *s, size_t i)
 {
-	return atomic_load_explicit(&s->slots[i].loc1, memory_order_relaxed);
+	return atomic_load_explicit(&s->slots[i].mask, memory_order_relaxed);
+}
+static inline uint32_t meta_at(const struct kvf_score *s, size_t i)
+{
+	return atomic_load_explicit(&s->slots[i].meta, memory_order_relaxed);
 }
 static inline uint64_t hash_at(const struct kvf_score *s, size_t i)
 {
 	return atomic_load_explicit(&s->slots[i].hash, memory_order_relaxed);
 }
+static inline size_t next(const struct kvf_score *s, size_t i) { return (i + 1) & s->mask; }
 
-static void add_at(struct kvf_score *s, size_t i, uint64_t hash, uint32_t loc1)
+/* Where (hash, tag) is, or where it would go: the first slot from its home
+ * that holds it, is empty, or holds an entry whose home lies past hash's
+ * (Robin Hood: a run's entries lie in the order of their homes). *d: that
+ * slot's distance from hash's home. */
+static size_t find(const struct kvf_score *s, size_t i, uint64_t hash, uint32_t tag, size_t *d)
 {
-	if (s->count >= s->cap)
-		return; /* the index's cap keeps below it: not reached */
+	for (*d = 0;; (*d)++, i = next(s, i)) {
+		if (!mask_at(s, i))
+			return i;
+		uint32_t m = meta_at(s, i);
+		if (META_DIST(m) < *d || (hash_at(s, i) == hash && META_TAG(m) == tag))
+			return i;
+	}
+}
+
+/* Adds publisher bit `bit` to (hash, tag), whose probe starts at home i. */
+static void add_at(struct kvf_score *s, size_t i, uint64_t hash, uint32_t tag, unsigned bit)
+{
+	size_t d;
+	i = find(s, i, hash, tag, &d);
+	uint64_t m = mask_at(s, i);
+	if (m && hash_at(s, i) == hash && META_TAG(meta_at(s, i)) == tag) {
+		slot_write(&s->slots[i], hash, meta_at(s, i), m | 1ull << bit);
+		return;
+	}
 	/* a run longer than probe_max only forms from keys aimed at one home
 	 * (and a reader would walk it): refused and counted, as the index does */
-	for (size_t d = 0; loc1_at(s, i); d++, i = (i + 1) & s->mask)
-		if (d >= s->probe_max) {
+	if (d > s->probe_max || s->count >= s->cap) { /* the cap: the index keeps below it */
+		s->refused += d > s->probe_max;
+		return;
+	}
+	/* The entries from i to the run's end move one slot on, each one a
+	 * step farther from home, none past probe_max. */
+	size_t end = i;
+	for (; mask_at(s, end); end = next(s, end))
+		if (META_DIST(meta_at(s, end)) + 1 > s->probe_max) {
 			s->refused++;
 			return;
 		}
-	slot_write(&s->slots[i], hash, loc1);
+	/* From the run's end back: an entry is in two slots for a moment,
+	 * never in none, and the order of homes holds (a reader that passes a
+	 * slot not yet moved finds the entry in the next one). */
+	for (size_t j = end; j != i;) {
+		size_t k = (j - 1) & s->mask;
+		uint32_t km = meta_at(s, k);
+		slot_write(&s->slots[j], hash_at(s, k), META(META_TAG(km), META_DIST(km) + 1),
+		           mask_at(s, k));
+		j = k;
+	}
+	slot_write(&s->slots[i], hash, META(tag, d), 1ull << bit);
 	s->count++;
 }
 
-/* Backward-shift deletion at slot i: the later entries of the run move up
- * one by one, each slot overwritten (never emptied) but the run's last, so
- * a reader's probe never stops early at a hole that is not one. */
+/* Backward-shift deletion at slot i: the later entries of the run that are
+ * not at home move up one by one, each slot overwritten (never emptied)
+ * but the last, so a reader's probe never stops early at a hole that is
+ * not one. */
 static void del_at(struct kvf_score *s, size_t i)
 {
-	size_t j = i;
-	for (;;) {
-		uint64_t h;
-		uint32_t l;
-		for (;;) {
-			j = (j + 1) & s->mask;
-			l = loc1_at(s, j);
-			if (!l) {
-				slot_write(&s->slots[i], 0, 0);
-				s->count--;
-				return;
-			}
-			h = hash_at(s, j);
-			size_t k = home(s, h);
-			/* j's entry may move to i when its home is not in (i, j] */
-			if (i <= j ? (k <= i || k > j) : (k <= i && k > j))
-				break;
+	for (size_t j = next(s, i);; i = j, j = next(s, j)) {
+		uint32_t m = meta_at(s, j);
+		if (!mask_at(s, j) || !META_DIST(m)) {
+			slot_write(&s->slots[i], 0, 0, 0);
+			s->count--;
+			return;
 		}
-		slot_write(&s->slots[i], h, l);
-		i = j;
+		slot_write(&s->slots[i], hash_at(s, j), META(META_TAG(m), META_DIST(m) - 1),
+		           mask_at(s, j));
 	}
 }
 
-static void del_from(struct kvf_score *s, size_t i, uint64_t hash, uint32_t loc1)
+/* Removes publisher bit `bit` from (hash, tag), whose probe starts at i. */
+static void del_from(struct kvf_score *s, size_t i, uint64_t hash, uint32_t tag, unsigned bit)
 {
-	for (; loc1_at(s, i); i = (i + 1) & s->mask)
-		if (loc1_at(s, i) == loc1 && hash_at(s, i) == hash) {
-			del_at(s, i);
-			return;
-		}
+	size_t d;
+	i = find(s, i, hash, tag, &d);
+	uint64_t m = mask_at(s, i);
+	if (!m || hash_at(s, i) != hash || META_TAG(meta_at(s, i)) != tag || !(m >> bit & 1))
+		return;
+	if (m & ~(1ull << bit))
+		slot_write(&s->slots[i], hash, meta_at(s, i), m & ~(1ull << bit));
+	else
+		del_at(s, i);
 }
 
 /* The pending writes, in their order. Each is a probe at a random slot of a
- * table too large for the caches: the home slots of the next FLUSH_AHEAD
- * are fetched while one is applied, so their misses overlap. */
+ * table too large for the caches: their homes are hashed together first
+ * (kvf_siphash13_many), and the home slots of the next FLUSH_AHEAD are
+ * fetched while one is applied, so their misses overlap. */
 void kvf_score_flush(struct kvf_score *s)
 {
 	uint32_t n = s->npending;
-	size_t ring[RING];
-	for (uint32_t k = 0; k < n && k < FLUSH_AHEAD; k++) {
-		ring[k] = home(s, s->pending[k].hash);
-		__builtin_prefetch(&s->slots[ring[k]], 1);
-	}
+	for (uint32_t k = 0; k < n; k++)
+		s->pending_hash[k] = s->pending[k].hash;
+	kvf_siphash13_many(&s->key, s->pending_hash, s->pending_home, n);
+	for (uint32_t k = 0; k < n; k++)
+		s->pending_home[k] &= s->mask;
+	for (uint32_t k = 0; k < n && k < FLUSH_AHEAD; k++)
+		__builtin_prefetch(&s->slots[s->pending_home[k]], 1);
 	for (uint32_t k = 0; k < n; k++) {
-		if (k + FLUSH_AHEAD < n) {
-			size_t h = home(s, s->pending[k + FLUSH_AHEAD].hash);
-			ring[(k + FLUSH_AHEAD) & (RING - 1)] = h;
-			__builtin_prefetch(&s->slots[h], 1);
-		}
+		if (k + FLUSH_AHEAD < n)
+			__builtin_prefetch(&s->slots[s->pending_home[k + FLUSH_AHEAD]], 1);
 		const struct op *op = &s->pending[k];
 		if (op->del)
-			del_from(s, ring[k & (RING - 1)], op->hash, op->loc1);
+			del_from(s, s->pending_home[k], op->hash, op->tag, op->bit);
 		else
-			add_at(s, ring[k & (RING - 1)], op->hash, op->loc1);
+			add_at(s, s->pending_home[k], op->hash, op->tag, op->bit);
 	}
 	s->npending = 0;
 }
 
 /* Readers score full groups only: other groups' entries are not copied. */
-static void push(struct kvf_score *s, uint64_t hash, uint32_t loc, uint32_t del)
+static void push(struct kvf_score *s, uint64_t hash, uint32_t loc, uint8_t del)
 {
-	uint32_t group = loc & 0xff;
-	if (group > 31 || !(s->full_groups >> group & 1))
+	uint32_t group = loc & 0xff, pub = KVF_LOC_PUB(loc), medium = loc >> 8 & 0xff;
+	if (group > 31 || !(s->full_groups >> group & 1) || pub >= KVA_FLEET_MAX_PUBLISHERS ||
+	    medium >= KVF_SCORE_MEDIA)
 		return;
 	if (s->npending == PENDING)
 		kvf_score_flush(s);
-	s->pending[s->npending++] = (struct op){.hash = hash, .loc1 = loc + 1, .del = del};
+	s->pending[s->npending++] = (struct op){
+		.hash = hash, .tag = TAG(medium, group, pub >> 6), .bit = (uint8_t)(pub & 63), .del = del};
 }
 
 void kvf_score_add(struct kvf_score *s, uint64_t hash, uint32_t loc) { push(s, hash, loc, 0); }
@@ -274,19 +343,29 @@ void kvf_score_del(struct kvf_score *s, uint64_t hash, uint32_t loc) { push(s, h
 
 size_t kvf_score_home(const struct kvf_score *s, uint64_t hash) { return home(s, hash); }
 uint64_t kvf_score_refused(const struct kvf_score *s) { return s->refused; }
-void kvf_score_set_probe_max(struct kvf_score *s, size_t probe_max) { s->probe_max = probe_max; }
+void kvf_score_set_probe_max(struct kvf_score *s, size_t probe_max)
+{
+	s->probe_max = probe_max < DIST_MAX ? probe_max : DIST_MAX;
+}
 
 void kvf_score_drop_publisher(struct kvf_score *s, uint32_t pub)
 {
 	kvf_score_flush(s); /* an entry still pending would come back after the scan */
+	if (pub >= KVA_FLEET_MAX_PUBLISHERS)
+		return;
+	uint64_t bit = 1ull << (pub & 63);
 	/* a deletion may shift a later (or wrapped) entry into slot i: look at
 	 * i again; two passes cover the entries that wrapped */
 	for (int pass = 0; pass < 2; pass++)
 		for (size_t i = 0; i <= s->mask;) {
-			uint32_t l = loc1_at(s, i);
-			if (l && KVF_LOC_PUB(l - 1) == pub) {
-				del_at(s, i);
-				continue;
+			uint64_t m = mask_at(s, i);
+			if ((m & bit) && TAG_WORD(META_TAG(meta_at(s, i))) == pub >> 6) {
+				if (m & ~bit) {
+					slot_write(&s->slots[i], hash_at(s, i), meta_at(s, i), m & ~bit);
+				} else {
+					del_at(s, i);
+					continue;
+				}
 			}
 			i++;
 		}
@@ -337,45 +416,33 @@ void kvf_score_block_size(struct kvf_score *s, uint32_t pub, uint32_t block_size
 	atomic_store_explicit(&s->block_size[pub], block_size, memory_order_relaxed);
 }
 
-/* A query's probe of hash: its home slot, fetched into the cache now. */
-static inline size_t fetch_home(const struct kvf_score *s, uint64_t hash)
+/* A query's homes of hashes[from, from + CHUNK) (fewer at the chain's end),
+ * hashed together, and their slots fetched into the cache now with the
+ * line after (a 24-byte slot may end on it, and a probe reads on). */
+static void fetch_homes(const struct kvf_score *s, const uint64_t *hashes, uint32_t n,
+                        uint32_t from, size_t *homes)
 {
-	size_t k = home(s, hash);
-	__builtin_prefetch(&s->slots[k]);
-	return k;
-}
-
-/* A query's (publisher, medium) pairs: a small open-addressing map whose
- * slots hold the pair and its prefix length side by side (one access a
- * lookup), and the slots in the order the pairs were met; the pairs come
- * from block 0's entries only. */
-struct walk {
-	uint32_t npairs;
-	uint16_t used[MAX_PAIRS]; /* slots taken, in order */
-	struct {
-		uint32_t pair1; /* pair + 1; 0 empty */
-		uint32_t len;
-	} map[PAIR_SLOTS];
-};
-
-static uint32_t *walk_len(struct walk *w, uint32_t pair, bool add)
-{
-	/* multiplicative hashing: pairs are small, distinct integers */
-	for (uint32_t i = (uint32_t)((pair * 0x9e3779b1u) >> 21) & (PAIR_SLOTS - 1);;
-	     i = (i + 1) & (PAIR_SLOTS - 1)) {
-		uint32_t p1 = w->map[i].pair1;
-		if (p1 == pair + 1)
-			return &w->map[i].len;
-		if (!p1) {
-			if (!add || w->npairs == MAX_PAIRS)
-				return NULL;
-			w->map[i].pair1 = pair + 1;
-			w->map[i].len = 0;
-			w->used[w->npairs++] = (uint16_t)i;
-			return &w->map[i].len;
-		}
+	uint64_t h[CHUNK];
+	uint32_t m = n - from < CHUNK ? n - from : CHUNK;
+	kvf_siphash13_many(&s->key, hashes + from, h, m);
+	for (uint32_t k = 0; k < m; k++) {
+		homes[k] = (size_t)h[k] & s->mask;
+		__builtin_prefetch(&s->slots[homes[k]]);
+		__builtin_prefetch((const char *)&s->slots[homes[k]] + 64);
 	}
 }
+
+/* A query's walk: the (medium, id word) keys of the pairs that held every
+ * block so far, each with the mask of those still holding (alive) and of
+ * those found at the current block; combo[key] is a key's index + 1. */
+struct walk {
+	uint32_t nlive, npairs;
+	uint8_t combo[64 * 64];
+	struct {
+		uint16_t key;
+		uint64_t alive, found;
+	} live[MAX_COMBOS];
+};
 
 static void copy_name(char *dst, size_t cap, const char *src, size_t n)
 {
@@ -414,87 +481,129 @@ static int by_blocks(const void *pa, const void *pb)
 	return strcmp(a->medium, b->medium);
 }
 
-int kvf_score_query(struct kvf_score *s, const char (*media)[KVF_MEDIUM_MAX + 1],
-                    const uint32_t *block_size, const uint64_t *hashes, uint32_t n,
-                    kva_fleet_match *out, uint32_t cap)
+/* The pairs of word `key` in `bits` hold a prefix of `blocks` blocks: into
+ * out (past cap, the longest stay). */
+static void emit(struct kvf_score *s, const char (*media)[KVF_MEDIUM_MAX + 1],
+                 const uint32_t *block_size, uint32_t key, uint64_t bits, uint32_t blocks,
+                 kva_fleet_match *out, uint32_t cap, uint32_t *nout)
 {
-	struct walk walk, *w = &walk; /* 18 KiB of stack: no allocation on this path */
-	w->npairs = 0;
-	memset(w->map, 0, sizeof w->map);
-	kva_rcu_read_lock(); /* for the identities */
-	/* The chain is known ahead and its probes depend on nothing found: the
-	 * home slots of the next AHEAD blocks are fetched while one is probed,
-	 * so the table's cache misses overlap instead of adding up. One line
-	 * each: a second (where a run of several holders goes on) measured
-	 * slower, the misses in flight being what bounds a query. */
-	size_t ring[RING];
-	for (uint32_t i = 0; i < n && i < AHEAD; i++)
-		ring[i] = fetch_home(s, hashes[i]);
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t advanced = 0;
-		uint64_t want = hashes[i];
-		if (i + AHEAD < n)
-			ring[(i + AHEAD) & (RING - 1)] = fetch_home(s, hashes[i + AHEAD]);
-		for (size_t k = ring[i & (RING - 1)];; k = (k + 1) & s->mask) {
-			/* Most slots of a run hold other blocks: only a match has its
-			 * sequence number checked again. A location never reads 0 but
-			 * in an empty slot (a write replaces one nonzero value with
-			 * another); a slot caught mid-write that reads as another
-			 * block is passed over, as one still written after
-			 * READ_TRIES is. */
-			const struct slot *sl = &s->slots[k];
-			/* acquire: pairs with the release store of slot_write */
-			uint32_t q = atomic_load_explicit(&sl->seq, memory_order_acquire);
-			uint32_t l = atomic_load_explicit(&sl->loc1, memory_order_relaxed);
-			if (!l)
-				break;
-			uint64_t h = atomic_load_explicit(&sl->hash, memory_order_relaxed);
-			if (h != want)
-				continue;
-			atomic_thread_fence(memory_order_acquire); /* as in slot_read */
-			if ((q & 1) || atomic_load_explicit(&sl->seq, memory_order_relaxed) != q) {
-				if (!slot_read(sl, &h, &l))
-					continue; /* being written: passed over */
-				if (!l)
-					break;
-				if (h != want)
-					continue;
-			}
-			uint32_t group = (l - 1) & 0xff;
-			if (group > 31 || !(s->full_groups >> group & 1))
-				continue;
-			uint32_t *len = walk_len(w, KVF_LOC_PUB_MEDIUM(l - 1), i == 0);
-			if (len && *len == i) { /* several full groups, or a moved copy: once */
-				*len = i + 1;
-				advanced++;
-			}
-		}
-		if (!advanced) /* nobody holds block i: no prefix goes further */
-			break;
-	}
-	uint32_t nout = 0;
-	for (uint32_t k = 0; k < w->npairs; k++) {
-		uint32_t pair = w->map[w->used[k]].pair1 - 1;
-		kva_fleet_match o = {.publisher = pair >> 8, .blocks = w->map[w->used[k]].len};
-		uint32_t medium = pair & 0xff;
+	for (; bits; bits &= bits - 1) {
+		uint32_t medium = key >> 6;
+		kva_fleet_match o = {.publisher = (key & 63) << 6 | (uint32_t)__builtin_ctzll(bits),
+		                     .blocks = blocks};
 		copy_name(o.medium, sizeof o.medium, media[medium], strlen(media[medium]));
 		uint32_t bs = block_size[medium] ? block_size[medium]
 		                                 : atomic_load_explicit(&s->block_size[o.publisher],
 		                                                        memory_order_relaxed);
 		o.tokens = o.blocks * bs;
 		fill_ident(s, &o);
-		if (nout < cap) {
-			out[nout++] = o;
+		if (*nout < cap) {
+			out[(*nout)++] = o;
 			continue;
 		}
-		/* full: the longest stay */
 		uint32_t shortest = 0;
-		for (uint32_t j = 1; j < nout; j++)
+		for (uint32_t j = 1; j < *nout; j++)
 			if (by_blocks(&out[j], &out[shortest]) > 0)
 				shortest = j;
 		if (cap && by_blocks(&o, &out[shortest]) < 0)
 			out[shortest] = o;
 	}
+}
+
+/* Block i's holders, from its slots (the probe starting at home k): the
+ * masks of the full groups' slots, ORed into their keys' found masks; at
+ * block 0, the keys are taken (at most MAX_PAIRS pairs). */
+static void probe(struct kvf_score *s, struct walk *w, size_t k, uint64_t want, bool first)
+{
+	for (size_t d = 0;; d++, k = next(s, k)) {
+		/* Most slots of a run hold other blocks: only a match has its
+		 * sequence number checked again. A mask never reads 0 but in an
+		 * empty slot (a write replaces one nonzero value with another); a
+		 * slot caught mid-write that reads as another block is passed
+		 * over, as one still written after READ_TRIES is. */
+		const struct slot *sl = &s->slots[k];
+		/* acquire: pairs with the release store of slot_write */
+		uint32_t q = atomic_load_explicit(&sl->seq, memory_order_acquire);
+		uint64_t m = atomic_load_explicit(&sl->mask, memory_order_relaxed);
+		if (!m)
+			return;
+		uint32_t meta = atomic_load_explicit(&sl->meta, memory_order_relaxed);
+		if (META_DIST(meta) < d)
+			return; /* Robin Hood: the block would lie before this slot */
+		uint64_t h = atomic_load_explicit(&sl->hash, memory_order_relaxed);
+		if (h != want)
+			continue;
+		atomic_thread_fence(memory_order_acquire); /* as in slot_read */
+		if ((q & 1) || atomic_load_explicit(&sl->seq, memory_order_relaxed) != q) {
+			if (!slot_read(sl, &h, &meta, &m))
+				continue; /* being written: passed over */
+			if (!m)
+				return;
+			if (h != want)
+				continue;
+		}
+		uint32_t tag = META_TAG(meta);
+		if (!(s->full_groups >> TAG_GROUP(tag) & 1))
+			continue;
+		uint32_t key = TAG_COMBO(tag);
+		uint32_t c = w->combo[key];
+		if (!c && first && w->nlive < MAX_COMBOS) {
+			w->live[w->nlive].key = (uint16_t)key;
+			w->live[w->nlive].found = 0;
+			c = w->combo[key] = (uint8_t)++w->nlive;
+		}
+		if (c)
+			w->live[c - 1].found |= m;
+	}
+}
+
+int kvf_score_query(struct kvf_score *s, const char (*media)[KVF_MEDIUM_MAX + 1],
+                    const uint32_t *block_size, const uint64_t *hashes, uint32_t n,
+                    kva_fleet_match *out, uint32_t cap)
+{
+	struct walk walk, *w = &walk; /* 10 KiB of stack: no allocation on this path */
+	w->nlive = w->npairs = 0;
+	memset(w->combo, 0, sizeof w->combo);
+	uint32_t nout = 0;
+	kva_rcu_read_lock(); /* for the identities */
+	/* The chain is known ahead and its probes depend on nothing found: the
+	 * homes of the next chunk of blocks are hashed and their slots fetched
+	 * while one chunk is probed, so the table's cache misses overlap
+	 * instead of adding up. */
+	size_t ring[2 * CHUNK];
+	if (n)
+		fetch_homes(s, hashes, n, 0, ring);
+	uint32_t i = 0;
+	for (; i < n; i++) {
+		if (i % CHUNK == 0 && i + CHUNK < n)
+			fetch_homes(s, hashes, n, i + CHUNK, &ring[(i / CHUNK + 1) % 2 * CHUNK]);
+		probe(s, w, ring[i % (2 * CHUNK)], hashes[i], i == 0);
+		/* the pairs not found at block i hold a prefix of i blocks */
+		uint32_t kept = 0;
+		for (uint32_t c = 0; c < w->nlive; c++) {
+			uint64_t alive = i ? w->live[c].alive & w->live[c].found : w->live[c].found;
+			uint32_t key = w->live[c].key;
+			for (; !i && alive && w->npairs + (uint32_t)__builtin_popcountll(alive) > MAX_PAIRS;)
+				alive &= alive - 1; /* past MAX_PAIRS at block 0: the lowest ids dropped */
+			w->npairs += i ? 0 : (uint32_t)__builtin_popcountll(alive);
+			if (i && (w->live[c].alive & ~alive))
+				emit(s, media, block_size, key, w->live[c].alive & ~alive, i, out, cap,
+				     &nout);
+			if (!alive) {
+				w->combo[key] = 0;
+				continue;
+			}
+			w->live[kept] = w->live[c];
+			w->live[kept].alive = alive;
+			w->live[kept].found = 0;
+			w->combo[key] = (uint8_t)++kept;
+		}
+		w->nlive = kept;
+		if (!kept) /* nobody holds block i: no prefix goes further */
+			break;
+	}
+	for (uint32_t c = 0; c < w->nlive; c++) /* the whole chain */
+		emit(s, media, block_size, w->live[c].key, w->live[c].alive, i, out, cap, &nout);
 	kva_rcu_read_unlock();
 	qsort(out, nout, sizeof(*out), by_blocks);
 	return (int)nout;

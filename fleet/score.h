@@ -24,6 +24,8 @@
 
 struct kvf_score;
 
+#define KVF_SCORE_MEDIA 64u /* medium ids the copy keys (6 bits of a slot's key) */
+
 /* NULL without memory. full_groups: the groups whose blocks make a prefix;
  * max_blocks: the index's cap (the table's buckets are sized for it). */
 struct kvf_score *kvf_score_new(uint32_t full_groups, uint64_t max_blocks);

@@ -7,8 +7,10 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
@@ -282,6 +284,110 @@ static void score_copy_crafted_keys_spread(void **st)
 	kvf_score_free(s);
 }
 
+/* The router's copy against a plain reference: random adds, removals and
+ * publisher drops over publishers in several 64-id words, three media and
+ * three groups (two of them full), on a table small enough that runs meet
+ * and wrap; every few operations random chains are scored by both. */
+#define SR_HASHES 12
+static const uint32_t SR_PUBS[] = {0, 1, 63, 64, 65, 130, 4095};
+#define SR_NPUBS (sizeof SR_PUBS / sizeof SR_PUBS[0])
+static const uint32_t SR_MEDIA[] = {0, 1, 63};
+
+struct sr_model {
+	uint8_t held[SR_HASHES][SR_NPUBS][3][3]; /* [hash][pub][medium][group] */
+};
+
+static bool sr_holds(const struct sr_model *m, uint32_t h, uint32_t p, uint32_t md)
+{
+	return m->held[h][p][md][0] || m->held[h][p][md][1]; /* groups 0, 1 are full */
+}
+
+static int sr_before(const kva_fleet_match *a, const kva_fleet_match *b)
+{
+	if (a->blocks != b->blocks)
+		return a->blocks > b->blocks;
+	if (a->publisher != b->publisher)
+		return a->publisher < b->publisher;
+	return strcmp(a->medium, b->medium) < 0;
+}
+
+static uint32_t sr_reference(const struct sr_model *m, const uint32_t *chain, uint32_t n,
+                             const char (*names)[KVF_MEDIUM_MAX + 1], kva_fleet_match *out)
+{
+	uint32_t k = 0;
+	for (uint32_t p = 0; p < SR_NPUBS; p++)
+		for (uint32_t md = 0; md < 3; md++) {
+			uint32_t len = 0;
+			while (len < n && sr_holds(m, chain[len], p, md))
+				len++;
+			if (!len)
+				continue;
+			kva_fleet_match o = {.publisher = SR_PUBS[p], .blocks = len, .tokens = len * 16};
+			strcpy(o.medium, names[SR_MEDIA[md]]);
+			uint32_t j = k++;
+			for (; j > 0 && !sr_before(&out[j - 1], &o); j--)
+				out[j] = out[j - 1];
+			out[j] = o;
+		}
+	return k;
+}
+
+static void score_copy_matches_a_reference(void **st)
+{
+	(void)st;
+	struct kvf_score *s = kvf_score_new(0x3, 300); /* 512 slots */
+	assert_non_null(s);
+	static char names[64][KVF_MEDIUM_MAX + 1];
+	uint32_t bs[64];
+	for (int md = 0; md < 64; md++) {
+		snprintf(names[md], sizeof names[md], "m%02d", md);
+		bs[md] = 16;
+	}
+	uint64_t hashes[SR_HASHES];
+	for (int h = 0; h < SR_HASHES; h++)
+		hashes[h] = 0x9e3779b97f4a7c15ull * (uint64_t)(h + 1);
+	static struct sr_model m;
+	memset(&m, 0, sizeof m);
+	uint64_t seed = 35;
+	kva_fleet_match got[64], want[64];
+	for (int round = 0; round < 20000; round++) {
+		uint32_t h = kva_test_rand(&seed) % SR_HASHES, p = kva_test_rand(&seed) % SR_NPUBS;
+		uint32_t md = kva_test_rand(&seed) % 3, g = kva_test_rand(&seed) % 3;
+		uint32_t op = kva_test_rand(&seed) % 100, loc = KVF_LOC(SR_PUBS[p], SR_MEDIA[md], g);
+		if (op < 55 && !m.held[h][p][md][g]) { /* the index adds an entry once */
+			kvf_score_add(s, hashes[h], loc);
+			m.held[h][p][md][g] = 1;
+		} else if (op < 98 && m.held[h][p][md][g]) {
+			kvf_score_del(s, hashes[h], loc);
+			m.held[h][p][md][g] = 0;
+		} else if (op >= 98) {
+			kvf_score_drop_publisher(s, SR_PUBS[p]);
+			for (uint32_t x = 0; x < SR_HASHES; x++)
+				memset(m.held[x][p], 0, sizeof m.held[x][p]);
+		}
+		if (kva_test_rand(&seed) % 4)
+			continue;
+		kvf_score_flush(s);
+		uint32_t chain[8], n = 1 + kva_test_rand(&seed) % 8;
+		uint64_t ch[8];
+		for (uint32_t i = 0; i < n; i++) {
+			chain[i] = kva_test_rand(&seed) % SR_HASHES;
+			ch[i] = hashes[chain[i]];
+		}
+		uint32_t nw = sr_reference(&m, chain, n, (const char(*)[KVF_MEDIUM_MAX + 1])names, want);
+		int ng = kvf_score_query(s, (const char(*)[KVF_MEDIUM_MAX + 1])names, bs, ch, n, got, 64);
+		assert_int_equal(ng, (int)nw);
+		for (uint32_t i = 0; i < nw; i++) {
+			assert_int_equal(got[i].publisher, want[i].publisher);
+			assert_int_equal(got[i].blocks, want[i].blocks);
+			assert_int_equal(got[i].tokens, want[i].tokens);
+			assert_string_equal(got[i].medium, want[i].medium);
+		}
+	}
+	assert_int_equal(kvf_score_refused(s), 0);
+	kvf_score_free(s);
+}
+
 /* Keys aimed at one home (found with the home function a test may call):
  * past probe_max an add is refused and counted, and the copy stays usable. */
 static void score_copy_probe_cap_refuses(void **st)
@@ -470,6 +576,7 @@ int main(void)
 		cmocka_unit_test(probe_cap_refuses_and_counts),
 		cmocka_unit_test(score_copy_crafted_keys_spread),
 		cmocka_unit_test(score_copy_probe_cap_refuses),
+		cmocka_unit_test(score_copy_matches_a_reference),
 		cmocka_unit_test(dropping_a_publisher_is_constant_time),
 		cmocka_unit_test(generation_wrap_scans_once),
 		cmocka_unit_test(random_drops_match_a_reference),
