@@ -11,7 +11,10 @@
  *            it, publishers 1..7 shorter prefixes, the other 56 none of it:
  *            their own blocks), p50 / p99 / max,
  *            while one publisher streams at a paced rate (stores of new
- *            blocks and removals of old ones, the index staying full)
+ *            blocks and removals of old ones, the index staying full);
+ *            against the machine's floor in the same run: after each score,
+ *            on the same thread, register arithmetic as long as the scores'
+ *            median, its p99 the tail any work of that length has here
  * Usage: kvadmit-fleet-score-bench [BLOCKS_PER_PUB [EVENTS_PER_S [SECONDS [ROUNDS]]]]
  * (default 16384: 1,048,576 blocks in all; 1,000,000; 3; 3). The ingest
  * runs ROUNDS times, interleaved; the latency phase follows the last.
@@ -131,7 +134,40 @@ struct scorer {
 	size_t nlat, cap;
 	uint32_t longest;
 	uint64_t cpu_total; /* the scoring thread's CPU time, all of it */
+	/* the machine's floor (the latency phase only): after each score, a
+	 * loop of register arithmetic as long as the scores' median, timed the
+	 * same way; its tail is this machine's, not the query's */
+	uint64_t *floor_lat, *floor_cpu, floor_steps;
+	size_t nfloor;
 };
+
+/* `steps` dependent multiply-adds: no memory, no branch but the loop's. */
+static uint64_t fixed_work(uint64_t steps)
+{
+	uint64_t x = steps;
+	for (uint64_t i = 0; i < steps; i++)
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+	__asm__ volatile("" : "+r"(x));
+	return x;
+}
+
+static int cmp_u64(const void *a, const void *b);
+
+/* After the first 1,000 scores: the steps of fixed_work that last as long
+ * as their median CPU time. */
+static void floor_calibrate(struct scorer *s)
+{
+	uint64_t *c = malloc(s->nlat * sizeof(*c));
+	if (!c)
+		return;
+	memcpy(c, s->cpu, s->nlat * sizeof(*c));
+	qsort(c, s->nlat, sizeof(*c), cmp_u64);
+	uint64_t t0 = thread_cpu();
+	fixed_work(1000000);
+	uint64_t per_m = thread_cpu() - t0; /* ns per million steps */
+	s->floor_steps = per_m ? c[s->nlat / 2] * 1000000 / per_m : 1;
+	free(c);
+}
 
 static void *score_loop(void *arg)
 {
@@ -149,6 +185,15 @@ static void *score_loop(void *arg)
 		if (n > 0)
 			s->longest = out[0].blocks;
 		s->calls++;
+		if (s->floor_lat && !s->floor_steps && s->nlat == 1000)
+			floor_calibrate(s);
+		if (s->floor_steps && s->nfloor < s->cap) {
+			c0 = thread_cpu();
+			t0 = mono();
+			fixed_work(s->floor_steps);
+			s->floor_lat[s->nfloor] = mono() - t0;
+			s->floor_cpu[s->nfloor++] = thread_cpu() - c0;
+		}
 	}
 	s->cpu_total = thread_cpu() - start;
 	return NULL;
@@ -334,6 +379,12 @@ int main(int argc, char **argv)
 		lat.cap = 4u << 20;
 		lat.lat = malloc(lat.cap * sizeof(uint64_t));
 		lat.cpu = malloc(lat.cap * sizeof(uint64_t));
+		lat.floor_lat = malloc(lat.cap * sizeof(uint64_t));
+		lat.floor_cpu = malloc(lat.cap * sizeof(uint64_t));
+		if (!lat.lat || !lat.cpu || !lat.floor_lat || !lat.floor_cpu) {
+			fprintf(stderr, "fleet score bench: out of memory\n");
+			return 1;
+		}
 		pthread_t lt;
 		pthread_create(&lt, NULL, score_loop, &lat);
 		msgpack_sbuffer sb;
@@ -376,11 +427,23 @@ int main(int argc, char **argv)
 		       pct_us(lat.lat, lat.nlat, 99), pct_us(lat.lat, lat.nlat, 100),
 		       pct_us(lat.cpu, lat.nlat, 50), pct_us(lat.cpu, lat.nlat, 99),
 		       pct_us(lat.cpu, lat.nlat, 100));
+		qsort(lat.floor_lat, lat.nfloor, sizeof(uint64_t), cmp_u64);
+		qsort(lat.floor_cpu, lat.nfloor, sizeof(uint64_t), cmp_u64);
+		printf("fleet score bench: the machine's floor, register arithmetic as long as a "
+		       "score's median, after each score on the same thread: wall p50 %.2f us, p99 "
+		       "%.2f us; CPU p50 %.2f us, p99 %.2f us; score p99 / floor p99: %.2f wall, %.2f "
+		       "CPU\n",
+		       pct_us(lat.floor_lat, lat.nfloor, 50), pct_us(lat.floor_lat, lat.nfloor, 99),
+		       pct_us(lat.floor_cpu, lat.nfloor, 50), pct_us(lat.floor_cpu, lat.nfloor, 99),
+		       pct_us(lat.lat, lat.nlat, 99) / pct_us(lat.floor_lat, lat.nfloor, 99),
+		       pct_us(lat.cpu, lat.nlat, 99) / pct_us(lat.floor_cpu, lat.nfloor, 99));
 		printf("fleet score bench: malformed %llu, gaps %llu, cap evictions %llu\n",
 		       (unsigned long long)s1.malformed, (unsigned long long)s1.gaps,
 		       (unsigned long long)s1.cap_evictions);
 		free(lat.lat);
 		free(lat.cpu);
+		free(lat.floor_lat);
+		free(lat.floor_cpu);
 		msgpack_sbuffer_destroy(&sb);
 		run_close(&r);
 	}
