@@ -141,6 +141,15 @@ void kvf_apply_batch(kva_fleet *f, struct publisher *pub, const uint8_t *data, s
 		          pub->endpoint, rc);
 }
 
+/* The index's homes of an event's hashes [k, k + KVF_INDEX_FETCH) (fewer
+ * at its end), their slots fetched together so that their misses overlap. */
+static void fetch(kva_fleet *f, const uint64_t *hashes, uint32_t n, uint32_t k, uint32_t loc,
+                  size_t *home)
+{
+	uint32_t m = n - k < KVF_INDEX_FETCH ? n - k : KVF_INDEX_FETCH;
+	kvf_index_fetch(&f->index, hashes + k, loc, m, home);
+}
+
 static void apply_decoded(kva_fleet *f, struct publisher *pub)
 {
 	stat_add(f, STAT(unknown_events), f->batch.unknown_events);
@@ -199,10 +208,14 @@ static void apply_decoded(kva_fleet *f, struct publisher *pub)
 					kvf_score_block_size(f->score, pub->id, ev->block_size);
 			}
 			pub->media |= 1ull << medium;
+			size_t home[KVF_INDEX_FETCH];
 			for (uint32_t k = 0; k < ev->nhashes && !wiped; k++) {
+				if (k % KVF_INDEX_FETCH == 0)
+					fetch(f, hashes, ev->nhashes, k, loc, home);
 				struct kvf_slot out;
 				bool evicted = false;
-				bool added = kvf_index_put(&f->index, hashes[k], loc, &out, &evicted);
+				bool added = kvf_index_put_from(&f->index, home[k % KVF_INDEX_FETCH],
+				                                hashes[k], loc, &out, &evicted);
 				if (!f->score)
 					continue;
 				if (evicted) /* first: the copy never holds more than the cap */
@@ -213,9 +226,13 @@ static void apply_decoded(kva_fleet *f, struct publisher *pub)
 			stored += ev->nhashes;
 		} else {
 			bool watched = false;
+			size_t home[KVF_INDEX_FETCH];
 			for (uint32_t k = 0; k < ev->nhashes && !wiped; k++) {
+				if (k % KVF_INDEX_FETCH == 0)
+					fetch(f, hashes, ev->nhashes, k, loc, home);
 				/* flags + 1, 0 if absent */
-				uint32_t flags1 = kvf_index_del(&f->index, hashes[k], loc);
+				uint32_t flags1 = kvf_index_del_from(&f->index, home[k % KVF_INDEX_FETCH],
+				                                     hashes[k], loc);
 				if (flags1 && f->score)
 					kvf_score_del(f->score, hashes[k], loc);
 				if (flags1 && ((flags1 - 1) & KVF_E_WATCHED))

@@ -24,7 +24,7 @@ int kvf_index_init(struct kvf_index *ix, size_t cap)
 	size_t n = 16;
 	while (n / 4 * 3 < cap)
 		n *= 2;
-	ix->slots = calloc(n, sizeof(struct kvf_slot));
+	ix->slots = kvf_big_table_new(&ix->mem, n * sizeof(struct kvf_slot));
 	ix->pubs = calloc(KVF_INDEX_PUBS, sizeof(*ix->pubs));
 	if (!ix->slots || !ix->pubs) {
 		kvf_index_fini(ix);
@@ -39,7 +39,7 @@ int kvf_index_init(struct kvf_index *ix, size_t cap)
 
 void kvf_index_fini(struct kvf_index *ix)
 {
-	free(ix->slots);
+	kvf_big_table_free(&ix->mem);
 	free(ix->pubs);
 	ix->slots = NULL;
 	ix->pubs = NULL;
@@ -119,9 +119,8 @@ static void del_live_at(struct kvf_index *ix, size_t i)
  * (a deletion shifts the run back into slot i: it is looked at again).
  * Returns the entry's slot, or the first empty one (*empty set), or
  * SIZE_MAX when neither lies within probe_max. */
-static size_t probe(struct kvf_index *ix, uint64_t hash, uint32_t loc, bool *empty)
+static size_t probe(struct kvf_index *ix, size_t i, uint64_t hash, uint32_t loc, bool *empty)
 {
-	size_t i = kvf_index_home(ix, hash, loc);
 	for (size_t dist = 0; dist <= ix->probe_max;) {
 		struct kvf_slot *s = &ix->slots[i];
 		if (!s->loc1) {
@@ -146,7 +145,7 @@ static size_t probe(struct kvf_index *ix, uint64_t hash, uint32_t loc, bool *emp
 struct kvf_slot *kvf_index_find(struct kvf_index *ix, uint64_t hash, uint32_t loc)
 {
 	bool empty;
-	size_t i = probe(ix, hash, loc, &empty);
+	size_t i = probe(ix, kvf_index_home(ix, hash, loc), hash, loc, &empty);
 	return i == SIZE_MAX || empty ? NULL : &ix->slots[i];
 }
 
@@ -181,13 +180,30 @@ static bool evict_one(struct kvf_index *ix, struct kvf_slot *out)
 	}
 }
 
+void kvf_index_fetch(const struct kvf_index *ix, const uint64_t *hashes, uint32_t loc, size_t n,
+                     size_t *homes)
+{
+	uint64_t h[KVF_INDEX_FETCH];
+	kvf_siphash13_many(&ix->key, hashes, loc, 4, h, n);
+	for (size_t k = 0; k < n; k++) {
+		homes[k] = (size_t)h[k] & ix->mask;
+		__builtin_prefetch(&ix->slots[homes[k]], 1);
+	}
+}
+
 bool kvf_index_put(struct kvf_index *ix, uint64_t hash, uint32_t loc, struct kvf_slot *evicted,
                    bool *did_evict)
+{
+	return kvf_index_put_from(ix, kvf_index_home(ix, hash, loc), hash, loc, evicted, did_evict);
+}
+
+bool kvf_index_put_from(struct kvf_index *ix, size_t home, uint64_t hash, uint32_t loc,
+                        struct kvf_slot *evicted, bool *did_evict)
 {
 	if (did_evict)
 		*did_evict = false;
 	bool empty;
-	size_t i = probe(ix, hash, loc, &empty);
+	size_t i = probe(ix, home, hash, loc, &empty);
 	if (i != SIZE_MAX && !empty) {
 		ix->slots[i].flags |= KVF_E_REF;
 		return false;
@@ -203,7 +219,7 @@ bool kvf_index_put(struct kvf_index *ix, uint64_t hash, uint32_t loc, struct kvf
 			*did_evict = live;
 		/* the eviction may have shifted our run: probe again (it only
 		 * got shorter) */
-		i = probe(ix, hash, loc, &empty);
+		i = probe(ix, home, hash, loc, &empty);
 	}
 	struct kvf_index_pub *p = &ix->pubs[KVF_LOC_PUB(loc) % KVF_INDEX_PUBS];
 	ix->slots[i] = (struct kvf_slot){.hash = hash, .loc1 = loc + 1,
@@ -215,11 +231,17 @@ bool kvf_index_put(struct kvf_index *ix, uint64_t hash, uint32_t loc, struct kvf
 
 uint32_t kvf_index_del(struct kvf_index *ix, uint64_t hash, uint32_t loc)
 {
-	struct kvf_slot *s = kvf_index_find(ix, hash, loc);
-	if (!s)
+	return kvf_index_del_from(ix, kvf_index_home(ix, hash, loc), hash, loc);
+}
+
+uint32_t kvf_index_del_from(struct kvf_index *ix, size_t home, uint64_t hash, uint32_t loc)
+{
+	bool empty;
+	size_t i = probe(ix, home, hash, loc, &empty);
+	if (i == SIZE_MAX || empty)
 		return 0;
-	uint32_t f = (s->flags & KVF_E_FLAGS) + 1;
-	del_live_at(ix, (size_t)(s - ix->slots));
+	uint32_t f = (ix->slots[i].flags & KVF_E_FLAGS) + 1;
+	del_live_at(ix, i);
 	return f;
 }
 

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "big_table.h"
 #include "keyed_hash.h"
 
 #define KVF_LOC(pub, medium, group)                                                          \
@@ -56,7 +57,8 @@ struct kvf_index_pub {
 };
 
 struct kvf_index {
-	struct kvf_slot *slots;
+	struct kvf_slot *slots; /* in mem: 2 MiB pages where the kernel gives them */
+	struct kvf_big_table mem;
 	size_t mask;      /* slots - 1 (a power of two) */
 	size_t count, cap; /* count: occupied slots, dead entries included */
 	size_t live;      /* live entries */
@@ -94,6 +96,16 @@ bool kvf_index_put(struct kvf_index *ix, uint64_t hash, uint32_t loc, struct kvf
 struct kvf_slot *kvf_index_find(struct kvf_index *ix, uint64_t hash, uint32_t loc);
 /* Removes (hash, loc); returns its flags (KVF_E_*) + 1 (0 if absent). */
 uint32_t kvf_index_del(struct kvf_index *ix, uint64_t hash, uint32_t loc);
+/* A batch's probes overlap: homes[k] = kvf_index_home(ix, hashes[k], loc)
+ * for k < n (<= KVF_INDEX_FETCH, hashed together: kvf_siphash13_many), and
+ * their slots fetched into the cache now; then kvf_index_put_from and
+ * kvf_index_del_from, given a home, are kvf_index_put and kvf_index_del. */
+#define KVF_INDEX_FETCH 32
+void kvf_index_fetch(const struct kvf_index *ix, const uint64_t *hashes, uint32_t loc, size_t n,
+                     size_t *homes);
+bool kvf_index_put_from(struct kvf_index *ix, size_t home, uint64_t hash, uint32_t loc,
+                        struct kvf_slot *evicted, bool *did_evict);
+uint32_t kvf_index_del_from(struct kvf_index *ix, size_t home, uint64_t hash, uint32_t loc);
 /* Removes every entry whose location satisfies (loc >> shift) == (key >>
  * shift), scanning the table; returns how many live ones; *watched set if
  * any of them was watched. */

@@ -27,10 +27,11 @@ void kvf_key_random(struct kvf_key *key)
 	key->k1 = kva_hash64(key->k0 + (uint64_t)(uintptr_t)&t);
 }
 
-static void siphash13_each(const struct kvf_key *key, const uint64_t *in, uint64_t *out, size_t n)
+static void siphash13_each(const struct kvf_key *key, const uint64_t *in, uint32_t tail,
+                           unsigned tail_len, uint64_t *out, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
-		out[i] = kvf_siphash13(key, in[i], 0, 0);
+		out[i] = kvf_siphash13(key, in[i], tail, tail_len);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -56,12 +57,14 @@ typedef uint64_t kvf_u64x8 __attribute__((vector_size(64)));
 		v2 = V8_ROTL(v2, 32);                                                              \
 	} while (0)
 
-/* kvf_siphash13(key, m, 0, 0) of eight words per pass, the same rounds in
- * eight lanes (vprolq does the rotations). */
+/* kvf_siphash13(key, m, tail, tail_len) of eight words per pass, the same
+ * rounds in eight lanes (vprolq does the rotations). */
 __attribute__((target("avx512f"))) static void siphash13_x8(const struct kvf_key *key,
-                                                             const uint64_t *in, uint64_t *out,
+                                                             const uint64_t *in, uint32_t tail,
+                                                             unsigned tail_len, uint64_t *out,
                                                              size_t n)
 {
+	const uint64_t last = (uint64_t)(8 + tail_len) << 56 | tail; /* the same in every lane */
 	size_t i = 0;
 	for (; i + 8 <= n; i += 8) {
 		kvf_u64x8 m;
@@ -72,9 +75,9 @@ __attribute__((target("avx512f"))) static void siphash13_x8(const struct kvf_key
 		kvf_u64x8 v3 = V8(key->k1 ^ 0x7465646279746573ull) ^ m;
 		V8_ROUND(v0, v1, v2, v3);
 		v0 ^= m;
-		v3 ^= V8((uint64_t)8 << 56); /* the length block: 8 bytes, no tail */
+		v3 ^= V8(last); /* the tail and the length */
 		V8_ROUND(v0, v1, v2, v3);
-		v0 ^= V8((uint64_t)8 << 56);
+		v0 ^= V8(last);
 		v2 ^= V8(0xff);
 		V8_ROUND(v0, v1, v2, v3);
 		V8_ROUND(v0, v1, v2, v3);
@@ -82,10 +85,11 @@ __attribute__((target("avx512f"))) static void siphash13_x8(const struct kvf_key
 		kvf_u64x8 r = v0 ^ v1 ^ v2 ^ v3;
 		__builtin_memcpy(out + i, &r, sizeof r);
 	}
-	siphash13_each(key, in + i, out + i, n - i);
+	siphash13_each(key, in + i, tail, tail_len, out + i, n - i);
 }
 
-void kvf_siphash13_many(const struct kvf_key *key, const uint64_t *in, uint64_t *out, size_t n)
+void kvf_siphash13_many(const struct kvf_key *key, const uint64_t *in, uint32_t tail,
+                        unsigned tail_len, uint64_t *out, size_t n)
 {
 	/* 0 unknown, 1 without AVX-512, 2 with: the same answer on every
 	 * thread, so relaxed */
@@ -97,13 +101,14 @@ void kvf_siphash13_many(const struct kvf_key *key, const uint64_t *in, uint64_t 
 		atomic_store_explicit(&avx512, has, memory_order_relaxed);
 	}
 	if (has == 2)
-		siphash13_x8(key, in, out, n);
+		siphash13_x8(key, in, tail, tail_len, out, n);
 	else
-		siphash13_each(key, in, out, n);
+		siphash13_each(key, in, tail, tail_len, out, n);
 }
 #else
-void kvf_siphash13_many(const struct kvf_key *key, const uint64_t *in, uint64_t *out, size_t n)
+void kvf_siphash13_many(const struct kvf_key *key, const uint64_t *in, uint32_t tail,
+                        unsigned tail_len, uint64_t *out, size_t n)
 {
-	siphash13_each(key, in, out, n);
+	siphash13_each(key, in, tail, tail_len, out, n);
 }
 #endif

@@ -67,9 +67,10 @@ static inline uint64_t kvf_siphash13(const struct kvf_key *key, uint64_t m0, uin
 	return s.v0 ^ s.v1 ^ s.v2 ^ s.v3;
 }
 
-/* out[i] = kvf_siphash13(key, in[i], 0, 0) for i < n: eight at a time where
- * the CPU has AVX-512 (about 1 ns a word instead of 6.5 on the machine of
- * bench/README.md), one at a time otherwise. */
-void kvf_siphash13_many(const struct kvf_key *key, const uint64_t *in, uint64_t *out, size_t n);
+/* out[i] = kvf_siphash13(key, in[i], tail, tail_len) for i < n (one tail for
+ * all): eight at a time where the CPU has AVX-512 (about 1 ns a word instead
+ * of 6.5 on the machine of bench/README.md), one at a time otherwise. */
+void kvf_siphash13_many(const struct kvf_key *key, const uint64_t *in, uint32_t tail,
+                        unsigned tail_len, uint64_t *out, size_t n);
 
 #endif

@@ -24,7 +24,8 @@
  * The I/O thread holds its adds and removals and applies them at the end of
  * a batch (kvf_score_flush), fetching the home slots of the next ones while
  * it applies one; a query fetches the home slots of the blocks ahead the
- * same way. The table lies on 2 MiB pages where the kernel gives them.
+ * same way. The table lies on 2 MiB pages where the kernel gives them
+ * (big_table.h).
  */
 #define _GNU_SOURCE
 #include "score.h"
@@ -34,11 +35,11 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include <kvadmit/lockfree/hash.h>
 #include <kvadmit/lockfree/rcu_thread.h>
 
+#include "big_table.h"
 #include "index.h"
 
 #define TOPIC_MAX 95u
@@ -48,7 +49,6 @@
 #define CHUNK 16         /* blocks whose homes a query hashes and fetches together */
 #define PENDING 1024     /* writes the I/O thread holds before applying them */
 #define FLUSH_AHEAD 16   /* pending writes ahead whose home slots a flush fetches */
-#define HUGE_PAGE ((size_t)2 << 20)
 
 /* A slot's key: which holders its mask is of. Publisher ids come in words
  * of 64 (KVA_FLEET_MAX_PUBLISHERS = 4,096: 64 words), media number at most
@@ -94,8 +94,7 @@ struct kvf_score {
 	size_t mask;
 	struct kvf_key key; /* homes: keyed, as the index's (a publisher cannot aim) */
 	uint32_t full_groups;
-	void *map; /* the mapping slots lie in, and its length */
-	size_t map_len;
+	struct kvf_big_table mem; /* the mapping slots lie in */
 	/* the I/O thread's, on lines of their own: its writes do not take the
 	 * line above from the readers' caches */
 	_Alignas(64) size_t count, cap;
@@ -165,21 +164,11 @@ struct kvf_score *kvf_score_new(uint32_t full_groups, uint64_t max_blocks)
 	size_t n = 16;
 	while (n / 4 * 3 < max_blocks && n < ((size_t)1 << 40))
 		n *= 2;
-	/* Anonymous memory (zeroed: every slot empty) on 2 MiB pages where the
-	 * kernel gives them: a probe is a random access into a table as large
-	 * as the index, and with 4 KiB pages each one would also miss the TLB. */
-	size_t bytes = n * sizeof(*s->slots);
-	s->map_len = bytes + (bytes >= HUGE_PAGE ? HUGE_PAGE : 0); /* room to align */
-	s->map = mmap(NULL, s->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (s->map == MAP_FAILED) {
+	s->slots = kvf_big_table_new(&s->mem, n * sizeof(*s->slots));
+	if (!s->slots) {
 		free(s);
 		return NULL;
 	}
-	uintptr_t at = (uintptr_t)s->map;
-	if (bytes >= HUGE_PAGE)
-		at = (at + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
-	s->slots = (struct slot *)at;
-	(void)madvise(s->slots, bytes, MADV_HUGEPAGE); /* a hint: 4 KiB pages work too */
 	s->mask = n - 1;
 	s->cap = n / 4 * 3;
 	s->probe_max = KVF_PROBE_MAX;
@@ -193,7 +182,7 @@ void kvf_score_free(struct kvf_score *s)
 	if (!s)
 		return;
 	/* no reader is left (kva_fleet_destroy's contract) */
-	munmap(s->map, s->map_len);
+	kvf_big_table_free(&s->mem);
 	for (uint32_t i = 0; i < KVA_FLEET_MAX_PUBLISHERS; i++)
 		free(atomic_load_explicit(&s->ident[i], memory_order_relaxed));
 	free(s);
@@ -299,6 +288,14 @@ static void del_from(struct kvf_score *s, size_t i, uint64_t hash, uint32_t tag,
 		del_at(s, i);
 }
 
+/* Slot i's line and the next into the cache (a 24-byte slot may end on
+ * it, and a probe reads on); for writing, or not. */
+static inline void fetch_slot(const struct kvf_score *s, size_t i, int write)
+{
+	__builtin_prefetch(&s->slots[i], write);
+	__builtin_prefetch((const char *)&s->slots[i] + 64, write);
+}
+
 /* The pending writes, in their order. Each is a probe at a random slot of a
  * table too large for the caches: their homes are hashed together first
  * (kvf_siphash13_many), and the home slots of the next FLUSH_AHEAD are
@@ -308,14 +305,14 @@ void kvf_score_flush(struct kvf_score *s)
 	uint32_t n = s->npending;
 	for (uint32_t k = 0; k < n; k++)
 		s->pending_hash[k] = s->pending[k].hash;
-	kvf_siphash13_many(&s->key, s->pending_hash, s->pending_home, n);
+	kvf_siphash13_many(&s->key, s->pending_hash, 0, 0, s->pending_home, n);
 	for (uint32_t k = 0; k < n; k++)
 		s->pending_home[k] &= s->mask;
 	for (uint32_t k = 0; k < n && k < FLUSH_AHEAD; k++)
-		__builtin_prefetch(&s->slots[s->pending_home[k]], 1);
+		fetch_slot(s, s->pending_home[k], 1);
 	for (uint32_t k = 0; k < n; k++) {
 		if (k + FLUSH_AHEAD < n)
-			__builtin_prefetch(&s->slots[s->pending_home[k + FLUSH_AHEAD]], 1);
+			fetch_slot(s, s->pending_home[k + FLUSH_AHEAD], 1);
 		const struct op *op = &s->pending[k];
 		if (op->del)
 			del_from(s, s->pending_home[k], op->hash, op->tag, op->bit);
@@ -424,7 +421,7 @@ static void fetch_homes(const struct kvf_score *s, const uint64_t *hashes, uint3
 {
 	uint64_t h[CHUNK];
 	uint32_t m = n - from < CHUNK ? n - from : CHUNK;
-	kvf_siphash13_many(&s->key, hashes + from, h, m);
+	kvf_siphash13_many(&s->key, hashes + from, 0, 0, h, m);
 	for (uint32_t k = 0; k < m; k++) {
 		homes[k] = (size_t)h[k] & s->mask;
 		__builtin_prefetch(&s->slots[homes[k]]);

@@ -286,7 +286,7 @@ static void score_copy_crafted_keys_spread(void **st)
 
 /* SipHash of many words at once (eight lanes where the CPU has AVX-512, the
  * rest one at a time) gives what one word at a time gives, for every count
- * around the lanes' width. */
+ * around the lanes' width, without a tail and with one. */
 static void siphash_of_many_matches_one_at_a_time(void **st)
 {
 	(void)st;
@@ -294,12 +294,15 @@ static void siphash_of_many_matches_one_at_a_time(void **st)
 	uint64_t in[41], out[41];
 	for (int i = 0; i < 41; i++)
 		in[i] = 0x9e3779b97f4a7c15ull * (uint64_t)i ^ (uint64_t)i << 56;
-	for (size_t n = 0; n <= 41; n++) {
-		memset(out, 0, sizeof out);
-		kvf_siphash13_many(&key, in, out, n);
-		for (size_t i = 0; i < 41; i++)
-			assert_true(out[i] == (i < n ? kvf_siphash13(&key, in[i], 0, 0) : 0));
-	}
+	for (unsigned tail_len = 0; tail_len <= 4; tail_len += 4) /* the copy's, the index's */
+		for (size_t n = 0; n <= 41; n++) {
+			uint32_t tail = tail_len ? 0x00030201u : 0;
+			memset(out, 0, sizeof out);
+			kvf_siphash13_many(&key, in, tail, tail_len, out, n);
+			for (size_t i = 0; i < 41; i++)
+				assert_true(out[i] ==
+				            (i < n ? kvf_siphash13(&key, in[i], tail, tail_len) : 0));
+		}
 }
 
 /* The router's copy against a plain reference: random adds, removals and
