@@ -288,12 +288,12 @@ static void del_from(struct kvf_score *s, size_t i, uint64_t hash, uint32_t tag,
 		del_at(s, i);
 }
 
-/* Slot i's line and the next into the cache (a 24-byte slot may end on
- * it, and a probe reads on); for writing, or not. */
-static inline void fetch_slot(const struct kvf_score *s, size_t i, int write)
+/* Slot i's line and the next into the cache, to be written (a 24-byte slot
+ * may end on it, and a probe reads on). */
+static inline void fetch_slot_for_write(const struct kvf_score *s, size_t i)
 {
-	__builtin_prefetch(&s->slots[i], write);
-	__builtin_prefetch((const char *)&s->slots[i] + 64, write);
+	__builtin_prefetch(&s->slots[i], 1);
+	__builtin_prefetch((const char *)&s->slots[i] + 64, 1);
 }
 
 /* The pending writes, in their order. Each is a probe at a random slot of a
@@ -309,10 +309,10 @@ void kvf_score_flush(struct kvf_score *s)
 	for (uint32_t k = 0; k < n; k++)
 		s->pending_home[k] &= s->mask;
 	for (uint32_t k = 0; k < n && k < FLUSH_AHEAD; k++)
-		fetch_slot(s, s->pending_home[k], 1);
+		fetch_slot_for_write(s, s->pending_home[k]);
 	for (uint32_t k = 0; k < n; k++) {
 		if (k + FLUSH_AHEAD < n)
-			fetch_slot(s, s->pending_home[k + FLUSH_AHEAD], 1);
+			fetch_slot_for_write(s, s->pending_home[k + FLUSH_AHEAD]);
 		const struct op *op = &s->pending[k];
 		if (op->del)
 			del_from(s, s->pending_home[k], op->hash, op->tag, op->bit);
