@@ -123,6 +123,7 @@ struct publisher {
 	 * once the held batches are handed back (flush_held) */
 	bool restart_pending;
 	int64_t expected;
+	int64_t replay_from; /* where the replay last asked for began */
 	int64_t live_last; /* the last number seen on PUB (restarts are told by it) */
 	uint64_t replay_deadline, down_since;
 	int replay_tries;

@@ -22,6 +22,7 @@ void kvf_replay_request(kva_fleet *f, struct publisher *pub, int64_t from)
 	for (int i = 0; i < 8; i++)
 		seq[i] = (unsigned char)((uint64_t)from >> (56 - 8 * i));
 	pub->replaying = true;
+	pub->replay_from = from;
 	pub->replay_deadline = deadline_after(now_ns(), f->cfg.replay_timeout_ns);
 	if (zmq_send(pub->dealer, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
 	    zmq_send(pub->dealer, seq, 8, ZMQ_DONTWAIT) < 0)
@@ -210,6 +211,28 @@ static void flush_held(kva_fleet *f, struct publisher *pub)
 	}
 }
 
+/* At an end marker: does the stream go on past a hole newer than the answer?
+ * The answer returned batches up to expected - 1 (it moved `expected` on
+ * from where it asked), so everything the publisher numbered before
+ * answering is there up to its end; a hole right after it was numbered
+ * later (the answer was made, then the publisher went on, and a later
+ * live batch overtook the end marker) and is still buffered: asked for
+ * again, not lost. A round that returned nothing new does not ask again,
+ * so the rounds are bounded by the batches the publisher numbers. */
+static bool hole_after_the_answer(const struct publisher *pub)
+{
+	if (!pub->dealer || pub->expected <= pub->replay_from)
+		return false;
+	for (uint32_t i = 0; i < pub->nheld; i++) {
+		const struct pending *batch = &pub->held[i];
+		if (batch->restarted)
+			return false;
+		if (batch->seq >= pub->expected)
+			return batch->seq > pub->expected;
+	}
+	return false;
+}
+
 void kvf_replay_end(kva_fleet *f, struct publisher *pub)
 {
 	pub->replaying = false;
@@ -225,6 +248,15 @@ void kvf_on_replay(kva_fleet *f, struct publisher *pub, int64_t seq, const uint8
 	if (!pub->replaying)
 		return; /* an answer to a request already given up */
 	if (seq == -1) {
+		if (hole_after_the_answer(pub)) { /* the held batches stay held */
+			stat_add(f, STAT(gaps), 1);
+			fleet_log(f, KVA_LOG_INFO,
+			          "kvadmit-fleet: publisher %s: gap from %lld after the replay's answer",
+			          pub->endpoint, (long long)pub->expected);
+			pub->replay_tries = 0;
+			kvf_replay_request(f, pub, pub->expected);
+			return;
+		}
 		kvf_replay_end(f, pub);
 		return;
 	}

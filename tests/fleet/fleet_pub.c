@@ -21,6 +21,8 @@ struct tp {
 	void *zctx;
 	bool forge;        /* tp_replay_forge */
 	int64_t forge_seq;
+	unsigned char late_client[256]; /* TP_REPLAY_END_LATER: whom the end marker is for */
+	size_t late_client_len;
 	struct {
 		int64_t seq;
 		size_t len;
@@ -332,6 +334,27 @@ void tp_restart(struct tp *p)
 	}
 }
 
+/* The replay's end marker to client: ["", -1, ""], or ["", "", -1, ""]
+ * with 4 frames (the end marker's topic is empty). */
+static void send_end(struct tp *p, const void *client, size_t len)
+{
+	unsigned char end[8];
+	be8(end, -1);
+	zmq_send(p->router, client, len, ZMQ_SNDMORE);
+	zmq_send(p->router, "", 0, ZMQ_SNDMORE);
+	if (p->reply_frames == 4)
+		zmq_send(p->router, "", 0, ZMQ_SNDMORE);
+	zmq_send(p->router, end, 8, ZMQ_SNDMORE);
+	zmq_send(p->router, "", 0, 0);
+}
+
+void tp_replay_send_end(struct tp *p)
+{
+	if (p->late_client_len)
+		send_end(p, p->late_client, p->late_client_len);
+	p->late_client_len = 0;
+}
+
 void tp_service(struct tp *p)
 {
 	while (p->mode != TP_REPLAY_HOLD) {
@@ -382,14 +405,15 @@ void tp_service(struct tp *p)
 			}
 			if (mode == TP_REPLAY_NO_END || mode == TP_REPLAY_NO_END_ONCE)
 				goto done;
-			unsigned char end[8];
-			be8(end, -1);
-			zmq_send(p->router, zmq_msg_data(&f[0]), zmq_msg_size(&f[0]), ZMQ_SNDMORE);
-			zmq_send(p->router, "", 0, ZMQ_SNDMORE);
-			if (p->reply_frames == 4) /* the end marker's topic is empty */
-				zmq_send(p->router, "", 0, ZMQ_SNDMORE);
-			zmq_send(p->router, end, 8, ZMQ_SNDMORE);
-			zmq_send(p->router, "", 0, 0);
+			if (mode == TP_REPLAY_END_LATER) {
+				p->mode = TP_REPLAY_NORMAL;
+				p->late_client_len = zmq_msg_size(&f[0]) < sizeof p->late_client
+				                         ? zmq_msg_size(&f[0])
+				                         : sizeof p->late_client;
+				memcpy(p->late_client, zmq_msg_data(&f[0]), p->late_client_len);
+				goto done;
+			}
+			send_end(p, zmq_msg_data(&f[0]), zmq_msg_size(&f[0]));
 		}
 	done:
 		for (int i = 0; i < n; i++)

@@ -44,8 +44,13 @@ enum tp_replay {
 	TP_REPLAY_NO_END_ONCE, /* the next request: no end marker; then NORMAL */
 	TP_REPLAY_END_ONLY,    /* only the end marker (nothing buffered that far) */
 	TP_REPLAY_ONCE_THEN_HOLD, /* the next request: NORMAL; then HOLD */
+	TP_REPLAY_END_LATER,   /* the next request: its batches now, its end marker
+	                          at tp_replay_send_end; then NORMAL */
 };
 void tp_replay_mode(struct tp *p, enum tp_replay mode);
+/* The end marker TP_REPLAY_END_LATER kept back, sent now (the answer's
+ * last frames delayed on the wire). */
+void tp_replay_send_end(struct tp *p);
 int64_t tp_next_seq(const struct tp *p); /* the number the next batch gets */
 /* Replay replies: 3 frames ["", seq, payload] (the default: vLLM before
  * v0.26, SGLang) or 4 ["", topic, seq, payload] (vLLM v0.26 on, PR #45177);
