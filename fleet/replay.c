@@ -149,6 +149,21 @@ void kvf_on_live(kva_fleet *f, struct publisher *pub, int64_t seq, const uint8_t
 	live_batch(f, pub, &batch, false);
 }
 
+/* The first held batch the stream goes on from (numbered `expected` or
+ * later), or NULL: none, or a restarted one comes first (a new process
+ * from there, which starts afresh). */
+static const struct pending *first_held_ahead(const struct publisher *pub)
+{
+	for (uint32_t i = 0; i < pub->nheld; i++) {
+		const struct pending *batch = &pub->held[i];
+		if (batch->restarted)
+			return NULL;
+		if (batch->seq >= pub->expected) /* below: the replay returned it */
+			return batch;
+	}
+	return NULL;
+}
+
 /* The replay is over (its end marker, or given up). Whatever it did not
  * return before the first held batch the stream goes on from is not
  * buffered any more: a loss, accepted here. Otherwise that batch would ask
@@ -156,20 +171,12 @@ void kvf_on_live(kva_fleet *f, struct publisher *pub, int64_t seq, const uint8_t
  * first batch is not a loss. */
 static void accept_loss(kva_fleet *f, struct publisher *pub)
 {
-	for (uint32_t i = 0; i < pub->nheld; i++) {
-		const struct pending *batch = &pub->held[i];
-		if (batch->restarted)
-			return; /* a new process from here: it starts afresh */
-		if (batch->seq < pub->expected)
-			continue; /* the replay returned it */
-		if (batch->seq > pub->expected) {
-			if (!pub->joining)
-				stat_add(f, STAT(lost_batches),
-				         (uint64_t)batch->seq - (uint64_t)pub->expected);
-			pub->expected = batch->seq;
-		}
+	const struct pending *batch = first_held_ahead(pub);
+	if (!batch || batch->seq == pub->expected)
 		return;
-	}
+	if (!pub->joining)
+		stat_add(f, STAT(lost_batches), (uint64_t)batch->seq - (uint64_t)pub->expected);
+	pub->expected = batch->seq;
 }
 
 /* Hands the held batches back to live_batch, in order. The list is
@@ -223,14 +230,8 @@ static bool hole_after_the_answer(const struct publisher *pub)
 {
 	if (!pub->dealer || pub->expected <= pub->replay_from)
 		return false;
-	for (uint32_t i = 0; i < pub->nheld; i++) {
-		const struct pending *batch = &pub->held[i];
-		if (batch->restarted)
-			return false;
-		if (batch->seq >= pub->expected)
-			return batch->seq > pub->expected;
-	}
-	return false;
+	const struct pending *batch = first_held_ahead(pub);
+	return batch && batch->seq > pub->expected;
 }
 
 void kvf_replay_end(kva_fleet *f, struct publisher *pub)

@@ -55,7 +55,6 @@
  * 64, and only groups 0..31 are copied (full_groups is 32 bits). */
 #define TAG(medium, group, word) ((uint32_t)(medium) << 11 | (uint32_t)(group) << 6 | (word))
 #define TAG_MEDIUM(t) ((t) >> 11)
-#define TAG_GROUP(t) ((t) >> 6 & 31)
 #define TAG_WORD(t) ((t)&63)
 #define TAG_COMBO(t) (TAG_MEDIUM(t) << 6 | TAG_WORD(t)) /* the group left out */
 #define TAG_BITS 17
@@ -507,8 +506,8 @@ static void emit(struct kvf_score *s, const char (*media)[KVF_MEDIUM_MAX + 1],
 	}
 }
 
-/* Block i's holders, from its slots (the probe starting at home k): the
- * masks of the full groups' slots, ORed into their keys' found masks; at
+/* Block i's holders, from its slots (the probe starting at home k): their
+ * masks, ORed into their keys' found masks (any group: all are full); at
  * block 0, the keys are taken (at most MAX_PAIRS pairs). */
 static void probe(struct kvf_score *s, struct walk *w, size_t k, uint64_t want, bool first)
 {
@@ -539,10 +538,7 @@ static void probe(struct kvf_score *s, struct walk *w, size_t k, uint64_t want, 
 			if (h != want)
 				continue;
 		}
-		uint32_t tag = META_TAG(meta);
-		if (!(s->full_groups >> TAG_GROUP(tag) & 1))
-			continue;
-		uint32_t key = TAG_COMBO(tag);
+		uint32_t key = TAG_COMBO(META_TAG(meta)); /* full groups only: push copies no other */
 		uint32_t c = w->combo[key];
 		if (!c && first && w->nlive < MAX_COMBOS) {
 			w->live[w->nlive].key = (uint16_t)key;
