@@ -28,6 +28,7 @@
 #include "fleet_engine.h"
 #include "fleet_pub.h"
 #include "kvadmit/fleet.h"
+#include "score_reference.h"
 #include "tsan_libzmq.h"
 #include "thread_signals.h"
 
@@ -1407,17 +1408,7 @@ static uint32_t sc_reference(const struct sc_model *m, const uint32_t *idx, uint
 				continue;
 			kva_fleet_match o = {.publisher = p, .blocks = len, .tokens = len * BS};
 			strcpy(o.medium, SC_MEDIA[md]);
-			uint32_t j = k++;
-			for (; j > 0; j--) { /* insertion: blocks desc, publisher, medium */
-				kva_fleet_match *b = &out[j - 1];
-				int before = b->blocks != o.blocks ? b->blocks > o.blocks
-				             : b->publisher != o.publisher ? b->publisher < o.publisher
-				                                           : strcmp(b->medium, o.medium) < 0;
-				if (before)
-					break;
-				out[j] = *b;
-			}
-			out[j] = o;
+			score_ref_insert(out, &k, &o);
 		}
 	return k;
 }
@@ -1499,11 +1490,8 @@ static void score_matches_brute_force_on_random_chains(void **st)
 			uint32_t nw = sc_reference(&m, idx, n, want);
 			int ng = kva_fleet_score(x->f, chain, n, got, 16);
 			assert_int_equal(ng, (int)nw);
+			score_ref_assert_equal(got, want, nw);
 			for (uint32_t i = 0; i < nw; i++) {
-				assert_int_equal(got[i].publisher, want[i].publisher);
-				assert_int_equal(got[i].blocks, want[i].blocks);
-				assert_int_equal(got[i].tokens, want[i].tokens);
-				assert_string_equal(got[i].medium, want[i].medium);
 				assert_int_equal(got[i].dp_rank, 0); /* fleet_pub.c sends rank 0 */
 				assert_string_equal(got[i].topic, "kv");
 			}

@@ -18,6 +18,7 @@
 #include "apply.h"
 #include "index.h"
 #include "score.h"
+#include "score_reference.h"
 #include "unhash.h"
 #include <kvadmit/lockfree/hash.h>
 #include "kva_test.h"
@@ -323,15 +324,6 @@ static bool sr_holds(const struct sr_model *m, uint32_t h, uint32_t p, uint32_t 
 	return m->held[h][p][md][0] || m->held[h][p][md][1]; /* groups 0, 1 are full */
 }
 
-static int sr_before(const kva_fleet_match *a, const kva_fleet_match *b)
-{
-	if (a->blocks != b->blocks)
-		return a->blocks > b->blocks;
-	if (a->publisher != b->publisher)
-		return a->publisher < b->publisher;
-	return strcmp(a->medium, b->medium) < 0;
-}
-
 static uint32_t sr_reference(const struct sr_model *m, const uint32_t *chain, uint32_t n,
                              const char (*names)[KVF_MEDIUM_MAX + 1], kva_fleet_match *out)
 {
@@ -345,10 +337,7 @@ static uint32_t sr_reference(const struct sr_model *m, const uint32_t *chain, ui
 				continue;
 			kva_fleet_match o = {.publisher = SR_PUBS[p], .blocks = len, .tokens = len * 16};
 			strcpy(o.medium, names[SR_MEDIA[md]]);
-			uint32_t j = k++;
-			for (; j > 0 && !sr_before(&out[j - 1], &o); j--)
-				out[j] = out[j - 1];
-			out[j] = o;
+			score_ref_insert(out, &k, &o);
 		}
 	return k;
 }
@@ -398,12 +387,7 @@ static void score_copy_matches_a_reference(void **st)
 		uint32_t nw = sr_reference(&m, chain, n, (const char(*)[KVF_MEDIUM_MAX + 1])names, want);
 		int ng = kvf_score_query(s, (const char(*)[KVF_MEDIUM_MAX + 1])names, bs, ch, n, got, 64);
 		assert_int_equal(ng, (int)nw);
-		for (uint32_t i = 0; i < nw; i++) {
-			assert_int_equal(got[i].publisher, want[i].publisher);
-			assert_int_equal(got[i].blocks, want[i].blocks);
-			assert_int_equal(got[i].tokens, want[i].tokens);
-			assert_string_equal(got[i].medium, want[i].medium);
-		}
+		score_ref_assert_equal(got, want, nw);
 	}
 	assert_int_equal(kvf_score_refused(s), 0);
 	kvf_score_free(s);
