@@ -275,7 +275,8 @@ static int rd_medium(struct rd *r, struct kvf_event *e)
 	struct val v;
 	if (!rd_val(r, &v))
 		return -EBADMSG;
-	if (v.k == K_NIL) {
+	if (v.k == K_NIL) { /* a repeated key may follow a name: none now */
+		e->medium[0] = 0;
 		e->medium_len = 0;
 		return 0;
 	}
