@@ -82,12 +82,18 @@ endfunction()
 # it is given), so -fvisibility=hidden hides the public functions as well
 # (a static link still resolves them; no shared object re-exports them).
 set(KVADMIT_ARCHIVE_DEFINITIONS KVA_API=)
+# Installed archives keep machine code beside the link-time IR
+# (cmake/optimization.cmake), so hosts link them with or without -flto.
+function(kvadmit_archive_settings target)
+  target_compile_options(${target} PRIVATE ${KVADMIT_ARCHIVE_LTO_OPTIONS})
+endfunction()
 
 # lockfree/ is reusable on its own: its own target, no LLM vocabulary.
 add_library(kvadmit_lockfree STATIC ${KVADMIT_LOCKFREE_SOURCES})
 add_library(kvadmit::lockfree ALIAS kvadmit_lockfree)
 set_target_properties(kvadmit_lockfree PROPERTIES POSITION_INDEPENDENT_CODE ON
   C_VISIBILITY_PRESET hidden EXPORT_NAME lockfree)
+kvadmit_archive_settings(kvadmit_lockfree)
 # Its headers are included as <kvadmit/lockfree/NAME.h>, in the tree as
 # once installed: the build tree's include/kvadmit/lockfree links to
 # lockfree/, so no bare <hash.h> or <slab.h> reaches an include path.
@@ -125,6 +131,7 @@ endfunction()
 add_library(kvadmit STATIC ${KVADMIT_ENGINE_SOURCES} ${KVADMIT_CPU_IMPORTER_SOURCES})
 set_target_properties(kvadmit PROPERTIES EXPORT_NAME kvadmit_static)
 _kva_engine_settings(kvadmit)
+kvadmit_archive_settings(kvadmit)
 target_compile_definitions(kvadmit PRIVATE ${KVADMIT_ARCHIVE_DEFINITIONS})
 
 add_library(kvadmit_objects OBJECT ${KVADMIT_ENGINE_SOURCES} ${KVADMIT_CPU_IMPORTER_SOURCES})
@@ -158,6 +165,7 @@ set_target_properties(kvadmit_cuda_static PROPERTIES OUTPUT_NAME kvadmit-cuda
   POSITION_INDEPENDENT_CODE ON C_VISIBILITY_PRESET hidden EXPORT_NAME cuda_static)
 target_include_directories(kvadmit_cuda_static PRIVATE ${PROJECT_SOURCE_DIR}/cuda)
 target_compile_definitions(kvadmit_cuda_static PRIVATE ${KVADMIT_ARCHIVE_DEFINITIONS})
+kvadmit_archive_settings(kvadmit_cuda_static)
 # The importer's shared helpers (cpu_import_common.c) come from libkvadmit.a.
 target_link_libraries(kvadmit_cuda_static PUBLIC kvadmit PRIVATE kvadmit_lockfree)
 

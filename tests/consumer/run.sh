@@ -124,6 +124,19 @@ for p in c_shared cxx_shared c_static cxx_static cuda_shared; do
   run "pkg-config $p" "$pc/$p"
 done
 if ldd "$pc/c_static" > /dev/null 2>&1; then echo "pkg-config c_static is not static"; exit 1; fi
+# The archives may hold GCC's link-time IR beside their code
+# (cmake/optimization.cmake): another compiler, linking without it, must
+# still find the code.
+if command -v clang > /dev/null; then
+  # shellcheck disable=SC2046
+  clang -std=c11 -Wall -Wextra -Werror -static -o "$pc/c_static_clang" \
+    "$src/tests/consumer/consumer.c" $(pkg-config --static --cflags --libs kvadmit) 2>&1 |
+    grep -v "statically linked applications requires at runtime" || true
+  [ -x "$pc/c_static_clang" ] || { echo "clang's static link of libkvadmit.a failed"; exit 1; }
+  run "pkg-config c_static_clang" "$pc/c_static_clang"
+else
+  echo "no clang: the archive's link by another compiler is not checked"
+fi
 
 step "version requests (SameMinorVersion)"
 for req in 0.2 0.2.0 0.1 0.3 1.0; do

@@ -68,6 +68,11 @@ def exported(nm, lib, node=None):
     return syms, unversioned
 
 
+# GCC names one hidden weak symbol after each link-time optimized source file
+# (engine.c.e3f24ffb, cmake/optimization.cmake).
+GCC_LTO_MARK = re.compile(r"[A-Za-z0-9_]+\.c\.[0-9a-f]{8}")
+
+
 def archive_problems(readelf, archive):
     """Default-visibility definitions, and global names outside kvadmit's prefixes."""
     out = subprocess.run([readelf, "-s", "-W", archive], capture_output=True, text=True,
@@ -82,6 +87,9 @@ def archive_problems(readelf, archive):
         bind, vis, name = parts[4], parts[5], parts[7]
         if bind not in ("GLOBAL", "WEAK") or name.startswith("__"):
             continue  # locals; compiler and sanitizer run-time names
+        if GCC_LTO_MARK.fullmatch(name) and parts[3] == "NOTYPE" and bind == "WEAK" \
+                and vis == "HIDDEN":
+            continue  # GCC's per-file mark in a link-time optimized object: no code, no data
         if vis == "DEFAULT":
             visible.add(name)
         if not name.startswith(allowed):
