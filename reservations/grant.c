@@ -95,6 +95,16 @@ static struct kva__grant *grant_reuse(kva_engine *e)
 		g->any_failed = g->copying = g->copy_queued = false;
 		atomic_store_explicit(&g->copy_word, 0, memory_order_relaxed);
 	}
+	/* The next admission's grants, lines no cache holds at 1M waiting
+	 * (retired in another order, long ago): the limbo's head, whose flush
+	 * it reads, and the spare stack's top, which it rewrites. A miss each
+	 * per admission otherwise. */
+	if (e->grants_limbo)
+		__builtin_prefetch(&e->grants_limbo->spare);
+	if (e->grants_spare) {
+		__builtin_prefetch(e->grants_spare, 1);
+		__builtin_prefetch(&e->grants_spare->spare, 1);
+	}
 	return g;
 }
 
