@@ -330,13 +330,15 @@ bool kva__cost_choose(kva_engine *e, struct kva__req *r)
 bool kva__cost_wait_over(kva_engine *e, struct kva__req *r, uint64_t *deadline)
 {
 	*deadline = UINT64_MAX;
-	const kva_checkpoint *c = kva__selected_checkpoint(r);
 	struct kva_credits f = kva_capacity_free(&e->cap);
 	uint64_t need = (uint64_t)kva__pages_for(e, r->prompt_tokens) + e->cfg.decode_headroom_pages;
 	/* rule restore-waits-for-capacity: short of pages or a run slot, a
-	 * recompute would wait as long */
-	if (c->location == KVA_LOC_LOCAL || f.slots || !f.runs ||
-	    f.pages < need + e->cfg.decode_reserve_pages)
+	 * recompute would wait as long (checked first: a head blocked for
+	 * capacity, the common case, reads no entry) */
+	if (f.slots || !f.runs || f.pages < need + e->cfg.decode_reserve_pages)
+		return false;
+	const kva_checkpoint *c = kva__selected_checkpoint(r);
+	if (c->location == KVA_LOC_LOCAL)
 		return false;
 	double recompute = prefill_ns(&e->cost, 0, r->prompt_tokens);
 	double slack = recompute * (1 + e->cost.margin) - restore_ns(e, c, r->prompt_tokens);
