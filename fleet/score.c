@@ -21,6 +21,14 @@
  * then miss that entry, as a score taken a moment earlier or later would).
  * Identities are replaced under RCU.
  *
+ * Dropping a publisher is O(1): a slot's bits are columns, not publisher
+ * ids. A publisher takes a free column at its first add after a drop; the
+ * drop marks its old column dead (readers mask dead columns out at once)
+ * and a sweep, a bounded number of slots per flush, clears dead bits from
+ * the table. A column whose pass is over is free again only after an RCU
+ * grace period, so no query that could still read its old bits sees it
+ * owned by another publisher.
+ *
  * The I/O thread holds its adds and removals and applies them at the end of
  * a batch (kvf_score_flush), fetching the home slots of the next ones while
  * it applies one; a query fetches the home slots of the blocks ahead the
@@ -49,6 +57,10 @@
 #define CHUNK 16         /* blocks whose homes a query hashes and fetches together */
 #define PENDING 1024     /* writes the I/O thread holds before applying them */
 #define FLUSH_AHEAD 16   /* pending writes ahead whose home slots a flush fetches */
+#define SWEEP_SLOTS 2048 /* slots a flush sweeps while dead columns remain */
+#define COLUMNS KVA_FLEET_MAX_PUBLISHERS /* bits of the slots' 64 masks */
+#define NO_COLUMN 0xffffu
+#define SWEEPING_MAX 8   /* dead columns of one publisher still being swept */
 
 /* A slot's key: which holders its mask is of. Publisher ids come in words
  * of 64 (KVA_FLEET_MAX_PUBLISHERS = 4,096: 64 words), media number at most
@@ -79,11 +91,20 @@ struct ident {
 	char topic[TOPIC_MAX + 1];
 };
 
+/* The grace period a swept column waits for before it is free (one at a
+ * time; allocated with the copy, freed by whichever of kvf_score_free and
+ * the callback comes second). */
+enum { GRACE_WAITING, GRACE_DONE, GRACE_ORPHANED };
+struct grace {
+	struct rcu_head rcu;
+	_Atomic int state;
+};
+
 /* A write the I/O thread has not applied yet (kvf_score_flush). */
 struct op {
 	uint64_t hash;
 	uint32_t tag;
-	uint8_t bit; /* the publisher's bit in its word */
+	uint8_t bit; /* the column's bit in its word */
 	uint8_t del;
 };
 
@@ -98,14 +119,37 @@ struct kvf_score {
 	 * line above from the readers' caches */
 	_Alignas(64) size_t count, cap;
 	size_t probe_max; /* farthest an entry may sit from its home */
+	size_t sweep_slots; /* a flush's share of the sweep (SWEEP_SLOTS) */
 	uint64_t refused; /* adds past probe_max: not copied (the index's own cap) */
 	uint32_t npending;
 	struct op pending[PENDING];
 	uint64_t pending_hash[PENDING], pending_home[PENDING]; /* kvf_score_flush's */
+	/* Columns. A column's dead bits leave the table in a pass of the
+	 * sweep that started after its drop: dead_this are those the pass at
+	 * `cursor` clears, dead_next those dropped during it; a finished
+	 * pass's wait in swept (then in graced, while the grace runs) before
+	 * they are free. */
+	uint16_t col_of[KVA_FLEET_MAX_PUBLISHERS]; /* NO_COLUMN: takes one at its next add */
+	uint8_t sweeping[KVA_FLEET_MAX_PUBLISHERS]; /* its dead columns not yet free */
+	uint16_t free_col[COLUMNS];
+	uint32_t nfree;
+	bool pass_on;
+	size_t cursor; /* the pass: slots before it hold no dead_this bit */
+	uint64_t dead_this[COLUMNS / 64], dead_next[COLUMNS / 64];
+	uint64_t swept[COLUMNS / 64], graced[COLUMNS / 64];
+	struct grace *grace;
+	bool grace_on;
+	uint64_t swept_slots, no_column; /* for tests: the sweep's slots, adds without a column */
 	/* published with release stores (I/O thread), read with acquire loads
 	 * (kvf_score_query) inside a read-side section */
 	struct ident *_Atomic ident[KVA_FLEET_MAX_PUBLISHERS];
 	_Atomic uint32_t block_size[KVA_FLEET_MAX_PUBLISHERS];
+	/* Readers, relaxed: a column's dead bit is set before its pass and
+	 * cleared only a grace period after it, so every query that may read
+	 * its old bits runs wholly while it is set; and a column's owner
+	 * changes only while it is dead. */
+	_Atomic uint64_t dead[COLUMNS / 64];
+	_Atomic uint16_t owner[COLUMNS];
 };
 
 static void ident_free(struct rcu_head *head)
@@ -171,8 +215,19 @@ struct kvf_score *kvf_score_new(uint32_t full_groups, uint64_t max_blocks)
 	s->mask = n - 1;
 	s->cap = n / 4 * 3;
 	s->probe_max = KVF_PROBE_MAX;
+	s->sweep_slots = SWEEP_SLOTS;
 	kvf_key_random(&s->key);
 	s->full_groups = full_groups;
+	if (!(s->grace = calloc(1, sizeof(*s->grace)))) {
+		kvf_big_table_free(&s->mem);
+		free(s);
+		return NULL;
+	}
+	for (uint32_t p = 0; p < KVA_FLEET_MAX_PUBLISHERS; p++)
+		s->col_of[p] = NO_COLUMN;
+	for (uint32_t c = 0; c < COLUMNS; c++) /* taken from the top: column 0 first */
+		s->free_col[c] = (uint16_t)(COLUMNS - 1 - c);
+	s->nfree = COLUMNS;
 	return s;
 }
 
@@ -180,7 +235,13 @@ void kvf_score_free(struct kvf_score *s)
 {
 	if (!s)
 		return;
-	/* no reader is left (kva_fleet_destroy's contract) */
+	/* no reader is left (kva_fleet_destroy's contract); a grace still
+	 * running frees its own memory when it ends (acq_rel: pairs with the
+	 * callback's exchange) */
+	if (!s->grace_on ||
+	    atomic_exchange_explicit(&s->grace->state, GRACE_ORPHANED, memory_order_acq_rel) ==
+	        GRACE_DONE)
+		free(s->grace);
 	kvf_big_table_free(&s->mem);
 	for (uint32_t i = 0; i < KVA_FLEET_MAX_PUBLISHERS; i++)
 		free(atomic_load_explicit(&s->ident[i], memory_order_relaxed));
@@ -202,6 +263,10 @@ static inline uint64_t hash_at(const struct kvf_score *s, size_t i)
 }
 static inline size_t next(const struct kvf_score *s, size_t i) { return (i + 1) & s->mask; }
 
+/* The sweep of dead columns (below): slot i, and a budget of the pass. */
+static bool sweep_at(struct kvf_score *s, size_t i);
+static void sweep(struct kvf_score *s, size_t budget);
+
 /* Where (hash, tag) is, or where it would go: the first slot from its home
  * that holds it, is empty, or holds an entry whose home lies past hash's
  * (Robin Hood: a run's entries lie in the order of their homes). *d: that
@@ -220,6 +285,10 @@ static size_t find(const struct kvf_score *s, size_t i, uint64_t hash, uint32_t 
 /* Adds publisher bit `bit` to (hash, tag), whose probe starts at home i. */
 static void add_at(struct kvf_score *s, size_t i, uint64_t hash, uint32_t tag, unsigned bit)
 {
+	/* entries only the sweep will remove take room: at the cap it runs on
+	 * (at most its pass and the next) before an add is turned away */
+	while (s->count >= s->cap && s->pass_on)
+		sweep(s, s->sweep_slots);
 	size_t d;
 	i = find(s, i, hash, tag, &d);
 	uint64_t m = mask_at(s, i);
@@ -244,15 +313,22 @@ static void add_at(struct kvf_score *s, size_t i, uint64_t hash, uint32_t tag, u
 	/* From the run's end back: an entry is in two slots for a moment,
 	 * never in none, and the order of homes holds (a reader that passes a
 	 * slot not yet moved finds the entry in the next one). */
+	bool wrapped = false;
 	for (size_t j = end; j != i;) {
 		size_t k = (j - 1) & s->mask;
 		uint32_t km = meta_at(s, k);
 		slot_write(&s->slots[j], hash_at(s, k), META(META_TAG(km), META_DIST(km) + 1),
 		           mask_at(s, k));
+		wrapped |= j == 0;
 		j = k;
 	}
 	slot_write(&s->slots[i], hash, META(tag, d), 1ull << bit);
 	s->count++;
+	/* the table's last entry, not yet swept, wrapped into slot 0, which
+	 * the pass has: swept there */
+	if (wrapped && s->pass_on && s->cursor)
+		while (sweep_at(s, 0))
+			;
 }
 
 /* Backward-shift deletion at slot i: the later entries of the run that are
@@ -270,7 +346,29 @@ static void del_at(struct kvf_score *s, size_t i)
 		}
 		slot_write(&s->slots[i], hash_at(s, j), META(META_TAG(m), META_DIST(m) - 1),
 		           mask_at(s, j));
+		/* the entry at the sweep's cursor moved behind it: look again */
+		if (s->pass_on && j == s->cursor && j)
+			s->cursor = i;
 	}
+}
+
+/* Slot i without its dead bits; true when that emptied it (deleted: the
+ * run's next entry, if any, moved into i). */
+static bool sweep_at(struct kvf_score *s, size_t i)
+{
+	uint64_t m = mask_at(s, i);
+	if (!m)
+		return false;
+	uint32_t meta = meta_at(s, i);
+	uint64_t dead = atomic_load_explicit(&s->dead[TAG_WORD(META_TAG(meta))], memory_order_relaxed);
+	if (!(m & dead))
+		return false;
+	if (m & ~dead) {
+		slot_write(&s->slots[i], hash_at(s, i), meta, m & ~dead);
+		return false;
+	}
+	del_at(s, i);
+	return true;
 }
 
 /* Removes publisher bit `bit` from (hash, tag), whose probe starts at i. */
@@ -293,6 +391,73 @@ static inline void fetch_slot_for_write(const struct kvf_score *s, size_t i)
 {
 	__builtin_prefetch(&s->slots[i], 1);
 	__builtin_prefetch((const char *)&s->slots[i] + 64, 1);
+}
+
+static void grace_end(struct rcu_head *head)
+{
+	kva_rcu_reclaim_begin();
+	struct grace *g = caa_container_of(head, struct grace, rcu);
+	/* acq_rel: pairs with grace_poll's acquire load and kvf_score_free's exchange */
+	if (atomic_exchange_explicit(&g->state, GRACE_DONE, memory_order_acq_rel) == GRACE_ORPHANED)
+		free(g);
+}
+
+/* The columns whose grace ended are free; the swept ones start theirs. */
+static void grace_poll(struct kvf_score *s)
+{
+	if (s->grace_on) {
+		/* acquire: pairs with grace_end's exchange (the grace period ended) */
+		if (atomic_load_explicit(&s->grace->state, memory_order_acquire) != GRACE_DONE)
+			return;
+		s->grace_on = false;
+		for (uint32_t w = 0; w < COLUMNS / 64; w++) {
+			for (uint64_t b = s->graced[w]; b; b &= b - 1) {
+				uint32_t c = w * 64 + (uint32_t)__builtin_ctzll(b);
+				s->sweeping[atomic_load_explicit(&s->owner[c], memory_order_relaxed)]--;
+				s->free_col[s->nfree++] = (uint16_t)c;
+			}
+			if (s->graced[w])
+				atomic_fetch_and_explicit(&s->dead[w], ~s->graced[w], memory_order_relaxed);
+			s->graced[w] = 0;
+		}
+	}
+	bool any = false;
+	for (uint32_t w = 0; w < COLUMNS / 64; w++) {
+		any |= s->swept[w] != 0;
+		s->graced[w] = s->swept[w];
+		s->swept[w] = 0;
+	}
+	if (!any)
+		return;
+	atomic_store_explicit(&s->grace->state, GRACE_WAITING, memory_order_relaxed);
+	s->grace_on = true;
+	kva_rcu_call(&s->grace->rcu, grace_end);
+}
+
+/* The pass is over: its columns wait for a grace period, those dropped
+ * meanwhile get a pass of their own. */
+static void pass_end(struct kvf_score *s)
+{
+	bool any = false;
+	for (uint32_t w = 0; w < COLUMNS / 64; w++) {
+		s->swept[w] |= s->dead_this[w];
+		s->dead_this[w] = s->dead_next[w];
+		any |= s->dead_next[w] != 0;
+		s->dead_next[w] = 0;
+	}
+	s->cursor = 0;
+	s->pass_on = any;
+}
+
+/* budget slots of the pass, if one is on; then the graces. */
+static void sweep(struct kvf_score *s, size_t budget)
+{
+	for (; s->pass_on && budget; budget--) {
+		s->swept_slots++;
+		if (!sweep_at(s, s->cursor) && ++s->cursor > s->mask)
+			pass_end(s);
+	}
+	grace_poll(s);
 }
 
 /* The pending writes, in their order. Each is a probe at a random slot of a
@@ -319,6 +484,7 @@ void kvf_score_flush(struct kvf_score *s)
 			add_at(s, s->pending_home[k], op->hash, op->tag, op->bit);
 	}
 	s->npending = 0;
+	sweep(s, s->sweep_slots);
 }
 
 /* Readers score full groups only: other groups' entries are not copied. */
@@ -328,10 +494,23 @@ static void push(struct kvf_score *s, uint64_t hash, uint32_t loc, uint8_t del)
 	if (group > 31 || !(s->full_groups >> group & 1) || pub >= KVA_FLEET_MAX_PUBLISHERS ||
 	    medium >= KVF_SCORE_MEDIA)
 		return;
+	uint32_t col = s->col_of[pub];
+	if (col == NO_COLUMN) {
+		if (del)
+			return; /* its entries left with its column */
+		if (!s->nfree || s->sweeping[pub] >= SWEEPING_MAX) {
+			s->no_column++;
+			return;
+		}
+		col = s->col_of[pub] = s->free_col[--s->nfree];
+		/* relaxed: readers reach it through a slot written after (the
+		 * slot's release), and it was dead until now */
+		atomic_store_explicit(&s->owner[col], (uint16_t)pub, memory_order_relaxed);
+	}
 	if (s->npending == PENDING)
 		kvf_score_flush(s);
 	s->pending[s->npending++] = (struct op){
-		.hash = hash, .tag = TAG(medium, group, pub >> 6), .bit = (uint8_t)(pub & 63), .del = del};
+		.hash = hash, .tag = TAG(medium, group, col >> 6), .bit = (uint8_t)(col & 63), .del = del};
 }
 
 void kvf_score_add(struct kvf_score *s, uint64_t hash, uint32_t loc) { push(s, hash, loc, 0); }
@@ -339,32 +518,37 @@ void kvf_score_del(struct kvf_score *s, uint64_t hash, uint32_t loc) { push(s, h
 
 size_t kvf_score_home(const struct kvf_score *s, uint64_t hash) { return home(s, hash); }
 uint64_t kvf_score_refused(const struct kvf_score *s) { return s->refused; }
+void kvf_score_set_sweep_slots(struct kvf_score *s, size_t n) { s->sweep_slots = n ? n : 1; }
 void kvf_score_set_probe_max(struct kvf_score *s, size_t probe_max)
 {
 	s->probe_max = probe_max < DIST_MAX ? probe_max : DIST_MAX;
 }
 
+uint64_t kvf_score_swept(const struct kvf_score *s) { return s->swept_slots; }
+uint64_t kvf_score_no_column(const struct kvf_score *s) { return s->no_column; }
+size_t kvf_score_count(const struct kvf_score *s) { return s->count; }
+
 void kvf_score_drop_publisher(struct kvf_score *s, uint32_t pub)
 {
-	kvf_score_flush(s); /* an entry still pending would come back after the scan */
 	if (pub >= KVA_FLEET_MAX_PUBLISHERS)
 		return;
-	uint64_t bit = 1ull << (pub & 63);
-	/* a deletion may shift a later (or wrapped) entry into slot i: look at
-	 * i again; two passes cover the entries that wrapped */
-	for (int pass = 0; pass < 2; pass++)
-		for (size_t i = 0; i <= s->mask;) {
-			uint64_t m = mask_at(s, i);
-			if ((m & bit) && TAG_WORD(META_TAG(meta_at(s, i))) == pub >> 6) {
-				if (m & ~bit) {
-					slot_write(&s->slots[i], hash_at(s, i), meta_at(s, i), m & ~bit);
-				} else {
-					del_at(s, i);
-					continue;
-				}
-			}
-			i++;
-		}
+	kvf_score_flush(s); /* its pending adds name the column about to die */
+	uint32_t c = s->col_of[pub];
+	if (c == NO_COLUMN)
+		return;
+	s->col_of[pub] = NO_COLUMN;
+	s->sweeping[pub]++;
+	uint64_t bit = 1ull << (c & 63);
+	/* relaxed: a query that does not see it yet answers as one taken a
+	 * moment earlier would (the column's owner stays until it is free) */
+	atomic_fetch_or_explicit(&s->dead[c >> 6], bit, memory_order_relaxed);
+	if (s->pass_on) {
+		s->dead_next[c >> 6] |= bit;
+	} else {
+		s->dead_this[c >> 6] |= bit;
+		s->pass_on = true;
+		s->cursor = 0;
+	}
 }
 
 /* Replaces pub's identity with *next (a copy), the old one freed after a
@@ -485,8 +669,12 @@ static void emit(struct kvf_score *s, const char (*media)[KVF_MEDIUM_MAX + 1],
 {
 	for (; bits; bits &= bits - 1) {
 		uint32_t medium = key >> 6;
-		kva_fleet_match o = {.publisher = (key & 63) << 6 | (uint32_t)__builtin_ctzll(bits),
-		                     .blocks = blocks};
+		uint32_t col = (key & 63) << 6 | (uint32_t)__builtin_ctzll(bits);
+		/* relaxed: the owner is stable while its column is not dead (the
+		 * slot's acquire ordered its store before) */
+		kva_fleet_match o = {
+		    .publisher = atomic_load_explicit(&s->owner[col], memory_order_relaxed),
+		    .blocks = blocks};
 		copy_name(o.medium, sizeof o.medium, media[medium], strlen(media[medium]));
 		uint32_t bs = block_size[medium] ? block_size[medium]
 		                                 : atomic_load_explicit(&s->block_size[o.publisher],
@@ -538,6 +726,10 @@ static void probe(struct kvf_score *s, struct walk *w, size_t k, uint64_t want, 
 			if (h != want)
 				continue;
 		}
+		/* dead columns' bits wait for the sweep: left out */
+		m &= ~atomic_load_explicit(&s->dead[TAG_WORD(META_TAG(meta))], memory_order_relaxed);
+		if (!m)
+			continue;
 		uint32_t key = TAG_COMBO(META_TAG(meta)); /* full groups only: push copies no other */
 		uint32_t c = w->combo[key];
 		if (!c && first && w->nlive < MAX_COMBOS) {

@@ -44,8 +44,18 @@ void kvf_score_flush(struct kvf_score *s);
 size_t kvf_score_home(const struct kvf_score *s, uint64_t hash);
 uint64_t kvf_score_refused(const struct kvf_score *s);
 void kvf_score_set_probe_max(struct kvf_score *s, size_t probe_max);
-/* Every entry of publisher pub (a scan of the table). */
+/* For tests: the slots each flush sweeps (a pass then spans many flushes). */
+void kvf_score_set_sweep_slots(struct kvf_score *s, size_t n);
+/* Every entry of publisher pub, out of answers at once. O(1) (and a flush):
+ * its column is dead, and the flushes that follow sweep it from the table,
+ * SWEEP_SLOTS slots each; pub's next add takes a free column (none: the
+ * add is not copied, counted in kvf_score_no_column). */
 void kvf_score_drop_publisher(struct kvf_score *s, uint32_t pub);
+/* For tests: slots the sweep has looked at, adds not copied for want of a
+ * column, entries in the table (dead ones not yet swept included). */
+uint64_t kvf_score_swept(const struct kvf_score *s);
+uint64_t kvf_score_no_column(const struct kvf_score *s);
+size_t kvf_score_count(const struct kvf_score *s);
 /* The publisher's identity, when it changed (cheap when it did not). */
 void kvf_score_topic(struct kvf_score *s, uint32_t pub, const void *topic, size_t len);
 void kvf_score_rank(struct kvf_score *s, uint32_t pub, int64_t dp_rank);

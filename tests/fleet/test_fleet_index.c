@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <urcu/urcu-memb.h>
 
 #include "apply.h"
 #include "index.h"
@@ -324,6 +325,24 @@ static bool sr_holds(const struct sr_model *m, uint32_t h, uint32_t p, uint32_t 
 	return m->held[h][p][md][0] || m->held[h][p][md][1]; /* groups 0, 1 are full */
 }
 
+/* The copy's slots the model needs: one per (hash, medium, full group)
+ * anyone holds. Columns are handed out lowest first and a free one goes
+ * back on top, and at most 7 publishers' live and sweeping columns (8 each)
+ * are out: all lie in the first id word. */
+static size_t sr_entries(const struct sr_model *m)
+{
+	size_t n = 0;
+	for (uint32_t h = 0; h < SR_HASHES; h++)
+		for (uint32_t md = 0; md < 3; md++)
+			for (uint32_t g = 0; g < 2; g++) {
+				bool any = false;
+				for (uint32_t p = 0; p < SR_NPUBS; p++)
+					any |= m->held[h][p][md][g] != 0;
+				n += any;
+			}
+	return n;
+}
+
 static uint32_t sr_reference(const struct sr_model *m, const uint32_t *chain, uint32_t n,
                              const char (*names)[KVF_MEDIUM_MAX + 1], kva_fleet_match *out)
 {
@@ -342,11 +361,15 @@ static uint32_t sr_reference(const struct sr_model *m, const uint32_t *chain, ui
 	return k;
 }
 
-static void score_copy_matches_a_reference(void **st)
+/* sweep_slots: 0 for the copy's own share per flush (a pass within one
+ * flush on this table), else that many, so that passes span many flushes
+ * and meet the adds, removals and wraps between them. */
+static void score_copy_reference_run(size_t sweep_slots)
 {
-	(void)st;
 	struct kvf_score *s = kvf_score_new(0x3, 300); /* 512 slots */
 	assert_non_null(s);
+	if (sweep_slots)
+		kvf_score_set_sweep_slots(s, sweep_slots);
 	static char names[64][KVF_MEDIUM_MAX + 1];
 	uint32_t bs[64];
 	for (int md = 0; md < 64; md++) {
@@ -374,6 +397,9 @@ static void score_copy_matches_a_reference(void **st)
 			kvf_score_drop_publisher(s, SR_PUBS[p]);
 			for (uint32_t x = 0; x < SR_HASHES; x++)
 				memset(m.held[x][p], 0, sizeof m.held[x][p]);
+			/* the grace periods of swept columns end (call_rcu's
+			 * thread) well before a publisher drops again */
+			urcu_memb_barrier();
 		}
 		if (kva_test_rand(&seed) % 4)
 			continue;
@@ -390,7 +416,140 @@ static void score_copy_matches_a_reference(void **st)
 		score_ref_assert_equal(got, want, nw);
 	}
 	assert_int_equal(kvf_score_refused(s), 0);
+	assert_int_equal(kvf_score_no_column(s), 0);
+	/* dropped entries are out of answers at once and out of the table
+	 * once a pass is over: the table holds what the model holds */
+	for (int f = 0; f < 4096 && kvf_score_count(s) != sr_entries(&m); f++)
+		kvf_score_flush(s);
+	assert_int_equal(kvf_score_count(s), sr_entries(&m));
+	assert_true(kvf_score_swept(s) > 0);
 	kvf_score_free(s);
+}
+
+static void score_copy_matches_a_reference(void **st)
+{
+	(void)st;
+	score_copy_reference_run(0);
+}
+
+static void score_copy_matches_a_reference_mid_sweep(void **st)
+{
+	(void)st;
+	score_copy_reference_run(5);
+}
+
+/* Is publisher pub answered for block hash h (a one-block chain)? */
+static bool sw_answered(struct kvf_score *s, uint64_t h, uint32_t pub)
+{
+	static char names[64][KVF_MEDIUM_MAX + 1];
+	static const uint32_t bs[64];
+	kva_fleet_match got[8];
+	int n = kvf_score_query(s, (const char(*)[KVF_MEDIUM_MAX + 1])names, bs, &h, 1, got, 8);
+	for (int i = 0; i < n; i++)
+		if (got[i].publisher == pub)
+			return true;
+	return false;
+}
+
+/* A 16-slot copy that sweeps one slot per flush, and twelve block hashes
+ * homed at its slots 13, 14, 15, 0, 13, 14, ... */
+static struct kvf_score *sw_table(uint64_t *h)
+{
+	struct kvf_score *s = kvf_score_new(1, 12);
+	assert_non_null(s);
+	kvf_score_set_sweep_slots(s, 1);
+	uint32_t nh = 0;
+	for (uint64_t x = 1; nh < 12; x++)
+		if (kvf_score_home(s, x) == (13 + nh % 4) % 16)
+			h[nh++] = x;
+	return s;
+}
+
+/* Once the grace period of the swept column has ended (and a flush saw
+ * it), publisher 3's first add takes it. */
+static void sw_reuse_column(struct kvf_score *s)
+{
+	urcu_memb_barrier();
+	kvf_score_flush(s);
+	kvf_score_add(s, 0xfeed, KVF_LOC(3, 0, 0));
+	kvf_score_flush(s);
+	assert_true(sw_answered(s, 0xfeed, 3));
+}
+
+/* A dead entry pushed round the table's end into slot 0, which the pass
+ * has swept already, with only live entries before it in its run (nothing
+ * pulls it back): swept there, so once the pass and its grace period are
+ * over, publisher 3 given the dead column is not answered for it. */
+static void score_sweep_catches_an_entry_wrapped_behind_it(void **st)
+{
+	(void)st;
+	for (uint32_t start = 1; start < 13; start++) {
+		uint64_t h[12];
+		struct kvf_score *s = sw_table(h);
+		kvf_score_add(s, h[0], KVF_LOC(2, 1, 0)); /* slot 13 */
+		kvf_score_add(s, h[4], KVF_LOC(2, 1, 0)); /* slot 14 */
+		kvf_score_add(s, h[1], KVF_LOC(1, 0, 0)); /* slot 15 */
+		kvf_score_flush(s);
+		kvf_score_drop_publisher(s, 1); /* its flush sweeps slot 0 */
+		for (uint32_t f = 1; f < start; f++)
+			kvf_score_flush(s); /* slots 0 .. start - 1 swept */
+		kvf_score_add(s, h[8], KVF_LOC(2, 1, 0)); /* at 15: publisher 1's goes to 0 */
+		for (int f = 0; f < 32; f++)
+			kvf_score_flush(s);
+		assert_int_equal(kvf_score_count(s), 3);
+		sw_reuse_column(s); /* publisher 1's old column */
+		assert_false(sw_answered(s, h[1], 3));
+		assert_true(sw_answered(s, h[8], 2));
+		kvf_score_free(s);
+	}
+}
+
+/* The sweep at every slot of a 16-slot table while runs wrap around its
+ * end: publisher 1's entries are dropped and swept one slot per flush;
+ * between flushes publisher 2 (another medium: slots of its own) adds and
+ * removes blocks homed at the table's last slots, so its runs shift
+ * entries past the cursor, into slot 0 and back. Publisher 1 is never
+ * answered again, publisher 2 always; once the pass and its grace period
+ * are over only publisher 2's entries are left, and publisher 3, given
+ * publisher 1's old column, is answered for none of its blocks. */
+static void score_sweep_meets_wrapping_runs(void **st)
+{
+	(void)st;
+	for (uint32_t start = 0; start < 20; start++) {
+		uint64_t h[12];
+		struct kvf_score *s = sw_table(h);
+		for (uint32_t i = 0; i < 6; i++) /* publisher 1: homes 13..0 and 13, 14 */
+			kvf_score_add(s, h[i], KVF_LOC(1, 0, 0));
+		kvf_score_flush(s);
+		kvf_score_drop_publisher(s, 1);
+		for (uint32_t f = 0; f < start; f++) /* the cursor at `start` (mod 16) */
+			kvf_score_flush(s);
+		bool held2[12] = {0};
+		uint64_t seed = 77 + start;
+		for (int round = 0; round < 60; round++) {
+			uint32_t i = kva_test_rand(&seed) % 12;
+			if (held2[i])
+				kvf_score_del(s, h[i], KVF_LOC(2, 1, 0));
+			else
+				kvf_score_add(s, h[i], KVF_LOC(2, 1, 0));
+			held2[i] = !held2[i];
+			kvf_score_flush(s); /* the op, then one slot of the sweep */
+			for (uint32_t k = 0; k < 12; k++) {
+				assert_false(sw_answered(s, h[k], 1));
+				assert_int_equal(sw_answered(s, h[k], 2), held2[k]);
+			}
+		}
+		size_t want = 0;
+		for (uint32_t k = 0; k < 12; k++)
+			want += held2[k];
+		for (int f = 0; f < 64; f++)
+			kvf_score_flush(s);
+		assert_int_equal(kvf_score_count(s), want);
+		sw_reuse_column(s);
+		for (uint32_t k = 0; k < 12; k++)
+			assert_false(sw_answered(s, h[k], 3));
+		kvf_score_free(s);
+	}
 }
 
 /* Keys aimed at one home (found with the home function a test may call):
@@ -582,6 +741,9 @@ int main(void)
 		cmocka_unit_test(score_copy_crafted_keys_spread),
 		cmocka_unit_test(score_copy_probe_cap_refuses),
 		cmocka_unit_test(score_copy_matches_a_reference),
+		cmocka_unit_test(score_copy_matches_a_reference_mid_sweep),
+		cmocka_unit_test(score_sweep_meets_wrapping_runs),
+		cmocka_unit_test(score_sweep_catches_an_entry_wrapped_behind_it),
 		cmocka_unit_test(siphash_of_many_matches_one_at_a_time),
 		cmocka_unit_test(dropping_a_publisher_is_constant_time),
 		cmocka_unit_test(generation_wrap_scans_once),
