@@ -22,6 +22,7 @@
 #include "held.h"
 #include "lifecycle.h"
 #include "lookup.h"
+#include "prio.h"
 #include "ready_heap.h"
 #include "stats.h"
 #include "token_budget.h"
@@ -576,7 +577,7 @@ uint32_t kva__admit_run(kva_engine *e)
 					break;
 				scout = x;
 				lead++;
-				kva__rec_prefetch(kva__req_of_wq(x));
+				kva__rec_prefetch_slot(kva__req_of_wq(x), e->lv != NULL);
 			}
 			kva__waiting_queue_prefetch_ahead(e, kva__req_of_wq(n));
 		}

@@ -311,7 +311,7 @@ static int take_running(kva_engine *e, kva_handle h, uint32_t to, struct kva__re
 	 * so the caller's misses overlap instead of following one another. */
 	struct kva__req *r = kva_slab_get(&e->slab, h.slot);
 	if (r)
-		kva__rec_prefetch(r);
+		kva__rec_prefetch_slot(r, e->lv != NULL);
 	if (!(r = find(e, h)))
 		return -ENOENT;
 	struct kva__grant *g = atomic_load_explicit(&r->grant, memory_order_relaxed);

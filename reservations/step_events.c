@@ -32,6 +32,7 @@
 #include "held.h"
 #include "lifecycle.h"
 #include "lookup.h"
+#include "prio.h"
 #include "priority_levels.h"
 #include "stats.h"
 #include "step_events.h"
@@ -235,7 +236,7 @@ static void scout(kva_engine *e, struct kva_inbox_batch *b, struct scouts *sc)
 		sc->far = x;
 		sc->far_lead++;
 		if ((r = event_req_hint(e, x)))
-			kva__rec_prefetch(r);
+			kva__rec_prefetch_slot(r, e->lv != NULL);
 	}
 	while (sc->near_lead < PREFETCH_AHEAD / 2) {
 		struct kva_inbox_node *x = kva_inbox_batch_peek(b, sc->near);

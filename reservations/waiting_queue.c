@@ -13,6 +13,7 @@
 #include "head_timers.h"
 #include "lifecycle.h"
 #include "lookup.h"
+#include "prio.h"
 #include "priority_levels.h"
 #include "run_heap.h"
 #include "waiting_queue.h"
@@ -41,7 +42,7 @@ void kva__waiting_queue_prefetch_ahead(kva_engine *e, const struct kva__req *r)
 		return;
 	const struct kva__req *x = kva_slab_get(&e->slab, r->ahead - 1);
 	if (x)
-		kva__rec_prefetch(x);
+		kva__rec_prefetch_slot(x, e->lv != NULL);
 }
 
 void kva__waiting_queue_enqueue(kva_engine *e, struct kva__req *r)
