@@ -102,6 +102,8 @@ void kvf_index_stats(kva_fleet *f)
 	stat_set(f, STAT(index_refused), f->index.refused);
 	stat_set(f, STAT(index_reclaimed), f->index.reclaimed);
 	stat_set(f, STAT(index_scans), f->index.gen_wraps);
+	if (f->score)
+		stat_set(f, STAT(score_uncopied), kvf_score_no_column(f->score));
 }
 
 void kvf_drop_publisher(kva_fleet *f, struct publisher *pub, const char *why)

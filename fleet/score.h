@@ -51,8 +51,9 @@ void kvf_score_set_sweep_slots(struct kvf_score *s, size_t n);
  * SWEEP_SLOTS slots each; pub's next add takes a free column (none: the
  * add is not copied, counted in kvf_score_no_column). */
 void kvf_score_drop_publisher(struct kvf_score *s, uint32_t pub);
-/* For tests: slots the sweep has looked at, adds not copied for want of a
- * column, entries in the table (dead ones not yet swept included). */
+/* Adds not copied for want of a column (kva_fleet_stats.score_uncopied);
+ * for tests: slots the sweep has looked at, entries in the table (dead ones
+ * not yet swept included). */
 uint64_t kvf_score_swept(const struct kvf_score *s);
 uint64_t kvf_score_no_column(const struct kvf_score *s);
 size_t kvf_score_count(const struct kvf_score *s);

@@ -552,6 +552,42 @@ static void score_sweep_meets_wrapping_runs(void **st)
 	}
 }
 
+/* A publisher dropped again and again within one sweep pass: its ninth
+ * column is refused (its adds counted, not copied) while another
+ * publisher's adds go on; once the passes and their grace periods are over
+ * it gets a column again. */
+static void score_copy_bounds_a_publishers_dead_columns(void **st)
+{
+	(void)st;
+	struct kvf_score *s = kvf_score_new(1, 3000); /* 4,096 slots: a pass is 4,096 flushes */
+	assert_non_null(s);
+	kvf_score_set_sweep_slots(s, 1);
+	for (uint64_t k = 1; k <= 8; k++) {
+		kvf_score_add(s, k, KVF_LOC(1, 0, 0));
+		kvf_score_flush(s);
+		assert_true(sw_answered(s, k, 1));
+		kvf_score_drop_publisher(s, 1);
+		assert_false(sw_answered(s, k, 1));
+	}
+	assert_int_equal(kvf_score_no_column(s), 0);
+	kvf_score_add(s, 9, KVF_LOC(1, 0, 0)); /* eight columns in the sweep */
+	kvf_score_add(s, 10, KVF_LOC(2, 0, 0));
+	kvf_score_flush(s);
+	assert_int_equal(kvf_score_no_column(s), 1);
+	assert_false(sw_answered(s, 9, 1));
+	assert_true(sw_answered(s, 10, 2));
+	for (int f = 0; f < 2 * 4096 + 2; f++) /* both passes end */
+		kvf_score_flush(s);
+	urcu_memb_barrier();
+	kvf_score_flush(s); /* their grace period was seen: the columns are free */
+	kvf_score_add(s, 11, KVF_LOC(1, 0, 0));
+	kvf_score_flush(s);
+	assert_true(sw_answered(s, 11, 1));
+	assert_int_equal(kvf_score_no_column(s), 1);
+	assert_int_equal(kvf_score_count(s), 2); /* blocks 10 and 11 */
+	kvf_score_free(s);
+}
+
 /* Keys aimed at one home (found with the home function a test may call):
  * past probe_max an add is refused and counted, and the copy stays usable. */
 static void score_copy_probe_cap_refuses(void **st)
@@ -744,6 +780,7 @@ int main(void)
 		cmocka_unit_test(score_copy_matches_a_reference_mid_sweep),
 		cmocka_unit_test(score_sweep_meets_wrapping_runs),
 		cmocka_unit_test(score_sweep_catches_an_entry_wrapped_behind_it),
+		cmocka_unit_test(score_copy_bounds_a_publishers_dead_columns),
 		cmocka_unit_test(siphash_of_many_matches_one_at_a_time),
 		cmocka_unit_test(dropping_a_publisher_is_constant_time),
 		cmocka_unit_test(generation_wrap_scans_once),

@@ -244,6 +244,10 @@ typedef struct kva_fleet_stats {
 	/* Blocks of BlockStored events refused: their block_size is not the one
 	 * configured for their (medium, group) (or block_size). */
 	uint64_t block_size_mismatch;
+	/* With cfg.score: stored blocks left out of the router's copy because
+	 * their publisher had 8 dropped columns still being swept (a publisher
+	 * dropped again and again within one sweep pass; docs/fleet.md). */
+	uint64_t score_uncopied;
 } kva_fleet_stats;
 
 KVA_API void kva_fleet_stats_get(const kva_fleet *f, kva_fleet_stats *out);
