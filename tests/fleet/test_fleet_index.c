@@ -5,8 +5,10 @@
  * that wrap), CLOCK eviction by the cap, deletion by publisher, and random
  * operations checked against a plain reference. No sockets.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -588,6 +590,98 @@ static void score_copy_bounds_a_publishers_dead_columns(void **st)
 	kvf_score_free(s);
 }
 
+/* Column reuse under a reader: six publishers, each storing only blocks of
+ * its own hash range, are added to, removed from and dropped at random on a
+ * 512-slot copy that sweeps 3 slots per flush, so dead columns are swept
+ * over many flushes and, once their grace periods end, handed to other
+ * publishers; another thread scores each publisher's chain all along. A
+ * match naming a publisher other than the chain's owner would be an old
+ * column's bit read under its new owner: none may appear. */
+#define CR_PUBS 6
+#define CR_BLOCKS 16
+struct cr_reader {
+	struct kvf_score *s;
+	atomic_int stop;
+	uint64_t wrong, matches, calls;
+};
+
+static uint64_t cr_hash(uint32_t pub, uint32_t k) { return (uint64_t)(pub + 1) << 32 | k; }
+
+/* The publisher ids that hold a prefix of pub's chain: `wrong` counts the
+ * others. */
+static void cr_check(struct kvf_score *s, uint32_t pub, uint64_t *wrong, uint64_t *matches)
+{
+	static char names[64][KVF_MEDIUM_MAX + 1];
+	static const uint32_t bs[64];
+	uint64_t chain[4];
+	for (uint32_t k = 0; k < 4; k++)
+		chain[k] = cr_hash(pub, k);
+	kva_fleet_match got[8];
+	int n = kvf_score_query(s, (const char(*)[KVF_MEDIUM_MAX + 1])names, bs, chain, 4, got, 8);
+	for (int i = 0; i < n; i++) {
+		*wrong += got[i].publisher != pub;
+		*matches += 1;
+	}
+}
+
+static void *cr_read(void *arg)
+{
+	struct cr_reader *r = arg;
+	uint64_t seed = 3;
+	while (!atomic_load_explicit(&r->stop, memory_order_acquire)) {
+		cr_check(r->s, (uint32_t)(kva_test_rand(&seed) % CR_PUBS), &r->wrong, &r->matches);
+		r->calls++;
+	}
+	return NULL;
+}
+
+static void score_columns_change_owners_under_a_reader(void **st)
+{
+	(void)st;
+	struct kvf_score *s = kvf_score_new(1, 300);
+	assert_non_null(s);
+	kvf_score_set_sweep_slots(s, 3);
+	static bool held[CR_PUBS][CR_BLOCKS];
+	memset(held, 0, sizeof held);
+	struct cr_reader rd = {.s = s};
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, cr_read, &rd), 0);
+	uint64_t seed = 41, ops = kva_test_scaled(20000);
+	for (uint64_t i = 0; i < ops; i++) {
+		uint32_t p = (uint32_t)(kva_test_rand(&seed) % CR_PUBS);
+		uint32_t k = (uint32_t)(kva_test_rand(&seed) % 4); /* the chain's blocks */
+		uint32_t op = (uint32_t)(kva_test_rand(&seed) % 100);
+		if (op < 60 && !held[p][k]) {
+			kvf_score_add(s, cr_hash(p, k), KVF_LOC(p, 0, 0));
+			held[p][k] = true;
+		} else if (op < 97 && held[p][k]) {
+			kvf_score_del(s, cr_hash(p, k), KVF_LOC(p, 0, 0));
+			held[p][k] = false;
+		} else if (op >= 97) {
+			kvf_score_drop_publisher(s, p);
+			memset(held[p], 0, sizeof held[p]);
+		}
+		kvf_score_flush(s);
+		if (i % 256 == 255)
+			urcu_memb_barrier(); /* graces end: columns change owners */
+	}
+	atomic_store_explicit(&rd.stop, 1, memory_order_release);
+	pthread_join(t, NULL);
+	assert_int_equal(rd.wrong, 0);
+	assert_true(rd.matches > 0);
+	/* quiet now: every publisher's blocks, and only its own */
+	for (int f = 0; f < 2 * 512; f++)
+		kvf_score_flush(s);
+	uint64_t wrong = 0, matches = 0;
+	for (uint32_t p = 0; p < CR_PUBS; p++)
+		cr_check(s, p, &wrong, &matches);
+	assert_int_equal(wrong, 0);
+	print_message("columns under a reader: %llu scores, %llu matches, %llu adds not copied\n",
+	              (unsigned long long)rd.calls, (unsigned long long)rd.matches,
+	              (unsigned long long)kvf_score_no_column(s));
+	kvf_score_free(s);
+}
+
 /* Keys aimed at one home (found with the home function a test may call):
  * past probe_max an add is refused and counted, and the copy stays usable. */
 static void score_copy_probe_cap_refuses(void **st)
@@ -781,6 +875,7 @@ int main(void)
 		cmocka_unit_test(score_sweep_meets_wrapping_runs),
 		cmocka_unit_test(score_sweep_catches_an_entry_wrapped_behind_it),
 		cmocka_unit_test(score_copy_bounds_a_publishers_dead_columns),
+		cmocka_unit_test(score_columns_change_owners_under_a_reader),
 		cmocka_unit_test(siphash_of_many_matches_one_at_a_time),
 		cmocka_unit_test(dropping_a_publisher_is_constant_time),
 		cmocka_unit_test(generation_wrap_scans_once),
