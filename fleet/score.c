@@ -92,8 +92,8 @@ struct ident {
 };
 
 /* The grace period a swept column waits for before it is free (one at a
- * time; allocated with the copy, freed by whichever of kvf_score_free and
- * the callback comes second). */
+ * time, running while kvf_score.grace_on; allocated with the copy, freed by
+ * whichever of kvf_score_free and the callback comes second). */
 enum { GRACE_WAITING, GRACE_DONE, GRACE_ORPHANED };
 struct grace {
 	struct rcu_head rcu;
@@ -137,8 +137,9 @@ struct kvf_score {
 	size_t cursor; /* the pass: slots before it hold no dead_this bit */
 	uint64_t dead_this[COLUMNS / 64], dead_next[COLUMNS / 64];
 	uint64_t swept[COLUMNS / 64], graced[COLUMNS / 64];
+	bool swept_any; /* a pass ended since the last grace began */
+	bool grace_on;  /* graced's grace runs, or ended unseen */
 	struct grace *grace;
-	bool grace_on;
 	uint64_t swept_slots, no_column; /* for tests: the sweep's slots, adds without a column */
 	/* published with release stores (I/O thread), read with acquire loads
 	 * (kvf_score_query) inside a read-side section */
@@ -402,7 +403,8 @@ static void grace_end(struct rcu_head *head)
 		free(g);
 }
 
-/* The columns whose grace ended are free; the swept ones start theirs. */
+/* The columns whose grace ended are free; the swept ones start theirs.
+ * Nothing to look at, in every flush without drops. */
 static void grace_poll(struct kvf_score *s)
 {
 	if (s->grace_on) {
@@ -421,14 +423,13 @@ static void grace_poll(struct kvf_score *s)
 			s->graced[w] = 0;
 		}
 	}
-	bool any = false;
+	if (!s->swept_any)
+		return;
+	s->swept_any = false;
 	for (uint32_t w = 0; w < COLUMNS / 64; w++) {
-		any |= s->swept[w] != 0;
 		s->graced[w] = s->swept[w];
 		s->swept[w] = 0;
 	}
-	if (!any)
-		return;
 	atomic_store_explicit(&s->grace->state, GRACE_WAITING, memory_order_relaxed);
 	s->grace_on = true;
 	kva_rcu_call(&s->grace->rcu, grace_end);
@@ -445,6 +446,7 @@ static void pass_end(struct kvf_score *s)
 		any |= s->dead_next[w] != 0;
 		s->dead_next[w] = 0;
 	}
+	s->swept_any = true; /* a pass starts with a column dropped */
 	s->cursor = 0;
 	s->pass_on = any;
 }
