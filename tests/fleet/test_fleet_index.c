@@ -440,13 +440,19 @@ static void score_copy_matches_a_reference_mid_sweep(void **st)
 	score_copy_reference_run(5);
 }
 
-/* Is publisher pub answered for block hash h (a one-block chain)? */
-static bool sw_answered(struct kvf_score *s, uint64_t h, uint32_t pub)
+/* The matches of chain[0..n) in got[8] (media unnamed, block size 0). */
+static int sw_query(struct kvf_score *s, const uint64_t *chain, uint32_t n, kva_fleet_match *got)
 {
 	static char names[64][KVF_MEDIUM_MAX + 1];
 	static const uint32_t bs[64];
+	return kvf_score_query(s, (const char(*)[KVF_MEDIUM_MAX + 1])names, bs, chain, n, got, 8);
+}
+
+/* Is publisher pub answered for block hash h (a one-block chain)? */
+static bool sw_answered(struct kvf_score *s, uint64_t h, uint32_t pub)
+{
 	kva_fleet_match got[8];
-	int n = kvf_score_query(s, (const char(*)[KVF_MEDIUM_MAX + 1])names, bs, &h, 1, got, 8);
+	int n = sw_query(s, &h, 1, got);
 	for (int i = 0; i < n; i++)
 		if (got[i].publisher == pub)
 			return true;
@@ -598,7 +604,7 @@ static void score_copy_bounds_a_publishers_dead_columns(void **st)
  * match naming a publisher other than the chain's owner would be an old
  * column's bit read under its new owner: none may appear. */
 #define CR_PUBS 6
-#define CR_BLOCKS 16
+#define CR_CHAIN 4 /* each publisher's blocks: one chain */
 struct cr_reader {
 	struct kvf_score *s;
 	atomic_int stop;
@@ -611,13 +617,11 @@ static uint64_t cr_hash(uint32_t pub, uint32_t k) { return (uint64_t)(pub + 1) <
  * others. */
 static void cr_check(struct kvf_score *s, uint32_t pub, uint64_t *wrong, uint64_t *matches)
 {
-	static char names[64][KVF_MEDIUM_MAX + 1];
-	static const uint32_t bs[64];
-	uint64_t chain[4];
-	for (uint32_t k = 0; k < 4; k++)
+	uint64_t chain[CR_CHAIN];
+	for (uint32_t k = 0; k < CR_CHAIN; k++)
 		chain[k] = cr_hash(pub, k);
 	kva_fleet_match got[8];
-	int n = kvf_score_query(s, (const char(*)[KVF_MEDIUM_MAX + 1])names, bs, chain, 4, got, 8);
+	int n = sw_query(s, chain, CR_CHAIN, got);
 	for (int i = 0; i < n; i++) {
 		*wrong += got[i].publisher != pub;
 		*matches += 1;
@@ -641,7 +645,7 @@ static void score_columns_change_owners_under_a_reader(void **st)
 	struct kvf_score *s = kvf_score_new(1, 300);
 	assert_non_null(s);
 	kvf_score_set_sweep_slots(s, 3);
-	static bool held[CR_PUBS][CR_BLOCKS];
+	static bool held[CR_PUBS][CR_CHAIN];
 	memset(held, 0, sizeof held);
 	struct cr_reader rd = {.s = s};
 	pthread_t t;
@@ -649,7 +653,7 @@ static void score_columns_change_owners_under_a_reader(void **st)
 	uint64_t seed = 41, ops = kva_test_scaled(20000);
 	for (uint64_t i = 0; i < ops; i++) {
 		uint32_t p = (uint32_t)(kva_test_rand(&seed) % CR_PUBS);
-		uint32_t k = (uint32_t)(kva_test_rand(&seed) % 4); /* the chain's blocks */
+		uint32_t k = (uint32_t)(kva_test_rand(&seed) % CR_CHAIN);
 		uint32_t op = (uint32_t)(kva_test_rand(&seed) % 100);
 		if (op < 60 && !held[p][k]) {
 			kvf_score_add(s, cr_hash(p, k), KVF_LOC(p, 0, 0));
