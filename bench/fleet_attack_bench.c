@@ -184,12 +184,13 @@ static int storm(size_t n, bool score)
 	storm_run(f, tp, 1, &q50, &qmax, &nc);
 	kva_fleet_stats s2;
 	kva_fleet_stats_get(f, &s2);
-	printf("fleet storm%s: %llu entries; honest batch send->applied, quiet: p50 %.2f ms, max %.2f "
-	       "ms; with %llu hostile clears (~1,000/s): p50 %.2f ms, max %.2f ms (ratio of max "
-	       "%.2f); index scans %llu\n",
-	       score ? " (score copy on)" : "", (unsigned long long)s.blocks, b50 / 1e6, bmax / 1e6, (unsigned long long)nc,
-	       q50 / 1e6, qmax / 1e6, (double)qmax / (double)bmax,
-	       (unsigned long long)(s2.index_scans - s.index_scans));
+	printf(
+	    "fleet storm%s: %llu entries; honest batch send->applied, quiet: p50 %.2f ms, max %.2f "
+	    "ms; with %llu hostile clears (~1,000/s): p50 %.2f ms, max %.2f ms (ratio of max "
+	    "%.2f); index scans %llu\n",
+	    score ? " (score copy on)" : "", (unsigned long long)s.blocks, b50 / 1e6, bmax / 1e6,
+	    (unsigned long long)nc, q50 / 1e6, qmax / 1e6, (double)qmax / (double)bmax,
+	    (unsigned long long)(s2.index_scans - s.index_scans));
 	kva_fleet_destroy(f);
 	tp_free(tp[0]);
 	tp_free(tp[1]);
