@@ -348,21 +348,48 @@ void kva_slab_set_warm(struct kva_slab *s, kva_slab_warm_fn warm)
 
 /* ---- allocation and retirement ------------------------------------------------ */
 
+/* The empty cache c refilled: retired slots first (their pages are touched
+ * already), then never-used ones; a new chunk only when both are gone. 0:
+ * no memory. */
+static uint32_t refill(struct kva_slab *s, struct kva_slab_cache *c)
+{
+	kva_rcu_read_lock();
+	c->n = pop_batch(s, c->idx);
+	kva_rcu_read_unlock();
+	if (!c->n)
+		c->n = refill_fresh(s, c);
+	return c->n;
+}
+
 void *kva_slab_alloc(struct kva_slab *s, uint32_t *idx)
+{
+	struct kva_slab_cache *c = kva__slab_my_cache(s);
+	if (!c || (!c->n && !refill(s, c)))
+		return NULL;
+	*idx = c->idx[--c->n];
+	return hdr(s, *idx);
+}
+
+void *kva_slab_alloc_near(struct kva_slab *s, uint32_t near, uint32_t *idx)
 {
 	struct kva_slab_cache *c = kva__slab_my_cache(s);
 	if (!c)
 		return NULL;
-	if (!c->n) {
-		kva_rcu_read_lock();
-		c->n = pop_batch(s, c->idx);
-		kva_rcu_read_unlock();
-		/* Retired slots first (their pages are touched already), then
-		 * never-used ones; a new chunk only when both are gone. */
-		if (!c->n && !(c->n = refill_fresh(s, c)))
+	struct kva_slab_lane *l = kva__slab_lane(c, near);
+	if (!l)
+		return kva_slab_alloc(s, idx);
+	if (!l->n) {
+		/* The cache's top batch, whole: a refill's is one run of
+		 * never-used slots or one retired batch. Order kept, so the lane
+		 * hands out the lowest index first as the cache does. */
+		if (!c->n && !refill(s, c))
 			return NULL;
+		uint32_t m = c->n < KVA_SLAB_REFILL ? c->n : KVA_SLAB_REFILL;
+		c->n -= m;
+		memcpy(l->idx, &c->idx[c->n], m * sizeof(l->idx[0]));
+		l->n = m;
 	}
-	*idx = c->idx[--c->n];
+	*idx = l->idx[--l->n];
 	return hdr(s, *idx);
 }
 

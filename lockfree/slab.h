@@ -48,7 +48,7 @@
  * Synchronisation table:
  *   call                         | may run concurrently with
  *   -----------------------------+---------------------------------------
- *   kva_slab_alloc / _publish    | everything but init/fini (any threads)
+ *   kva_slab_alloc(_near) / _publish | everything but init/fini (any threads)
  *   kva_slab_grow_ahead          | everything but init/fini (any threads)
  *   kva_slab_unalloc             | everything but init/fini (the allocating thread)
  *   kva_slab_lookup / _get       | everything but init/fini (RCU reader)
@@ -85,6 +85,7 @@
 #define KVA_SLAB_TLS_CACHES 128u
 #define KVA_SLAB_TLS_PROBE 4u
 #define KVA_SLAB_STACKS 16u      /* shared free stacks: threads refill from their own first */
+#define KVA_SLAB_LANES 64u       /* placement classes of kva_slab_alloc_near, per thread cache */
 
 /* First member of every slot. */
 struct kva_slab_hdr {
@@ -161,6 +162,18 @@ void kva_slab_fini(struct kva_slab *s);
  * published or retired. From the thread's cache; a refill takes a batch of
  * retired slots, else never-used ones, else grows the slab by a chunk. */
 void *kva_slab_alloc(struct kva_slab *s, uint32_t *idx);
+/* Any thread. As kva_slab_alloc, but the slots one thread takes with the
+ * same `near` (mod KVA_SLAB_LANES) come from one refill batch of up to
+ * KVA_SLAB_REFILL slots while it lasts: neighbours in memory when the batch
+ * is never-used or was retired together. For an owner that uses its records
+ * by class (an engine admits one priority level's requests together), so
+ * that records used together share cache lines and prefetch streams instead
+ * of lying a class count apart. A thread's cache keeps at most
+ * KVA_SLAB_LANES batches aside this way (its lanes, made at its first call;
+ * without memory for them this is kva_slab_alloc), and they go with the
+ * cache to the next thread when it exits. Not to be undone with
+ * kva_slab_unalloc. */
+void *kva_slab_alloc_near(struct kva_slab *s, uint32_t near, uint32_t *idx);
 /* Any thread; meant for a thread off the allocating threads' path (the
  * slab grower). It maps and faults in memory, so not for a scheduler's
  * step. Publishes chunks until at least

@@ -34,17 +34,24 @@ static int exit_key_err;
 
 static _Atomic uint64_t detached; /* caches left by live threads (tests) */
 
+/* A cache and its lanes. */
+static void cache_free(struct kva_slab_cache *c)
+{
+	free(c->lanes);
+	free(c);
+}
+
 /* The thread stops using a cache; its slots stay in it for the next thread
  * that attaches to the slab. Touches nothing of the slab, which may be gone. */
 static void detach(struct kva__slab_tls *t)
 {
 	atomic_fetch_add_explicit(&detached, 1, memory_order_relaxed);
 	int o = CACHE_OWNED;
-	/* R3: the cache's slots, to the thread that adopts it (A3). A10: pairs
+	/* R3: the cache's slots and lanes, to the thread that adopts it (A3). A10: pairs
 	 * with R10 in kva_slab_fini — the slab is gone, the cache is ours. */
 	if (!atomic_compare_exchange_strong_explicit(&t->c->owned, &o, CACHE_FREE,
 	                                             memory_order_release, memory_order_acquire))
-		free(t->c);
+		cache_free(t->c);
 	t->serial = 0;
 	t->c = NULL;
 }
@@ -108,6 +115,7 @@ static struct kva_slab_cache *attach(struct kva_slab *s)
 		if (!c)
 			return NULL;
 		c->n = 0;
+		c->lanes = NULL;
 		atomic_init(&c->owned, CACHE_OWNED);
 		c->next = atomic_load_explicit(&s->caches, memory_order_relaxed);
 		/* R5: the cache, to threads walking the list (A5). */
@@ -139,9 +147,17 @@ void kva__slab_caches_orphan(struct kva_slab *s)
 		 * thread's failed CAS (A10). */
 		if (atomic_exchange_explicit(&c->owned, CACHE_ORPHAN, memory_order_acq_rel) ==
 		    CACHE_FREE)
-			free(c);
+			cache_free(c);
 		c = next;
 	}
+}
+
+struct kva_slab_lane *kva__slab_lane(struct kva_slab_cache *c, uint32_t near)
+{
+	/* From malloc, as the cache: both may outlive the slab. */
+	if (!c->lanes && !(c->lanes = calloc(KVA_SLAB_LANES, sizeof(*c->lanes))))
+		return NULL;
+	return &c->lanes[near % KVA_SLAB_LANES];
 }
 
 uint64_t kva__slab_detached(void)

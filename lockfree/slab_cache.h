@@ -19,11 +19,18 @@
 /* A cache's owner word (slab_cache.c). */
 enum { CACHE_FREE, CACHE_OWNED, CACHE_ORPHAN };
 
+/* One placement class's batch (kva_slab_alloc_near). */
+struct kva_slab_lane {
+	uint32_t n;
+	uint32_t idx[KVA_SLAB_REFILL];
+};
+
 struct kva_slab_cache {
 	struct kva_slab_cache *next; /* the slab's list of caches, never unlinked */
 	_Atomic int owned;           /* CACHE_*: who may use or free it */
 	uint32_t n;
 	uint32_t idx[KVA_SLAB_CACHE];
+	struct kva_slab_lane *lanes; /* KVA_SLAB_LANES, made by the first alloc_near */
 };
 
 /* A thread's table of its caches: open addressing by the slab's serial,
@@ -47,6 +54,9 @@ static inline struct kva_slab_cache *kva__slab_my_cache(struct kva_slab *s)
 		return t->c;
 	return kva__slab_my_cache_slow(s);
 }
+/* The lane of class `near` in the calling thread's cache c, the lanes made
+ * at the first call; NULL when there is no memory for them. */
+struct kva_slab_lane *kva__slab_lane(struct kva_slab_cache *c, uint32_t near);
 /* fini: frees s's caches no thread holds and leaves the others to their
  * threads. */
 void kva__slab_caches_orphan(struct kva_slab *s);

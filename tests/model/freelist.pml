@@ -7,7 +7,7 @@
  *
  * Default: the slab's shared free stacks (slab.c push_batches,
  * slab.c pop_stack), which have no tag by design: a pop runs inside an
- * RCU read-side section (slab.c kva_slab_alloc, around pop_batch), and a
+ * RCU read-side section (slab.c refill, around pop_batch), and a
  * node is pushed back only by a call_rcu callback, a grace period after it
  * was retired (slab.c reclaim_ticket, then slab.c reclaim_chain; modelled
  * as a synchronize_rcu before the push).
@@ -67,7 +67,7 @@ proctype popper(byte me)
 		k++;
 		got = 0;
 #ifndef TICKETS
-		rcu_ctr[me]++; /* slab.c kva_slab_alloc: kva_rcu_read_lock */
+		rcu_ctr[me]++; /* slab.c refill: kva_rcu_read_lock */
 #endif
 		w = top; /* slab.c pop_stack, A4 / slab_reclaim.c kva__slab_ticket_get, A6 */
 		do

@@ -779,6 +779,71 @@ static void test_an_exited_threads_cache_goes_to_the_next_thread(void **state)
 	slab_free(s);
 }
 
+/* Two classes taken in turn (the second past KVA_SLAB_LANES, which wraps
+ * to a lane): each gets runs of neighbouring slots (one refill batch per
+ * lane), and no slot is handed out twice. */
+static void test_alloc_near_keeps_a_class_together(void **state)
+{
+	(void)state;
+	struct kva_slab *s = slab_new();
+	enum { PER = 2 * KVA_SLAB_REFILL };
+	uint32_t idx[2][PER];
+	unsigned char seen[256] = {0};
+	for (uint32_t i = 0; i < PER; i++)
+		for (uint32_t k = 0; k < 2; k++) {
+			assert_non_null(kva_slab_alloc_near(s, 7 + k * KVA_SLAB_LANES + k, &idx[k][i]));
+			assert_true(idx[k][i] < 256);
+			assert_int_equal(seen[idx[k][i]]++, 0);
+		}
+	for (uint32_t k = 0; k < 2; k++)
+		for (uint32_t i = 1; i < PER; i++)
+			if (i % KVA_SLAB_REFILL)
+				assert_int_equal(idx[k][i], idx[k][i - 1] + 1);
+	/* plain allocations beside them: still distinct */
+	for (uint32_t i = 0; i < 32; i++) {
+		uint32_t x;
+		assert_non_null(kva_slab_alloc(s, &x));
+		assert_true(x < 256);
+		assert_int_equal(seen[x]++, 0);
+	}
+	slab_free(s);
+}
+
+static void *alloc_near_n(void *arg)
+{
+	struct thread_arg *a = arg;
+	for (uint32_t i = 0; i < a->n; i++)
+		if (!kva_slab_alloc_near(a->s, i % 3, &a->idx[i]))
+			a->nulls++;
+	return NULL;
+}
+
+/* A thread exits with three lanes part used (31 slots each): the next
+ * thread adopts its cache, lanes included, and gets exactly those slots
+ * for the same classes, none of them new. */
+static void test_an_exited_threads_lanes_go_to_the_next_thread(void **state)
+{
+	(void)state;
+	struct kva_slab *s = slab_new();
+	struct thread_arg a = {.s = s, .n = 3}, b = {.s = s, .n = 3 * (KVA_SLAB_REFILL - 1)};
+	pthread_t t;
+
+	assert_int_equal(pthread_create(&t, NULL, alloc_near_n, &a), 0);
+	pthread_join(t, NULL);
+	assert_int_equal(a.nulls, 0);
+	assert_int_equal(pthread_create(&t, NULL, alloc_near_n, &b), 0);
+	pthread_join(t, NULL);
+	assert_int_equal(b.nulls, 0);
+	unsigned char seen[256] = {0};
+	for (uint32_t i = 0; i < a.n; i++)
+		seen[a.idx[i]]++;
+	for (uint32_t i = 0; i < b.n; i++) {
+		assert_true(b.idx[i] < 3 * KVA_SLAB_REFILL); /* A's three batches */
+		assert_int_equal(seen[b.idx[i]]++, 0);
+	}
+	slab_free(s);
+}
+
 /* More slabs than a thread keeps caches for, and a slab re-created at the
  * same address: the thread's stale entry must never be used (its cache was
  * freed with the old slab; ASan would see the use). */
@@ -935,6 +1000,8 @@ int main(void)
 	    cmocka_unit_test_setup(test_allocation_failure_leaves_a_usable_slab, setup),
 	    cmocka_unit_test_setup(test_grow_ahead_keeps_producers_from_growing, setup),
 	    cmocka_unit_test_setup(test_alloc_grows_on_demand_without_grow_ahead, setup),
+	    cmocka_unit_test_setup(test_alloc_near_keeps_a_class_together, setup),
+	    cmocka_unit_test_setup(test_an_exited_threads_lanes_go_to_the_next_thread, setup),
 	    cmocka_unit_test_setup(test_fresh_slots_are_touched_only_by_their_owner, setup),
 	    cmocka_unit_test_setup(test_grow_ahead_warms_the_next_slots_once, setup),
 	    cmocka_unit_test_setup(test_an_exited_threads_cache_goes_to_the_next_thread, setup),
