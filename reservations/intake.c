@@ -57,7 +57,7 @@ int kva_submit(kva_engine *e, const kva_request *q, kva_handle *out)
 			return rc;
 	}
 	uint32_t slot;
-	struct kva__req *r = kva__rec_new(e, &slot);
+	struct kva__req *r = kva__rec_new(e, q->priority, &slot);
 	if (!r)
 		return -ENOMEM;
 	/* No memset: every field the scheduler reads is set below, and the

@@ -13,8 +13,10 @@
 /* Any thread inside an RCU read-side section (or the scheduler): the live
  * record of incarnation {slot, gen} with this id, NULL if there is none. */
 struct kva__req *kva__rec_find(kva_engine *e, uint32_t slot, uint32_t gen, uint64_t id);
-/* Any thread: a free slot for a new record, its index in *slot; NULL: -ENOMEM. */
-struct kva__req *kva__rec_new(kva_engine *e, uint32_t *slot);
+/* Any thread: a free slot for a new record of this priority, its index in
+ * *slot; NULL: -ENOMEM. Under priority order, one thread's records of one
+ * level are neighbours in memory, as FCFS's of one thread are. */
+struct kva__req *kva__rec_new(kva_engine *e, int32_t priority, uint32_t *slot);
 /* Any thread: the record, filled, becomes findable under a new generation. */
 uint32_t kva__rec_publish(kva_engine *e, struct kva__req *r);
 

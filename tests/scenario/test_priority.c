@@ -609,6 +609,30 @@ static void test_threads_submit_and_change(void **state)
 	sc_free(s);
 }
 
+/* Records of one level that one thread submits, interleaved with other
+ * levels, lie in neighbouring slots (kva_slab_alloc_near): a step admits a
+ * level's requests together, and neighbours share lines and prefetch
+ * streams (bench/README.md, BM_priority_admit_paired/64/1). */
+static void test_one_levels_records_are_neighbours(void **state)
+{
+	(void)state;
+	enum { LEVELS = 4, PER = 16 };
+	kva_config c = prio_config();
+	struct sc *s = sc_new(&c);
+	uint32_t slot[LEVELS][PER];
+	for (uint32_t i = 0; i < LEVELS * PER; i++)
+		slot[i % LEVELS][i / LEVELS] =
+		    submit_p(s, 1 + i, 0, 16, (int32_t)(i % LEVELS) - 1, 0).slot;
+	for (uint32_t l = 0; l < LEVELS; l++)
+		for (uint32_t k = 1; k < PER; k++)
+			assert_int_equal(slot[l][k], slot[l][k - 1] + 1);
+	/* and the engine takes them as it takes any others */
+	assert_int_equal(sc_step(s, SC_MS), LEVELS * PER);
+	for (uint32_t i = 0; i < LEVELS * PER; i++)
+		assert_int_equal(s->admitted[i].handle.id % LEVELS, (i / PER + 1) % LEVELS);
+	sc_free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -629,6 +653,7 @@ int main(void)
 		cmocka_unit_test(test_preempt_hint),
 		cmocka_unit_test(test_threads_submit_and_change),
 		cmocka_unit_test(test_stats_by_level),
+		cmocka_unit_test(test_one_levels_records_are_neighbours),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
