@@ -58,7 +58,7 @@ struct kva_engine {
 	alignas(64) struct kva_waitq waitq; /* RCU readers: kva_waiting_foreach */
 	struct kva__levels *lv;             /* PRIORITY order: its levels (priority_levels.c) */
 	struct kva__run_ent *run;           /* PRIORITY order: RUNNING, a max-heap (run_heap.c) */
-	uint32_t n_run, run_stamp;
+	uint32_t n_run, n_run_live, run_stamp; /* entries, of them live, last stamp */
 	struct kva_inbox_batch batch;       /* spliced from the inbox, not yet handled */
 	struct kva_inbox local;             /* produced by the step's own callbacks */
 	struct kva_inbox_batch local_batch; /* spliced from local, not yet handled */

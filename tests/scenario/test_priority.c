@@ -466,6 +466,58 @@ static void test_preempt_candidate(void **state)
 	sc_free(s);
 }
 
+/* The run heap drops stale entries by rebuilding once they are half of it:
+ * thousands of starts and ends over a running set of at most 200, and after
+ * every step the candidate is the brute-force answer over what runs. */
+static void test_preempt_candidate_through_rebuilds(void **state)
+{
+	(void)state;
+	enum { MAXRUN = 200, ROUNDS = 300, PER = 40 };
+	kva_config c = prio_config();
+	c.total_pages = 4 * MAXRUN;
+	c.max_running = 4 * MAXRUN;
+	struct sc *s = sc_new(&c);
+	static int32_t prio_of[ROUNDS * PER + 1]; /* by id; arrival = id * 10 */
+	kva_handle run[MAXRUN];
+	uint32_t n = 0, seed = 12345, starts = 0;
+	uint64_t id = 1;
+	for (uint32_t round = 0; round < ROUNDS; round++) {
+		/* ten rounds filling, ten draining: every entry left in the heap
+		 * may become the largest before its request ends */
+		for (uint32_t k = 0; (round / 10) % 2 == 0 && n + k < MAXRUN && k < PER; k++, id++) {
+			seed = seed * 1103515245u + 12345u;
+			prio_of[id] = (int32_t)((seed >> 16) % 9) - 4;
+			submit_p(s, id, 0, 16, prio_of[id], id * 10);
+		}
+		int adm = sc_step(s, SC_MS);
+		for (int i = 0; i < adm; i++)
+			run[n++] = s->admitted[i].handle;
+		starts += (uint32_t)adm;
+		/* the brute-force victim: largest (priority, arrival) */
+		uint32_t v = 0;
+		for (uint32_t i = 1; i < n; i++)
+			if (prio_of[run[i].id] > prio_of[run[v].id] ||
+			    (prio_of[run[i].id] == prio_of[run[v].id] && run[i].id > run[v].id))
+				v = i;
+		kva_handle h;
+		assert_int_equal(kva_preempt_candidate(s->e, &h), n ? 0 : -ENOENT);
+		if (n)
+			assert_int_equal(h.id, run[v].id);
+		/* a random third of the running ones finish */
+		for (uint32_t i = 0; i < n;) {
+			seed = seed * 1103515245u + 12345u;
+			if ((seed >> 16) % 3 == 0) {
+				assert_int_equal(kva_finish(s->e, run[i]), 0);
+				run[i] = run[--n];
+			} else {
+				i++;
+			}
+		}
+	}
+	assert_true(starts > 4 * c.max_running); /* many rebuilds, by either rule */
+	sc_free(s);
+}
+
 /* plan.preempt_hint: the head, blocked for capacity, outranks the candidate
  * by at least preempt_threshold (SGLang's preemption threshold). */
 static void test_preempt_hint(void **state)
@@ -650,6 +702,7 @@ int main(void)
 		cmocka_unit_test(test_aging_bound),
 		cmocka_unit_test(test_no_aging_starves),
 		cmocka_unit_test(test_preempt_candidate),
+		cmocka_unit_test(test_preempt_candidate_through_rebuilds),
 		cmocka_unit_test(test_preempt_hint),
 		cmocka_unit_test(test_threads_submit_and_change),
 		cmocka_unit_test(test_stats_by_level),
