@@ -8,6 +8,9 @@
  * BM_priority_step_blocked/L: kva_step with the head blocked and no events,
  * as BM_step_blocked, over L = 0 (FCFS), 1, 16 and 1,024 levels.
  *
+ * BM_priority_step_paired/L: the same step on the L-level, a 1-level and
+ * the FCFS engine in turn in one loop (the targets' flatness and step rows).
+ *
  * BM_priority_admit/L/R: rounds of B = 1,024: B running requests finish
  * and one step (timed) handles the B finishes and admits B restores from
  * the head; untimed, their copies complete and a step admits them from
@@ -77,6 +80,53 @@ static void bm_priority_step_blocked(gb_state *s, void *arg)
 	gb_counter(s, "waiting", (double)b->n_waiting, GB_COUNTER_DEFAULT);
 }
 
+/* BM_priority_step_paired/L: the blocked step of the L-level engine, the
+ * 1-level engine and the FCFS engine (both kept) in turn, 256 steps each,
+ * in one loop: a shared machine's load, and which of this guest's two
+ * vCPUs (which run the engine's code at different speeds) the thread is
+ * on, move all three alike, where BM_priority_step_blocked's arguments run
+ * one after the other. Timed (manual): the L-level engine's steps, wall;
+ * counters the thread's CPU per step of each (cpu_ns, one_cpu_ns,
+ * fcfs_cpu_ns) and flat_ratio = cpu_ns / one_cpu_ns. */
+static struct bx *one_pair, *fcfs_pair;
+
+#define PAIR_STEPS 256
+
+static uint64_t steps_cpu(struct bx *b, uint64_t *wall)
+{
+	uint64_t c0 = bx_cpu_ns(), t0 = bx_clock_ns();
+	for (int i = 0; i < PAIR_STEPS; i++)
+		bx_step(b);
+	*wall = bx_clock_ns() - t0;
+	if (!b->plan.head_blocked || b->plan.events + b->plan.timers_fired)
+		bx_check(-EPROTO, "the head was not blocked, or the step had events");
+	return bx_cpu_ns() - c0;
+}
+
+static void bm_priority_step_paired(gb_state *s, void *arg)
+{
+	(void)arg;
+	struct bx *p = engine((uint32_t)gb_range_arg(s, 0));
+	if (!one_pair)
+		one_pair = bx_blocked_levels(WAITING, 1);
+	if (!fcfs_pair)
+		fcfs_pair = bx_blocked_levels(WAITING, 0);
+	uint64_t cp = 0, c1 = 0, cf = 0, wall;
+	while (gb_keep_running_batch(s, PAIR_STEPS)) {
+		cf += steps_cpu(fcfs_pair, &wall);
+		c1 += steps_cpu(one_pair, &wall);
+		cp += steps_cpu(p, &wall);
+		gb_set_iteration_time(s, seconds(wall)); /* the batch's, as BM_priority_admit's */
+	}
+	double it = (double)gb_iterations_done(s);
+	if (it > 0) {
+		gb_counter(s, "cpu_ns", (double)cp / it, GB_COUNTER_DEFAULT);
+		gb_counter(s, "one_cpu_ns", (double)c1 / it, GB_COUNTER_DEFAULT);
+		gb_counter(s, "fcfs_cpu_ns", (double)cf / it, GB_COUNTER_DEFAULT);
+		gb_counter(s, "flat_ratio", c1 ? (double)cp / (double)c1 : 0, GB_COUNTER_DEFAULT);
+	}
+}
+
 /* One round of B on b: B running requests finish, one step (timed: its ns
  * returned) handles them and admits B restores from the head; untimed, the
  * copies complete, a step admits them and B new restores join. b->running is
@@ -143,8 +193,6 @@ static void bm_priority_admit(gb_state *s, void *arg)
  * built once and kept: timed, the priority engine's rounds; counter
  * fcfs_ratio, their time over the FCFS rounds' (which ran in between, so
  * a shared machine's load drifting during the run moves both alike). */
-static struct bx *fcfs_pair;
-
 static void bm_priority_admit_paired(gb_state *s, void *arg)
 {
 	(void)arg;
@@ -234,6 +282,9 @@ void bm_register_priority(void)
 {
 	gb_bench *b = gb_register("BM_priority_step_blocked", bm_priority_step_blocked, NULL);
 	gb_arg(gb_arg(gb_arg(gb_arg(b, 0), 1), 16), 1024);
+	gb_arg(gb_use_manual_time(gb_register("BM_priority_step_paired", bm_priority_step_paired,
+	                                      NULL)),
+	       1024);
 	b = gb_use_manual_time(gb_register("BM_priority_admit", bm_priority_admit, NULL));
 	static const int64_t admit_args[][2] = {{0, 1}, {1, 1}, {64, 1}, {64, ROUND}};
 	for (size_t i = 0; i < sizeof(admit_args) / sizeof(admit_args[0]); i++)

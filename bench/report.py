@@ -272,7 +272,7 @@ def never_blocks_rows(res):
     return rows
 
 
-PRIO_STEP = "BM_priority_step_blocked/{}"
+PRIO_STEP_PAIRED = "BM_priority_step_paired/1024/manual_time"
 PRIO_PAIRED = "BM_priority_admit_paired/64/{}/manual_time"
 
 
@@ -283,14 +283,18 @@ def priority_rows(res):
     priorities is the target's layout, bursts of 1,024 the order's own cost),
     and a priority change with its step."""
     rows = []
-    one, many, fcfs = (res.cpu_ns(PRIO_STEP.format(n)) for n in (1, 1024, 0))
-    flat = ratio(many, one)
+    # the three engines' steps interleaved in one loop (BM_priority_step_paired):
+    # this guest's vCPUs differ in speed, and the unpaired rows ran one after
+    # the other (BM_priority_step_blocked/L, in the table of all rows)
+    many, one, fcfs, flat = (res.counter(PRIO_STEP_PAIRED, c) for c in
+                             ("cpu_ns", "one_cpu_ns", "fcfs_cpu_ns", "flat_ratio"))
     rows.append(row("`BM_priority_step_blocked` flatness t(1,024 levels) / t(1 level), 1M "
-                    "(CPU)", "≤ 1.3", flat,
+                    "(CPU; `BM_priority_step_paired/1024`)", "≤ 1.3", flat,
                     f"{flat:.2f} ({fmt_ns(many)} / {fmt_ns(one)})" if flat else "missing",
                     lambda v: v <= 1.3))
-    rows.append(row("`BM_priority_step_blocked/1024` (CPU)", "≤ 40 ns", many,
-                    f"{fmt_ns(many)} (FCFS {fmt_ns(fcfs)})", lambda v: v <= 40))
+    rows.append(row("`BM_priority_step_blocked/1024` (CPU; `BM_priority_step_paired/1024`)",
+                    "≤ 40 ns", many, f"{fmt_ns(many)} (FCFS {fmt_ns(fcfs)} in the same loop)",
+                    lambda v: v <= 40))
     for run, what in ((1, "priorities interleaved"), (1024, "in bursts of 1,024")):
         name = PRIO_PAIRED.format(run)
         v = res.counter(name, "fcfs_ratio")
