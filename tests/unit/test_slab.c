@@ -738,6 +738,7 @@ static void test_fresh_slots_are_touched_only_by_their_owner(void **state)
 struct thread_arg {
 	struct kva_slab *s;
 	uint32_t n;
+	uint32_t classes; /* 0: kva_slab_alloc; else alloc_near, slot i of class i % classes */
 	uint32_t idx[300];
 	int nulls;
 };
@@ -746,7 +747,8 @@ static void *alloc_n(void *arg)
 {
 	struct thread_arg *a = arg;
 	for (uint32_t i = 0; i < a->n; i++)
-		if (!kva_slab_alloc(a->s, &a->idx[i]))
+		if (!(a->classes ? kva_slab_alloc_near(a->s, i % a->classes, &a->idx[i])
+		                 : kva_slab_alloc(a->s, &a->idx[i])))
 			a->nulls++;
 	return NULL;
 }
@@ -809,15 +811,6 @@ static void test_alloc_near_keeps_a_class_together(void **state)
 	slab_free(s);
 }
 
-static void *alloc_near_n(void *arg)
-{
-	struct thread_arg *a = arg;
-	for (uint32_t i = 0; i < a->n; i++)
-		if (!kva_slab_alloc_near(a->s, i % 3, &a->idx[i]))
-			a->nulls++;
-	return NULL;
-}
-
 /* A thread exits with three lanes part used (31 slots each): the next
  * thread adopts its cache, lanes included, and gets exactly those slots
  * for the same classes, none of them new. */
@@ -825,13 +818,14 @@ static void test_an_exited_threads_lanes_go_to_the_next_thread(void **state)
 {
 	(void)state;
 	struct kva_slab *s = slab_new();
-	struct thread_arg a = {.s = s, .n = 3}, b = {.s = s, .n = 3 * (KVA_SLAB_REFILL - 1)};
+	struct thread_arg a = {.s = s, .n = 3, .classes = 3},
+	                  b = {.s = s, .n = 3 * (KVA_SLAB_REFILL - 1), .classes = 3};
 	pthread_t t;
 
-	assert_int_equal(pthread_create(&t, NULL, alloc_near_n, &a), 0);
+	assert_int_equal(pthread_create(&t, NULL, alloc_n, &a), 0);
 	pthread_join(t, NULL);
 	assert_int_equal(a.nulls, 0);
-	assert_int_equal(pthread_create(&t, NULL, alloc_near_n, &b), 0);
+	assert_int_equal(pthread_create(&t, NULL, alloc_n, &b), 0);
 	pthread_join(t, NULL);
 	assert_int_equal(b.nulls, 0);
 	unsigned char seen[256] = {0};
