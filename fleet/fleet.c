@@ -353,7 +353,8 @@ static kva_fleet *create_signals_blocked(const kva_fleet_config *cfg, int *err)
 	rc = -ENOMEM;
 	if (!f->chain_map || !f->watches || !f->pubs)
 		goto fail;
-	if (cfg->score && !(f->score = kvf_score_new(cfg->full_groups, cfg->max_blocks)))
+	if (cfg->score &&
+	    !(f->score = kvf_score_new(cfg->full_groups, cfg->full_groups, cfg->max_blocks, false)))
 		goto fail;
 	local_media_init(f, cfg->local_media);
 	for (uint32_t i = 0; i < cfg->nblock_sizes; i++) {

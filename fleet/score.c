@@ -29,6 +29,14 @@
  * grace period, so no query that could still read its old bits sees it
  * owned by another publisher.
  *
+ * As the fleet's index (an entry cap given: holders.h), a slot also holds
+ * CLOCK's reference bit and the watched bit of its holders, above its
+ * distance from home; the cap counts (block, location) bits, in all and
+ * per publisher; at the cap an add's CLOCK hand takes the live bits of the
+ * first slot without a reference (while a publisher holds its share or
+ * more, only such publishers' bits), and a removal from a watched slot
+ * names its (publisher, medium) pair for the fleet to look at.
+ *
  * The I/O thread holds its adds and removals and applies them at the end of
  * a batch (kvf_score_flush), fetching the home slots of the next ones while
  * it applies one; a query fetches the home slots of the blocks ahead the
@@ -68,12 +76,19 @@
 #define TAG(medium, group, word) ((uint32_t)(medium) << 11 | (uint32_t)(group) << 6 | (word))
 #define TAG_MEDIUM(t) ((t) >> 11)
 #define TAG_WORD(t) ((t)&63)
+#define TAG_GROUP(t) ((t) >> 6 & 31)
 #define TAG_COMBO(t) (TAG_MEDIUM(t) << 6 | TAG_WORD(t)) /* the group left out */
 #define TAG_BITS 17
 #define DIST_MAX 4095u /* distances from home fit 12 bits above the tag */
 #define META(tag, dist) ((uint32_t)(dist) << TAG_BITS | (tag))
 #define META_TAG(m) ((m) & ((1u << TAG_BITS) - 1))
-#define META_DIST(m) ((m) >> TAG_BITS)
+#define META_DIST(m) ((m) >> TAG_BITS & DIST_MAX)
+/* The index's flags, one per slot (for all of its holders), above the
+ * distance: CLOCK's reference bit, and "part of an answered checkpoint". */
+#define META_REF (1u << 29)
+#define META_WATCHED (1u << 30)
+#define META_FLAGS(m) ((m) & (META_REF | META_WATCHED))
+#define WATCHED_PAIRS 64 /* watched removals a flush records */
 
 _Static_assert(KVA_FLEET_MAX_PUBLISHERS <= 64 * 64, "a word index fits 6 bits");
 
@@ -92,7 +107,7 @@ struct ident {
 };
 
 /* The grace period a swept column waits for before it is free (one at a
- * time, running while kvf_score.grace_on; allocated with the copy, freed by
+ * time, running while kvf_score.grace_on; allocated with the table, freed by
  * whichever of kvf_score_free and the callback comes second). */
 enum { GRACE_WAITING, GRACE_DONE, GRACE_ORPHANED };
 struct grace {
@@ -120,7 +135,7 @@ struct kvf_score {
 	_Alignas(64) size_t count, cap;
 	size_t probe_max; /* farthest an entry may sit from its home */
 	size_t sweep_slots; /* a flush's share of the sweep (SWEEP_SLOTS) */
-	uint64_t refused; /* adds past probe_max: not copied (the index's own cap) */
+	uint64_t refused; /* adds past probe_max, or at the cap with nothing to evict */
 	uint32_t npending;
 	struct op pending[PENDING];
 	uint64_t pending_hash[PENDING], pending_home[PENDING]; /* kvf_score_flush's */
@@ -141,6 +156,22 @@ struct kvf_score {
 	bool grace_on;  /* graced's grace runs, or ended unseen */
 	struct grace *grace;
 	uint64_t swept_slots, no_column; /* for tests: the sweep's slots, adds without a column */
+	/* The index's part (kvf_score_new with an entry cap; score.h): an
+	 * entry is one (block, location) bit, live counts them, and at the
+	 * cap CLOCK evicts a slot's bits. */
+	uint64_t entry_cap; /* 0: none (the table's load bounds it) */
+	uint64_t live, evicted;
+	size_t hand;
+	uint32_t keep_groups; /* groups the table takes (full and state) */
+	uint64_t quota;       /* a publisher's share of the cap (0: none) */
+	uint32_t nover;       /* publishers holding their share or more */
+	uint64_t over[COLUMNS / 64]; /* their columns */
+	uint64_t pub_live[KVA_FLEET_MAX_PUBLISHERS];
+	/* (publisher, medium) pairs that lost a watched entry since the last
+	 * kvf_score_watched_take; overflow: more than WATCHED_PAIRS did */
+	uint32_t nwatched;
+	bool watched_overflow;
+	uint32_t watched[WATCHED_PAIRS];
 	/* published with release stores (I/O thread), read with acquire loads
 	 * (kvf_score_query) inside a read-side section */
 	struct ident *_Atomic ident[KVA_FLEET_MAX_PUBLISHERS];
@@ -196,7 +227,8 @@ static bool slot_read(const struct slot *sl, uint64_t *hash, uint32_t *meta, uin
 	return false;
 }
 
-struct kvf_score *kvf_score_new(uint32_t full_groups, uint64_t max_blocks)
+struct kvf_score *kvf_score_new(uint32_t full_groups, uint32_t keep_groups, uint64_t max_blocks,
+                                bool cap_entries)
 {
 	if (kva_rcu_init()) /* liburcu's call_rcu thread with signals blocked */
 		return NULL;
@@ -219,6 +251,8 @@ struct kvf_score *kvf_score_new(uint32_t full_groups, uint64_t max_blocks)
 	s->sweep_slots = SWEEP_SLOTS;
 	kvf_key_random(&s->key);
 	s->full_groups = full_groups;
+	s->keep_groups = keep_groups | full_groups;
+	s->entry_cap = cap_entries ? max_blocks : 0;
 	if (!(s->grace = calloc(1, sizeof(*s->grace)))) {
 		kvf_big_table_free(&s->mem);
 		free(s);
@@ -264,6 +298,79 @@ static inline uint64_t hash_at(const struct kvf_score *s, size_t i)
 }
 static inline size_t next(const struct kvf_score *s, size_t i) { return (i + 1) & s->mask; }
 
+static inline bool over_quota(const struct kvf_score *s, uint32_t pub)
+{
+	return s->quota && s->pub_live[pub] >= s->quota;
+}
+
+/* Column col's live entries move by d (+1 or -1); its publisher's count,
+ * and whether it holds its share or more, follow. */
+static void live_step(struct kvf_score *s, uint32_t col, int d)
+{
+	uint32_t pub = atomic_load_explicit(&s->owner[col], memory_order_relaxed);
+	bool was = over_quota(s, pub);
+	s->pub_live[pub] += (uint64_t)(int64_t)d;
+	s->live += (uint64_t)(int64_t)d;
+	if (over_quota(s, pub) != was) {
+		s->nover += was ? (uint32_t)-1 : 1u;
+		s->over[col >> 6] ^= 1ull << (col & 63);
+	}
+}
+
+/* A removed entry was watched: its (publisher, medium) pair is looked at
+ * after the flush (kvf_score_watched_take). */
+static void watched_note(struct kvf_score *s, uint32_t col, uint32_t medium)
+{
+	uint32_t pair = (uint32_t)atomic_load_explicit(&s->owner[col], memory_order_relaxed) << 8 |
+	                medium;
+	for (uint32_t k = 0; k < s->nwatched; k++)
+		if (s->watched[k] == pair)
+			return;
+	if (s->nwatched < WATCHED_PAIRS)
+		s->watched[s->nwatched++] = pair;
+	else
+		s->watched_overflow = true;
+}
+
+static void del_at(struct kvf_score *s, size_t i);
+
+/* At the entry cap: the CLOCK hand clears reference bits until it meets a
+ * slot without one and takes its live bits out (while some publisher holds
+ * its share or more, only such publishers' bits: one publisher cannot
+ * push out the others'). A slot is referenced for all of its holders.
+ * False only if no live entry could be taken (the counts say one exists:
+ * three turns of the hand are a bound, not a path). */
+static bool evict_one(struct kvf_score *s)
+{
+	for (size_t n = 3 * (s->mask + 1); n; n--) {
+		size_t i = s->hand;
+		s->hand = next(s, i);
+		uint64_t m = mask_at(s, i);
+		if (!m)
+			continue;
+		uint32_t meta = meta_at(s, i);
+		uint32_t w = TAG_WORD(META_TAG(meta));
+		uint64_t take = m & ~atomic_load_explicit(&s->dead[w], memory_order_relaxed);
+		if (s->nover)
+			take &= s->over[w];
+		if (!take)
+			continue;
+		if (meta & META_REF) {
+			slot_write(&s->slots[i], hash_at(s, i), meta & ~META_REF, m);
+			continue;
+		}
+		for (uint64_t b = take; b; b &= b - 1)
+			live_step(s, w << 6 | (uint32_t)__builtin_ctzll(b), -1);
+		s->evicted += (uint64_t)__builtin_popcountll(take);
+		if (m & ~take) /* dead bits stay for the sweep */
+			slot_write(&s->slots[i], hash_at(s, i), meta, m & ~take);
+		else
+			del_at(s, i);
+		return true;
+	}
+	return false;
+}
+
 /* The sweep of dead columns (below): slot i, and a budget of the pass. */
 static bool sweep_at(struct kvf_score *s, size_t i);
 static void sweep(struct kvf_score *s, size_t budget);
@@ -283,18 +390,40 @@ static size_t find(const struct kvf_score *s, size_t i, uint64_t hash, uint32_t 
 	}
 }
 
+static void live_step(struct kvf_score *s, uint32_t col, int d);
+static bool evict_one(struct kvf_score *s);
+
 /* Adds publisher bit `bit` to (hash, tag), whose probe starts at home i. */
-static void add_at(struct kvf_score *s, size_t i, uint64_t hash, uint32_t tag, unsigned bit)
+static void add_at(struct kvf_score *s, size_t home_i, uint64_t hash, uint32_t tag, unsigned bit)
 {
 	/* entries only the sweep will remove take room: at the cap it runs on
 	 * (at most its pass and the next) before an add is turned away */
 	while (s->count >= s->cap && s->pass_on)
 		sweep(s, s->sweep_slots);
-	size_t d;
-	i = find(s, i, hash, tag, &d);
+	size_t d, i = find(s, home_i, hash, tag, &d);
 	uint64_t m = mask_at(s, i);
-	if (m && hash_at(s, i) == hash && META_TAG(meta_at(s, i)) == tag) {
-		slot_write(&s->slots[i], hash, meta_at(s, i), m | 1ull << bit);
+	bool there = m && hash_at(s, i) == hash && META_TAG(meta_at(s, i)) == tag;
+	if (there && (m >> bit & 1)) { /* stored again: referenced */
+		uint32_t meta = meta_at(s, i);
+		if (!(meta & META_REF))
+			slot_write(&s->slots[i], hash, meta | META_REF, m);
+		return;
+	}
+	if (s->entry_cap && s->live >= s->entry_cap) {
+		/* a new entry at the cap: CLOCK frees one first, which may move
+		 * this run (a backward shift): probe again */
+		if (!evict_one(s)) {
+			s->refused++;
+			return;
+		}
+		i = find(s, home_i, hash, tag, &d);
+		m = mask_at(s, i);
+		there = m && hash_at(s, i) == hash && META_TAG(meta_at(s, i)) == tag;
+	}
+	uint32_t col = TAG_WORD(tag) << 6 | bit;
+	if (there) {
+		slot_write(&s->slots[i], hash, meta_at(s, i) | META_REF, m | 1ull << bit);
+		live_step(s, col, +1);
 		return;
 	}
 	/* a run longer than probe_max only forms from keys aimed at one home
@@ -318,13 +447,14 @@ static void add_at(struct kvf_score *s, size_t i, uint64_t hash, uint32_t tag, u
 	for (size_t j = end; j != i;) {
 		size_t k = (j - 1) & s->mask;
 		uint32_t km = meta_at(s, k);
-		slot_write(&s->slots[j], hash_at(s, k), META(META_TAG(km), META_DIST(km) + 1),
-		           mask_at(s, k));
+		slot_write(&s->slots[j], hash_at(s, k),
+		           META(META_TAG(km), META_DIST(km) + 1) | META_FLAGS(km), mask_at(s, k));
 		wrapped |= j == 0;
 		j = k;
 	}
-	slot_write(&s->slots[i], hash, META(tag, d), 1ull << bit);
+	slot_write(&s->slots[i], hash, META(tag, d) | META_REF, 1ull << bit);
 	s->count++;
+	live_step(s, col, +1);
 	/* the table's last entry, not yet swept, wrapped into slot 0, which
 	 * the pass has: swept there */
 	if (wrapped && s->pass_on && s->cursor)
@@ -345,8 +475,8 @@ static void del_at(struct kvf_score *s, size_t i)
 			s->count--;
 			return;
 		}
-		slot_write(&s->slots[i], hash_at(s, j), META(META_TAG(m), META_DIST(m) - 1),
-		           mask_at(s, j));
+		slot_write(&s->slots[i], hash_at(s, j),
+		           META(META_TAG(m), META_DIST(m) - 1) | META_FLAGS(m), mask_at(s, j));
 		/* the entry at the sweep's cursor moved behind it: look again */
 		if (s->pass_on && j == s->cursor && j)
 			s->cursor = i;
@@ -380,6 +510,10 @@ static void del_from(struct kvf_score *s, size_t i, uint64_t hash, uint32_t tag,
 	uint64_t m = mask_at(s, i);
 	if (!m || hash_at(s, i) != hash || META_TAG(meta_at(s, i)) != tag || !(m >> bit & 1))
 		return;
+	uint32_t col = TAG_WORD(tag) << 6 | bit;
+	live_step(s, col, -1);
+	if (meta_at(s, i) & META_WATCHED)
+		watched_note(s, col, TAG_MEDIUM(tag));
 	if (m & ~(1ull << bit))
 		slot_write(&s->slots[i], hash, meta_at(s, i), m & ~(1ull << bit));
 	else
@@ -489,11 +623,12 @@ void kvf_score_flush(struct kvf_score *s)
 	sweep(s, s->sweep_slots);
 }
 
-/* Readers score full groups only: other groups' entries are not copied. */
+/* Groups the table does not take (readers score full groups only; the
+ * index also keeps state groups) are left out. */
 static void push(struct kvf_score *s, uint64_t hash, uint32_t loc, uint8_t del)
 {
 	uint32_t group = loc & 0xff, pub = KVF_LOC_PUB(loc), medium = loc >> 8 & 0xff;
-	if (group > 31 || !(s->full_groups >> group & 1) || pub >= KVA_FLEET_MAX_PUBLISHERS ||
+	if (group > 31 || !(s->keep_groups >> group & 1) || pub >= KVA_FLEET_MAX_PUBLISHERS ||
 	    medium >= KVF_SCORE_MEDIA)
 		return;
 	uint32_t col = s->col_of[pub];
@@ -519,6 +654,7 @@ void kvf_score_add(struct kvf_score *s, uint64_t hash, uint32_t loc) { push(s, h
 void kvf_score_del(struct kvf_score *s, uint64_t hash, uint32_t loc) { push(s, hash, loc, 1); }
 
 size_t kvf_score_home(const struct kvf_score *s, uint64_t hash) { return home(s, hash); }
+size_t kvf_score_bytes(const struct kvf_score *s) { return (s->mask + 1) * sizeof(struct slot); }
 uint64_t kvf_score_refused(const struct kvf_score *s) { return s->refused; }
 void kvf_score_set_sweep_slots(struct kvf_score *s, size_t n) { s->sweep_slots = n ? n : 1; }
 void kvf_score_set_probe_max(struct kvf_score *s, size_t probe_max)
@@ -530,14 +666,21 @@ uint64_t kvf_score_swept(const struct kvf_score *s) { return s->swept_slots; }
 uint64_t kvf_score_no_column(const struct kvf_score *s) { return s->no_column; }
 size_t kvf_score_count(const struct kvf_score *s) { return s->count; }
 
-void kvf_score_drop_publisher(struct kvf_score *s, uint32_t pub)
+uint64_t kvf_score_drop_publisher(struct kvf_score *s, uint32_t pub)
 {
 	if (pub >= KVA_FLEET_MAX_PUBLISHERS)
-		return;
+		return 0;
 	kvf_score_flush(s); /* its pending adds name the column about to die */
 	uint32_t c = s->col_of[pub];
 	if (c == NO_COLUMN)
-		return;
+		return 0;
+	uint64_t n = s->pub_live[pub];
+	if (over_quota(s, pub)) {
+		s->nover--;
+		s->over[c >> 6] &= ~(1ull << (c & 63));
+	}
+	s->live -= n; /* its bits are dead: the sweep takes them uncounted */
+	s->pub_live[pub] = 0;
 	s->col_of[pub] = NO_COLUMN;
 	s->sweeping[pub]++;
 	uint64_t bit = 1ull << (c & 63);
@@ -551,6 +694,63 @@ void kvf_score_drop_publisher(struct kvf_score *s, uint32_t pub)
 		s->pass_on = true;
 		s->cursor = 0;
 	}
+	return n;
+}
+
+void kvf_score_set_quota(struct kvf_score *s, uint64_t quota)
+{
+	s->quota = quota;
+	s->nover = 0;
+	memset(s->over, 0, sizeof s->over);
+	for (uint32_t p = 0; p < KVA_FLEET_MAX_PUBLISHERS; p++)
+		if (s->col_of[p] != NO_COLUMN && over_quota(s, p)) {
+			s->nover++;
+			s->over[s->col_of[p] >> 6] |= 1ull << (s->col_of[p] & 63);
+		}
+}
+
+bool kvf_score_holds(struct kvf_score *s, uint64_t hash, uint32_t loc, bool watch)
+{
+	uint32_t group = loc & 0xff, pub = KVF_LOC_PUB(loc), medium = loc >> 8 & 0xff;
+	if (group > 31 || pub >= KVA_FLEET_MAX_PUBLISHERS || medium >= KVF_SCORE_MEDIA ||
+	    s->col_of[pub] == NO_COLUMN)
+		return false;
+	if (s->npending)
+		kvf_score_flush(s);
+	uint32_t col = s->col_of[pub], tag = TAG(medium, group, col >> 6);
+	size_t d, i = find(s, home(s, hash), hash, tag, &d);
+	uint64_t m = mask_at(s, i);
+	uint32_t meta = meta_at(s, i);
+	if (!m || hash_at(s, i) != hash || META_TAG(meta) != tag || !(m >> (col & 63) & 1))
+		return false;
+	if (watch && (meta & (META_REF | META_WATCHED)) != (META_REF | META_WATCHED))
+		slot_write(&s->slots[i], hash, meta | META_REF | META_WATCHED, m);
+	return true;
+}
+
+uint32_t kvf_score_watched_take(struct kvf_score *s, uint32_t *pairs, bool *overflow)
+{
+	uint32_t n = s->nwatched;
+	memcpy(pairs, s->watched, n * sizeof(*pairs));
+	*overflow = s->watched_overflow;
+	s->nwatched = 0;
+	s->watched_overflow = false;
+	return n;
+}
+
+void kvf_score_counts(const struct kvf_score *s, struct kvf_score_counts *c)
+{
+	*c = (struct kvf_score_counts){.live = s->live,
+	                               .cap = s->entry_cap,
+	                               .evicted = s->evicted,
+	                               .refused = s->refused,
+	                               .uncopied = s->no_column,
+	                               .swept = s->swept_slots};
+}
+
+uint64_t kvf_score_pub_live(const struct kvf_score *s, uint32_t pub)
+{
+	return pub < KVA_FLEET_MAX_PUBLISHERS && s->col_of[pub] != NO_COLUMN ? s->pub_live[pub] : 0;
 }
 
 /* Replaces pub's identity with *next (a copy), the old one freed after a
@@ -561,7 +761,7 @@ static void ident_set(struct kvf_score *s, uint32_t pub, const struct ident *nex
 	if (!copy)
 		return; /* the old identity stays */
 	*copy = *next;
-	/* release: a reader's acquire load sees the copy's fields */
+	/* release: a reader's acquire load sees the new ident's fields */
 	struct ident *old = atomic_exchange_explicit(&s->ident[pub], copy, memory_order_acq_rel);
 	if (old)
 		kva_rcu_call(&old->rcu, ident_free);
@@ -728,11 +928,12 @@ static void probe(struct kvf_score *s, struct walk *w, size_t k, uint64_t want, 
 			if (h != want)
 				continue;
 		}
-		/* dead columns' bits wait for the sweep: left out */
+		/* dead columns' bits wait for the sweep: left out; so are the
+		 * index's state groups (a prefix is made of full groups) */
 		m &= ~atomic_load_explicit(&s->dead[TAG_WORD(META_TAG(meta))], memory_order_relaxed);
-		if (!m)
+		if (!m || !(s->full_groups >> TAG_GROUP(META_TAG(meta)) & 1))
 			continue;
-		uint32_t key = TAG_COMBO(META_TAG(meta)); /* full groups only: push copies no other */
+		uint32_t key = TAG_COMBO(META_TAG(meta));
 		uint32_t c = w->combo[key];
 		if (!c && first && w->nlive < MAX_COMBOS) {
 			w->live[w->nlive].key = (uint16_t)key;

@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * score: the router query (kva_fleet_score). A copy of the index's
- * (block hash, location) entries in a flat table that any thread reads
- * while the I/O thread adds and removes entries: each slot has its own
- * sequence number, readers retry a slot caught mid-write (and pass it over
- * after a few tries), so readers never wait for the I/O thread, nor it for
- * them. Built only when kva_fleet_config.score is set; the index (index.c)
- * stays the I/O thread's own. Also each publisher's identity (the topic
- * frame of its last message, its data-parallel rank, replaced under RCU)
- * and block size, published for readers.
+ * score: the router query (kva_fleet_score) and, with it, the fleet's
+ * index. The (block hash, location) entries lie in a flat table that any
+ * thread reads while the I/O thread adds and removes entries: each slot
+ * has its own sequence number, readers retry a slot caught mid-write (and
+ * pass it over after a few tries), so readers never wait for the I/O
+ * thread, nor it for them. Built only when kva_fleet_config.score is set,
+ * and then it is the index too (an entry cap with CLOCK eviction and
+ * per-publisher shares, watched and reference flags, the lookups' probes):
+ * one table, one probe per event. Without cfg.score the fleet keeps its
+ * I/O-thread-only index (index.c). Also each publisher's identity (the
+ * topic frame of its last message, its data-parallel rank, replaced under
+ * RCU) and block size, published for readers.
  *
  * Writers: the I/O thread only (apply.c, io_thread.c); kvf_score_free with
  * no reader left (kva_fleet_destroy).
@@ -16,6 +19,7 @@
 #ifndef KVA_FLEET_SCORE_H
 #define KVA_FLEET_SCORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,15 +28,20 @@
 
 struct kvf_score;
 
-#define KVF_SCORE_MEDIA 64u /* medium ids the copy keys (6 bits of a slot's key) */
+#define KVF_SCORE_MEDIA 64u /* medium ids the table keys (6 bits of a slot's key) */
 
-/* NULL without memory. full_groups: the groups whose blocks make a prefix;
- * max_blocks: the index's cap (the table's buckets are sized for it). */
-struct kvf_score *kvf_score_new(uint32_t full_groups, uint64_t max_blocks);
+/* NULL without memory. full_groups: the groups whose blocks make a prefix
+ * (the only ones queries read); keep_groups: the groups the table takes
+ * (full_groups at least); max_blocks: the slots are sized for that many
+ * entries, and with cap_entries it is the entry cap (the table is the
+ * index: at the cap an add evicts, CLOCK). */
+struct kvf_score *kvf_score_new(uint32_t full_groups, uint32_t keep_groups, uint64_t max_blocks,
+                                bool cap_entries);
 void kvf_score_free(struct kvf_score *s);
 
 /* Held until kvf_score_flush (or until many are held), then applied in
- * their order; entries of groups that are not full are not copied. */
+ * their order; entries of groups not kept are left out. Held writes are
+ * one batch's, so one publisher's (the fleet flushes at a batch's end). */
 void kvf_score_add(struct kvf_score *s, uint64_t hash, uint32_t loc);
 void kvf_score_del(struct kvf_score *s, uint64_t hash, uint32_t loc);
 /* Applies the held adds and removals: readers see them from then on. */
@@ -42,15 +51,39 @@ void kvf_score_flush(struct kvf_score *s);
  * and counted. For tests: the home of a hash, the count refused, a lower
  * cap. */
 size_t kvf_score_home(const struct kvf_score *s, uint64_t hash);
+size_t kvf_score_bytes(const struct kvf_score *s); /* the table's */
 uint64_t kvf_score_refused(const struct kvf_score *s);
 void kvf_score_set_probe_max(struct kvf_score *s, size_t probe_max);
 /* For tests: the slots each flush sweeps (a pass then spans many flushes). */
 void kvf_score_set_sweep_slots(struct kvf_score *s, size_t n);
-/* Every entry of publisher pub, out of answers at once. O(1) (and a flush):
+/* Every entry of publisher pub, out of answers at once; returns how many
+ * were live. O(1) (and a flush):
  * its column is dead, and the flushes that follow sweep it from the table,
  * SWEEP_SLOTS slots each; pub's next add takes a free column (none: the
  * add is not copied, counted in kvf_score_no_column). */
-void kvf_score_drop_publisher(struct kvf_score *s, uint32_t pub);
+uint64_t kvf_score_drop_publisher(struct kvf_score *s, uint32_t pub);
+/* The index's part (I/O thread). Each publisher's share of the entry cap
+ * (0: none): while one holds its share or more, the cap evicts only such
+ * publishers' entries. */
+void kvf_score_set_quota(struct kvf_score *s, uint64_t quota);
+/* Whether loc holds hash (held writes applied first); watch: the entry's
+ * slot is marked watched and referenced (for every holder in it: a removal
+ * of any of them is then looked at, which only costs a check). */
+bool kvf_score_holds(struct kvf_score *s, uint64_t hash, uint32_t loc, bool watch);
+/* The (publisher << 8 | medium) pairs that lost a watched entry since the
+ * last call (at most 64; *overflow: more did, all of that batch's
+ * publisher's pairs are to be looked at). */
+uint32_t kvf_score_watched_take(struct kvf_score *s, uint32_t *pairs, bool *overflow);
+struct kvf_score_counts {
+	uint64_t live;     /* entries: (block, location) bits not dead */
+	uint64_t cap;      /* the entry cap (0: none) */
+	uint64_t evicted;  /* entries the cap took out */
+	uint64_t refused;  /* adds past probe_max, or no entry to evict */
+	uint64_t uncopied; /* adds without a column (kvf_score_no_column) */
+	uint64_t swept;    /* slots the sweep looked at */
+};
+void kvf_score_counts(const struct kvf_score *s, struct kvf_score_counts *c);
+uint64_t kvf_score_pub_live(const struct kvf_score *s, uint32_t pub);
 /* Adds not copied for want of a column (kva_fleet_stats.score_uncopied);
  * for tests: slots the sweep has looked at, entries in the table (dead ones
  * not yet swept included). */

@@ -273,7 +273,7 @@ static void crafted_keys_do_not_share_a_home(void **st)
 static void score_copy_crafted_keys_spread(void **st)
 {
 	(void)st;
-	struct kvf_score *s = kvf_score_new(1, 1 << 16);
+	struct kvf_score *s = kvf_score_new(1, 1, 1 << 16, false);
 	assert_non_null(s);
 	const uint32_t loc = KVF_LOC(3, 0, 0);
 	size_t at_zero = 0;
@@ -368,7 +368,7 @@ static uint32_t sr_reference(const struct sr_model *m, const uint32_t *chain, ui
  * and meet the adds, removals and wraps between them. */
 static void score_copy_reference_run(size_t sweep_slots)
 {
-	struct kvf_score *s = kvf_score_new(0x3, 300); /* 512 slots */
+	struct kvf_score *s = kvf_score_new(0x3, 0x3, 300, false); /* 512 slots */
 	assert_non_null(s);
 	if (sweep_slots)
 		kvf_score_set_sweep_slots(s, sweep_slots);
@@ -440,6 +440,152 @@ static void score_copy_matches_a_reference_mid_sweep(void **st)
 	score_copy_reference_run(5);
 }
 
+/* The same table as the fleet's index (cfg.score: fleet/holders.h), against
+ * the model: an entry cap of 40 under CLOCK, a state group (2) that is
+ * kept but never scored, and the I/O thread's own probes. At every check
+ * each model entry is asked for: one the table no longer holds must have
+ * been evicted (the model drops it, and the count of such must be the
+ * table's eviction count), and the table holds nothing the model does not.
+ * The live counts, in all and per publisher, are the model's. Removals and
+ * drops come right after a check, so none can hide an eviction. */
+struct si_model {
+	struct sr_model m;
+	uint8_t state[SR_HASHES][SR_NPUBS][3]; /* group 2 */
+	uint64_t hashes[SR_HASHES];
+	uint64_t evicted;
+};
+
+static uint8_t *si_held(struct si_model *x, uint32_t h, uint32_t p, uint32_t md, uint32_t g)
+{
+	return g < 2 ? &x->m.held[h][p][md][g] : &x->state[h][p][md];
+}
+
+static void si_check(struct kvf_score *s, struct si_model *x)
+{
+	kvf_score_flush(s);
+	uint64_t live = 0, pub_live[SR_NPUBS] = {0};
+	for (uint32_t h = 0; h < SR_HASHES; h++)
+		for (uint32_t p = 0; p < SR_NPUBS; p++)
+			for (uint32_t md = 0; md < 3; md++)
+				for (uint32_t g = 0; g < 3; g++) {
+					uint8_t *e = si_held(x, h, p, md, g);
+					bool in = kvf_score_holds(
+					    s, x->hashes[h], KVF_LOC(SR_PUBS[p], SR_MEDIA[md], g), false);
+					assert_false(in && !*e); /* nothing the model lacks */
+					if (*e && !in) {         /* the cap took it */
+						*e = 0;
+						x->evicted++;
+					}
+					live += *e;
+					pub_live[p] += *e;
+				}
+	struct kvf_score_counts c;
+	kvf_score_counts(s, &c);
+	assert_int_equal(c.evicted, x->evicted);
+	assert_int_equal(c.live, live);
+	assert_true(c.live <= 40);
+	for (uint32_t p = 0; p < SR_NPUBS; p++)
+		assert_int_equal(kvf_score_pub_live(s, SR_PUBS[p]), pub_live[p]);
+}
+
+static void score_table_as_index_matches_a_reference(void **st)
+{
+	(void)st;
+	struct kvf_score *s = kvf_score_new(0x3, 0x7, 40, true); /* 64 slots */
+	assert_non_null(s);
+	static char names[64][KVF_MEDIUM_MAX + 1];
+	uint32_t bs[64];
+	for (int md = 0; md < 64; md++) {
+		snprintf(names[md], sizeof names[md], "m%02d", md);
+		bs[md] = 16;
+	}
+	static struct si_model x;
+	memset(&x, 0, sizeof x);
+	for (int h = 0; h < SR_HASHES; h++)
+		x.hashes[h] = 0x9e3779b97f4a7c15ull * (uint64_t)(h + 1);
+	uint64_t seed = 91;
+	kva_fleet_match got[64], want[64];
+	for (int round = 0; round < 20000; round++) {
+		uint32_t h = kva_test_rand(&seed) % SR_HASHES, p = kva_test_rand(&seed) % SR_NPUBS;
+		uint32_t md = kva_test_rand(&seed) % 3, g = kva_test_rand(&seed) % 3;
+		uint32_t op = kva_test_rand(&seed) % 100, loc = KVF_LOC(SR_PUBS[p], SR_MEDIA[md], g);
+		uint8_t *held = si_held(&x, h, p, md, g);
+		if (*held || op >= 99) /* a removal or a drop */
+			si_check(s, &x);
+		if (op < 60 && !*held) {
+			kvf_score_add(s, x.hashes[h], loc);
+			*held = 1;
+		} else if (op < 99 && *held) {
+			kvf_score_del(s, x.hashes[h], loc);
+			*held = 0;
+		} else if (op >= 99) {
+			kvf_score_drop_publisher(s, SR_PUBS[p]);
+			for (uint32_t k = 0; k < SR_HASHES; k++) {
+				memset(x.m.held[k][p], 0, sizeof x.m.held[k][p]);
+				memset(x.state[k][p], 0, sizeof x.state[k][p]);
+			}
+			urcu_memb_barrier(); /* as in score_copy_reference_run */
+		}
+		if (kva_test_rand(&seed) % 4)
+			continue;
+		si_check(s, &x);
+		uint32_t chain[8], n = 1 + kva_test_rand(&seed) % 8;
+		uint64_t ch[8];
+		for (uint32_t i = 0; i < n; i++) {
+			chain[i] = kva_test_rand(&seed) % SR_HASHES;
+			ch[i] = x.hashes[chain[i]];
+		}
+		uint32_t nw = sr_reference(&x.m, chain, n, (const char(*)[KVF_MEDIUM_MAX + 1])names, want);
+		int ng = kvf_score_query(s, (const char(*)[KVF_MEDIUM_MAX + 1])names, bs, ch, n, got, 64);
+		assert_int_equal(ng, (int)nw);
+		score_ref_assert_equal(got, want, nw);
+	}
+	assert_true(x.evicted > 1000); /* the cap was met all along */
+	assert_int_equal(kvf_score_refused(s), 0);
+	assert_int_equal(kvf_score_no_column(s), 0);
+	kvf_score_free(s);
+}
+
+/* As the index: a removal of a watched entry names its (publisher,
+ * medium) pair once after the flush; the flag is the slot's, so the
+ * removal of another holder in the same slot is named too (a check, not
+ * an eviction); an entry never watched is not named. */
+static void score_table_names_watched_removals(void **st)
+{
+	(void)st;
+	struct kvf_score *s = kvf_score_new(1, 1, 1000, true);
+	assert_non_null(s);
+	uint32_t a = KVF_LOC(3, 2, 0), b = KVF_LOC(4, 2, 0), c = KVF_LOC(5, 1, 0);
+	kvf_score_add(s, 77, a);
+	kvf_score_add(s, 77, b);
+	kvf_score_add(s, 78, c);
+	kvf_score_add(s, 79, c);
+	kvf_score_flush(s);
+	assert_true(kvf_score_holds(s, 77, a, true));
+	assert_true(kvf_score_holds(s, 78, c, true));
+	assert_false(kvf_score_holds(s, 80, c, true));
+	uint32_t pairs[64];
+	bool overflow;
+	kvf_score_del(s, 79, c); /* never watched */
+	kvf_score_flush(s);
+	assert_int_equal(kvf_score_watched_take(s, pairs, &overflow), 0);
+	kvf_score_del(s, 77, b);
+	kvf_score_del(s, 77, a);
+	kvf_score_del(s, 78, c);
+	kvf_score_del(s, 78, c); /* gone already: nothing */
+	kvf_score_flush(s);
+	assert_int_equal(kvf_score_watched_take(s, pairs, &overflow), 3);
+	assert_false(overflow);
+	assert_int_equal(pairs[0], 4u << 8 | 2);
+	assert_int_equal(pairs[1], 3u << 8 | 2);
+	assert_int_equal(pairs[2], 5u << 8 | 1);
+	assert_int_equal(kvf_score_watched_take(s, pairs, &overflow), 0);
+	struct kvf_score_counts k;
+	kvf_score_counts(s, &k);
+	assert_int_equal(k.live, 0);
+	kvf_score_free(s);
+}
+
 /* The matches of chain[0..n) in got[8] (media unnamed, block size 0). */
 static int sw_query(struct kvf_score *s, const uint64_t *chain, uint32_t n, kva_fleet_match *got)
 {
@@ -463,7 +609,7 @@ static bool sw_answered(struct kvf_score *s, uint64_t h, uint32_t pub)
  * homed at its slots 13, 14, 15, 0, 13, 14, ... */
 static struct kvf_score *sw_table(uint64_t *h)
 {
-	struct kvf_score *s = kvf_score_new(1, 12);
+	struct kvf_score *s = kvf_score_new(1, 1, 12, false);
 	assert_non_null(s);
 	kvf_score_set_sweep_slots(s, 1);
 	uint32_t nh = 0;
@@ -567,7 +713,7 @@ static void score_sweep_meets_wrapping_runs(void **st)
 static void score_copy_bounds_a_publishers_dead_columns(void **st)
 {
 	(void)st;
-	struct kvf_score *s = kvf_score_new(1, 3000); /* 4,096 slots: a pass is 4,096 flushes */
+	struct kvf_score *s = kvf_score_new(1, 1, 3000, false); /* 4,096 slots: a pass is 4,096 flushes */
 	assert_non_null(s);
 	kvf_score_set_sweep_slots(s, 1);
 	for (uint64_t k = 1; k <= 8; k++) {
@@ -642,7 +788,7 @@ static void *cr_read(void *arg)
 static void score_columns_change_owners_under_a_reader(void **st)
 {
 	(void)st;
-	struct kvf_score *s = kvf_score_new(1, 300);
+	struct kvf_score *s = kvf_score_new(1, 1, 300, false);
 	assert_non_null(s);
 	kvf_score_set_sweep_slots(s, 3);
 	static bool held[CR_PUBS][CR_CHAIN];
@@ -691,7 +837,7 @@ static void score_columns_change_owners_under_a_reader(void **st)
 static void score_copy_probe_cap_refuses(void **st)
 {
 	(void)st;
-	struct kvf_score *s = kvf_score_new(1, 3000); /* 4,096 slots */
+	struct kvf_score *s = kvf_score_new(1, 1, 3000, false); /* 4,096 slots */
 	assert_non_null(s);
 	kvf_score_set_probe_max(s, 8);
 	const uint32_t loc = KVF_LOC(1, 0, 0);
@@ -881,6 +1027,8 @@ int main(void)
 		cmocka_unit_test(score_copy_bounds_a_publishers_dead_columns),
 		cmocka_unit_test(score_columns_change_owners_under_a_reader),
 		cmocka_unit_test(siphash_of_many_matches_one_at_a_time),
+		cmocka_unit_test(score_table_as_index_matches_a_reference),
+		cmocka_unit_test(score_table_names_watched_removals),
 		cmocka_unit_test(dropping_a_publisher_is_constant_time),
 		cmocka_unit_test(generation_wrap_scans_once),
 		cmocka_unit_test(random_drops_match_a_reference),
