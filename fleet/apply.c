@@ -10,6 +10,7 @@
 
 #include <string.h>
 
+#include "holders.h"
 #include "score.h"
 #include "watch.h"
 
@@ -85,25 +86,30 @@ static uint32_t event_medium(kva_fleet *f, struct publisher *pub, const struct k
 }
 
 /* Every entry of pub goes, and its watches are reported: O(1) in the
- * index (its generation moves on, index.h). */
+ * index (its generation moves on, index.h; or its column dies, score.h). */
 static size_t drop_entries(kva_fleet *f, struct publisher *pub)
 {
-	size_t n = kvf_index_drop_pub(&f->index, pub->id);
-	if (n && f->score)
-		kvf_score_drop_publisher(f->score, pub->id);
+	size_t n = kvf_holders_drop(f, pub->id);
 	kvf_watches_check(f, 0, pub->id);
 	return n;
 }
 
 void kvf_index_stats(kva_fleet *f)
 {
+	if (f->score) {
+		struct kvf_score_counts c;
+		kvf_score_counts(f->score, &c);
+		stat_set(f, STAT(blocks), c.live);
+		stat_set(f, STAT(cap_evictions), c.evicted);
+		stat_set(f, STAT(index_refused), c.refused);
+		stat_set(f, STAT(score_uncopied), c.uncopied);
+		return;
+	}
 	stat_set(f, STAT(blocks), f->index.live);
 	stat_set(f, STAT(cap_evictions), f->index.evicted);
 	stat_set(f, STAT(index_refused), f->index.refused);
 	stat_set(f, STAT(index_reclaimed), f->index.reclaimed);
 	stat_set(f, STAT(index_scans), f->index.gen_wraps);
-	if (f->score)
-		stat_set(f, STAT(score_uncopied), kvf_score_no_column(f->score));
 }
 
 void kvf_drop_publisher(kva_fleet *f, struct publisher *pub, const char *why)
@@ -150,6 +156,47 @@ static void fetch(kva_fleet *f, const uint64_t *hashes, uint32_t n, uint32_t k, 
 {
 	uint32_t m = n - k < KVF_INDEX_FETCH ? n - k : KVF_INDEX_FETCH;
 	kvf_index_fetch(&f->index, hashes + k, loc, m, home);
+}
+
+/* The events' hashes into the index (without cfg.score), their probes
+ * overlapping. */
+static void index_put(kva_fleet *f, const uint64_t *hashes, uint32_t n, uint32_t loc, bool wiped)
+{
+	size_t home[KVF_INDEX_FETCH];
+	for (uint32_t k = 0; k < n && !wiped; k++) {
+		if (k % KVF_INDEX_FETCH == 0)
+			fetch(f, hashes, n, k, loc, home);
+		kvf_index_put_from(&f->index, home[k % KVF_INDEX_FETCH], hashes[k], loc, NULL, NULL);
+	}
+}
+
+/* ... and out of it; true if a watched entry went. */
+static bool index_del(kva_fleet *f, const uint64_t *hashes, uint32_t n, uint32_t loc, bool wiped)
+{
+	bool watched = false;
+	size_t home[KVF_INDEX_FETCH];
+	for (uint32_t k = 0; k < n && !wiped; k++) {
+		if (k % KVF_INDEX_FETCH == 0)
+			fetch(f, hashes, n, k, loc, home);
+		/* flags + 1, 0 if absent */
+		uint32_t flags1 = kvf_index_del_from(&f->index, home[k % KVF_INDEX_FETCH], hashes[k], loc);
+		watched |= flags1 && ((flags1 - 1) & KVF_E_WATCHED);
+	}
+	return watched;
+}
+
+/* With cfg.score: the batch's held writes applied, then the pairs that
+ * lost a watched entry looked at (all of pub's, if too many did). */
+static void score_flush(kva_fleet *f, struct publisher *pub)
+{
+	kvf_score_flush(f->score);
+	uint32_t pairs[64];
+	bool overflow;
+	uint32_t n = kvf_score_watched_take(f->score, pairs, &overflow);
+	for (uint32_t k = 0; k < n; k++)
+		kvf_watches_check(f, pairs[k], -1);
+	for (uint64_t m = overflow ? pub->media : 0; m; m &= m - 1)
+		kvf_watches_check(f, pub->id << 8 | (uint32_t)__builtin_ctzll(m), -1);
 }
 
 static void apply_decoded(kva_fleet *f, struct publisher *pub)
@@ -210,43 +257,23 @@ static void apply_decoded(kva_fleet *f, struct publisher *pub)
 					kvf_score_block_size(f->score, pub->id, ev->block_size);
 			}
 			pub->media |= 1ull << medium;
-			size_t home[KVF_INDEX_FETCH];
-			for (uint32_t k = 0; k < ev->nhashes && !wiped; k++) {
-				if (k % KVF_INDEX_FETCH == 0)
-					fetch(f, hashes, ev->nhashes, k, loc, home);
-				struct kvf_slot out;
-				bool evicted = false;
-				bool added = kvf_index_put_from(&f->index, home[k % KVF_INDEX_FETCH],
-				                                hashes[k], loc, &out, &evicted);
-				if (!f->score)
-					continue;
-				if (evicted) /* first: the copy never holds more than the cap */
-					kvf_score_del(f->score, out.hash, out.loc1 - 1);
-				if (added)
+			if (f->score) /* held and applied at the batch's end */
+				for (uint32_t k = 0; k < ev->nhashes && !wiped; k++)
 					kvf_score_add(f->score, hashes[k], loc);
-			}
+			else
+				index_put(f, hashes, ev->nhashes, loc, wiped);
 			stored += ev->nhashes;
 		} else {
-			bool watched = false;
-			size_t home[KVF_INDEX_FETCH];
-			for (uint32_t k = 0; k < ev->nhashes && !wiped; k++) {
-				if (k % KVF_INDEX_FETCH == 0)
-					fetch(f, hashes, ev->nhashes, k, loc, home);
-				/* flags + 1, 0 if absent */
-				uint32_t flags1 = kvf_index_del_from(&f->index, home[k % KVF_INDEX_FETCH],
-				                                     hashes[k], loc);
-				if (flags1 && f->score)
+			if (f->score)
+				for (uint32_t k = 0; k < ev->nhashes && !wiped; k++)
 					kvf_score_del(f->score, hashes[k], loc);
-				if (flags1 && ((flags1 - 1) & KVF_E_WATCHED))
-					watched = true;
-			}
-			removed += ev->nhashes;
-			if (watched)
+			else if (index_del(f, hashes, ev->nhashes, loc, wiped))
 				kvf_watches_check(f, KVF_LOC_PUB_MEDIUM(loc), -1);
+			removed += ev->nhashes;
 		}
 	}
 	if (f->score) /* before the batch is counted (the release below) */
-		kvf_score_flush(f->score);
+		score_flush(f, pub);
 	stat_add(f, STAT(blocks_stored), stored);
 	stat_add(f, STAT(blocks_removed), removed);
 	kvf_index_stats(f);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * big_table: zeroed memory for a flat table probed at random (the index and
- * the router's copy), mapped once and aligned to 2 MiB, with MADV_HUGEPAGE
+ * the readers' table), mapped once and aligned to 2 MiB, with MADV_HUGEPAGE
  * where the kernel offers it: every probe is a random access into a table
  * larger than the caches, and with 4 KiB pages each would also miss the
  * TLB (a page walk, and in a virtual machine a nested one). A hint only:

@@ -23,11 +23,12 @@
 #include "auth.h"
 #include "chain.h"
 #include "io_thread.h"
+#include "holders.h"
 #include "score.h"
 #include "quota.h"
 #include "watch.h"
 
-_Static_assert(MAX_MEDIA <= KVF_SCORE_MEDIA, "the router's copy keys every medium id");
+_Static_assert(MAX_MEDIA <= KVF_SCORE_MEDIA, "the readers' table keys every medium id");
 
 void kva_fleet_config_default(kva_fleet_config *c)
 {
@@ -337,8 +338,11 @@ static kva_fleet *create_signals_blocked(const kva_fleet_config *cfg, int *err)
 		rc = -errno;
 		goto fail;
 	}
-	rc = kvf_index_init(&f->index, cfg->max_blocks > SIZE_MAX / 64 ? SIZE_MAX / 64
-	                                                                : (size_t)cfg->max_blocks);
+	/* one index: the routers' table when there is one (holders.h) */
+	rc = cfg->score ? 0
+	                : kvf_index_init(&f->index, cfg->max_blocks > SIZE_MAX / 64
+	                                                ? SIZE_MAX / 64
+	                                                : (size_t)cfg->max_blocks);
 	if (rc)
 		goto fail;
 	kvf_batch_init(&f->batch, 0, 0);
@@ -353,8 +357,9 @@ static kva_fleet *create_signals_blocked(const kva_fleet_config *cfg, int *err)
 	rc = -ENOMEM;
 	if (!f->chain_map || !f->watches || !f->pubs)
 		goto fail;
-	if (cfg->score &&
-	    !(f->score = kvf_score_new(cfg->full_groups, cfg->full_groups, cfg->max_blocks, false)))
+	if (cfg->score && !(f->score = kvf_score_new(cfg->full_groups,
+	                                             cfg->full_groups | cfg->state_groups,
+	                                             kvf_holders_cap(f), true)))
 		goto fail;
 	local_media_init(f, cfg->local_media);
 	for (uint32_t i = 0; i < cfg->nblock_sizes; i++) {
@@ -397,8 +402,9 @@ static kva_fleet *create_signals_blocked(const kva_fleet_config *cfg, int *err)
 			goto fail;
 	}
 	kvf_quota_update(f);
-	stat_set(f, STAT(index_bytes), kvf_index_bytes(&f->index));
-	stat_set(f, STAT(index_cap), f->index.cap);
+	stat_set(f, STAT(index_bytes),
+	         f->score ? kvf_score_bytes(f->score) : kvf_index_bytes(&f->index));
+	stat_set(f, STAT(index_cap), kvf_holders_cap(f));
 	rc = -pthread_create(&f->thread, NULL, kvf_io_thread, f);
 	if (rc)
 		goto fail;

@@ -14,7 +14,8 @@
  *   apply.c          a decoded batch applied to the index
  *   watch.c          checkpoints a lookup was answered with, and their end
  *   chain.c          the registered chains
- *   score.c          the readers' copy of the index (kva_fleet_score)
+ *   holders.h        which locations hold a block: the fleet's one index
+ *   score.c          the readers' table (kva_fleet_score), the index with cfg.score
  *   auth.c           CURVE keys
  *   index.c, wire.c  the table and the decoder
  *
@@ -185,7 +186,7 @@ struct kva_fleet {
 	uint32_t watch_head, nwatches;
 	uint64_t epoch;
 	_Atomic uint64_t stats[STAT_COUNT];
-	struct kvf_score *score; /* cfg.score: the readers' copy of the index (score.c) */
+	struct kvf_score *score; /* cfg.score: the readers' table, then the index (score.c) */
 	/* cfg.block_sizes by medium id and group (0: not configured); read by
 	 * any thread after create, written only there */
 	uint32_t block_sizes[MAX_MEDIA][32];

@@ -6,7 +6,8 @@
  * a slot, no per-entry allocation; a hard cap on entries, enforced by CLOCK
  * eviction (a store or a lookup hit sets the entry's reference bit; the hand
  * clears bits until it finds an entry without one). Single-threaded: the
- * fleet's I/O thread owns it.
+ * fleet's I/O thread owns it. The fleet's index without cfg.score; with it,
+ * the readers' table is the index (score.h, holders.h).
  *
  * Against a publisher that chooses its block hashes: homes are SipHash
  * under a per-index random key (keyed_hash.h), and no entry sits more than

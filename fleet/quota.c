@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "quota.h"
 
+#include "holders.h"
 #include "watch.h"
 
 void kvf_quota_update(kva_fleet *f)
@@ -13,7 +14,7 @@ void kvf_quota_update(kva_fleet *f)
 	uint32_t open = 0;
 	for (uint32_t i = 0; i < f->npubs; i++)
 		open += f->pubs[i].active;
-	kvf_index_set_quota(&f->index, f->index.cap / (open ? open : 1));
+	kvf_holders_set_quota(f, kvf_holders_cap(f) / (open ? open : 1));
 }
 
 void kvf_quarantine_report(kva_fleet *f, uint64_t id, uint64_t now)

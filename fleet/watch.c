@@ -9,6 +9,7 @@
 #include "watch.h"
 
 #include "chain.h"
+#include "holders.h"
 
 uint32_t kvf_prefix_held(kva_fleet *f, const struct chain *chain, uint32_t pair,
                          uint32_t max_blocks)
@@ -18,7 +19,7 @@ uint32_t kvf_prefix_held(kva_fleet *f, const struct chain *chain, uint32_t pair,
 		if (!(f->cfg.full_groups >> g & 1))
 			continue;
 		uint32_t loc = pair << 8 | g, i = 0;
-		while (i < nblocks && kvf_index_find(&f->index, chain->hashes[i], loc))
+		while (i < nblocks && kvf_holds(f, chain->hashes[i], loc))
 			i++;
 		nblocks = i;
 	}
@@ -28,8 +29,7 @@ uint32_t kvf_prefix_held(kva_fleet *f, const struct chain *chain, uint32_t pair,
 		bool all = true;
 		for (uint32_t g = 0; g < 32 && all; g++)
 			if (f->cfg.state_groups >> g & 1)
-				all = kvf_index_find(&f->index, chain->hashes[nblocks - 1],
-				                     pair << 8 | g) != NULL;
+				all = kvf_holds(f, chain->hashes[nblocks - 1], pair << 8 | g);
 		if (all)
 			break;
 	}
@@ -43,12 +43,8 @@ void kvf_prefix_mark_watched(kva_fleet *f, const struct chain *chain, uint32_t p
 		bool full = f->cfg.full_groups >> g & 1, state = f->cfg.state_groups >> g & 1;
 		if (!full && !state)
 			continue;
-		for (uint32_t i = full ? 0 : nblocks - 1; i < nblocks; i++) {
-			struct kvf_slot *entry =
-			    kvf_index_find(&f->index, chain->hashes[i], pair << 8 | g);
-			if (entry)
-				entry->flags |= KVF_E_WATCHED | KVF_E_REF;
-		}
+		for (uint32_t i = full ? 0 : nblocks - 1; i < nblocks; i++)
+			kvf_holds_watch(f, chain->hashes[i], pair << 8 | g);
 	}
 }
 

@@ -28,9 +28,11 @@
 
 #include "apply.h"
 #include "fleet_engine.h"
+#include "fleet_mode.h"
 #include "fleet_pub.h"
 #include "chain.h"
 #include "fleet_state.h"
+#include "holders.h"
 #include "unhash.h"
 #include "tsan_libzmq.h"
 
@@ -74,6 +76,7 @@ static kva_fleet *fleet_for(const char *ep, const char *rep, void (*tweak)(kva_f
 	kva_fleet_publisher p = {.endpoint = ep, .replay_endpoint = rep};
 	kva_fleet_config fc;
 	kva_fleet_config_default(&fc);
+	fleet_mode_apply(&fc);
 	fc.publishers = &p;
 	fc.npublishers = 1;
 	if (tweak)
@@ -377,6 +380,7 @@ static void decode_buffers_shrink_after_a_large_batch(void **st)
 	f->pubs = calloc(KVA_FLEET_MAX_PUBLISHERS, sizeof(*f->pubs));
 	f->pubs[0].endpoint = "test";
 	kva_fleet_config_default(&f->cfg);
+	fleet_mode_apply(&f->cfg);
 	kvf_batch_init(&f->batch, 0, 0);
 	msgpack_sbuffer sb;
 	msgpack_sbuffer_init(&sb);
@@ -413,6 +417,7 @@ static kva_fleet *fleet_for2(struct tp *a, struct tp *b, void (*tweak)(kva_fleet
 	    {.endpoint = tp_pub_endpoint(b), .replay_endpoint = tp_replay_endpoint(b)}};
 	kva_fleet_config fc;
 	kva_fleet_config_default(&fc);
+	fleet_mode_apply(&fc);
 	fc.publishers = p;
 	fc.npublishers = 2;
 	if (tweak)
@@ -478,7 +483,7 @@ static void one_publisher_cannot_evict_the_others(void **st)
 		tp_store(tp[1], flood, 1000, 16, NULL, -1, 0);
 		caught_up2(f, tp);
 	}
-	assert_int_equal(kvf_index_pub_live(&f->index, 0), 8);
+	assert_int_equal(kvf_holders_pub_live(f, 0), 8);
 	assert_true(stats(f).cap_evictions >= 20000 - 1024);
 	kva_fleet_destroy(f);
 	tp_free(tp[0]), tp_free(tp[1]);
@@ -506,7 +511,7 @@ static void one_publisher_cannot_fill_the_medium_table(void **st)
 	uint64_t honest[4] = {11, 12, 13, 14};
 	tp_store(tp[0], honest, 4, 16, "CPU", -1, 0);
 	caught_up2(f, tp);
-	assert_int_equal(kvf_index_pub_live(&f->index, 0), 4);
+	assert_int_equal(kvf_holders_pub_live(f, 0), 4);
 	assert_int_equal(stats(f).ignored_media, 63 - 8);
 	kva_fleet_destroy(f);
 	tp_free(tp[0]), tp_free(tp[1]);
@@ -653,6 +658,7 @@ static void curve_keys_shut_out_impersonators(void **st)
 	     .curve_server_key = pub_pk}};
 	kva_fleet_config fc;
 	kva_fleet_config_default(&fc);
+	fleet_mode_apply(&fc);
 	fc.publishers = p;
 	fc.npublishers = 3;
 	int err = 1;

@@ -95,10 +95,10 @@ typedef struct kva_fleet_config {
 	void *zmq_context; /* NULL: the fleet's own; the host's to share inproc:// */
 	kva_log_fn log;    /* I/O thread; may be NULL */
 	void *log_ctx;
-	/* 1: keep a copy of the index that any thread reads lock-free, for
-	 * kva_fleet_score (routers); costs as much memory as the index (16-byte
-	 * slots, at most 3/4 full) and I/O-thread time per stored and removed
-	 * block (bench/README.md). */
+	/* 1: keep the index in a table any thread reads lock-free, for
+	 * kva_fleet_score (routers); 24-byte slots instead of the plain
+	 * index's 16 (at most 3/4 full), one per block, medium and group for
+	 * up to 64 holders; ingest costs in bench/README.md. */
 	uint8_t score;
 	/* Block sizes per (medium, group), copied; a pair not listed uses
 	 * block_size above (else its publisher's first BlockStored.block_size).
@@ -187,9 +187,9 @@ typedef struct kva_fleet_match {
  * (publisher, medium) that holds a prefix of it: how many blocks, with the publisher's identity.
  * Blocks count in the full_groups (any of them). A router's query: no registration needed.
  * Thread: any, concurrently with everything but kva_fleet_destroy; lock-free, never waits for
- * the I/O thread (a copy of the index kept when cfg.score is set, its slots read under
+ * the I/O thread (with cfg.score the index is a table whose slots are read under
  * per-slot sequence numbers; an entry moved or written during the query may be missed).
- * Cost: one probe of the copy per block until no publisher holds the next one, plus the
+ * Cost: one probe of the table per block until no publisher holds the next one, plus the
  * publishers holding them; no allocation (12 KiB of stack). At most 1,024 pairs holding
  * block 0 followed.
  * Effect: none; out[0..ret) sorted by blocks, longest first; past cap, the longest kept.
