@@ -16,7 +16,7 @@
  *            on the same thread, register arithmetic as long as the scores'
  *            median, its p99 the tail any work of that length has here
  * Usage: kvadmit-fleet-score-bench [BLOCKS_PER_PUB [EVENTS_PER_S [SECONDS [ROUNDS]]]]
- * (default 16384: 1,048,576 blocks in all; 1,000,000; 3; 3). The ingest
+ * (default 16384: 1,048,576 blocks in all; 1,000,000; 3; 7). The ingest
  * runs ROUNDS times, interleaved; the latency phase follows the last.
  * Rates are given per second of wall time and per CPU-second of the
  * fleet's I/O thread (the process's CPU time less the publishing and the
@@ -311,7 +311,7 @@ int main(int argc, char **argv)
 	uint32_t per_pub = argc > 1 ? (uint32_t)atoi(argv[1]) : 16384;
 	double rate = argc > 2 ? atof(argv[2]) : 1e6;
 	double seconds = argc > 3 ? atof(argv[3]) : 3;
-	int rounds = argc > 4 ? atoi(argv[4]) : 3;
+	int rounds = argc > 4 ? atoi(argv[4]) : 7;
 	rounds = rounds < 1 ? 1 : rounds > 16 ? 16 : rounds;
 	uint32_t per_batch = EVENTS * BLOCKS;
 	uint32_t nbatch = (per_pub + per_batch - 1) / per_batch;
