@@ -363,6 +363,37 @@ static uint32_t sr_reference(const struct sr_model *m, const uint32_t *chain, ui
 	return k;
 }
 
+/* Medium names m00..m63, 16-token blocks: the queries' arguments. */
+static char sr_names[64][KVF_MEDIUM_MAX + 1];
+static uint32_t sr_bs[64];
+
+static void sr_names_init(void)
+{
+	for (int md = 0; md < 64; md++) {
+		snprintf(sr_names[md], sizeof sr_names[md], "m%02d", md);
+		sr_bs[md] = 16;
+	}
+}
+
+/* A random chain of 1..8 of the hashes, scored by the table and by the
+ * model: the same matches. */
+static void sr_score_random_chain(struct kvf_score *s, const struct sr_model *m,
+                                  const uint64_t *hashes, uint64_t *seed)
+{
+	kva_fleet_match got[64], want[64];
+	uint32_t chain[8], n = 1 + kva_test_rand(seed) % 8;
+	uint64_t ch[8];
+	for (uint32_t i = 0; i < n; i++) {
+		chain[i] = kva_test_rand(seed) % SR_HASHES;
+		ch[i] = hashes[chain[i]];
+	}
+	uint32_t nw = sr_reference(m, chain, n, (const char(*)[KVF_MEDIUM_MAX + 1])sr_names, want);
+	int ng = kvf_score_query(s, (const char(*)[KVF_MEDIUM_MAX + 1])sr_names, sr_bs, ch, n, got,
+	                         64);
+	assert_int_equal(ng, (int)nw);
+	score_ref_assert_equal(got, want, nw);
+}
+
 /* sweep_slots: 0 for the copy's own share per flush (a pass within one
  * flush on this table), else that many, so that passes span many flushes
  * and meet the adds, removals and wraps between them. */
@@ -372,19 +403,13 @@ static void score_copy_reference_run(size_t sweep_slots)
 	assert_non_null(s);
 	if (sweep_slots)
 		kvf_score_set_sweep_slots(s, sweep_slots);
-	static char names[64][KVF_MEDIUM_MAX + 1];
-	uint32_t bs[64];
-	for (int md = 0; md < 64; md++) {
-		snprintf(names[md], sizeof names[md], "m%02d", md);
-		bs[md] = 16;
-	}
+	sr_names_init();
 	uint64_t hashes[SR_HASHES];
 	for (int h = 0; h < SR_HASHES; h++)
 		hashes[h] = 0x9e3779b97f4a7c15ull * (uint64_t)(h + 1);
 	static struct sr_model m;
 	memset(&m, 0, sizeof m);
 	uint64_t seed = 35;
-	kva_fleet_match got[64], want[64];
 	for (int round = 0; round < 20000; round++) {
 		uint32_t h = kva_test_rand(&seed) % SR_HASHES, p = kva_test_rand(&seed) % SR_NPUBS;
 		uint32_t md = kva_test_rand(&seed) % 3, g = kva_test_rand(&seed) % 3;
@@ -406,16 +431,7 @@ static void score_copy_reference_run(size_t sweep_slots)
 		if (kva_test_rand(&seed) % 4)
 			continue;
 		kvf_score_flush(s);
-		uint32_t chain[8], n = 1 + kva_test_rand(&seed) % 8;
-		uint64_t ch[8];
-		for (uint32_t i = 0; i < n; i++) {
-			chain[i] = kva_test_rand(&seed) % SR_HASHES;
-			ch[i] = hashes[chain[i]];
-		}
-		uint32_t nw = sr_reference(&m, chain, n, (const char(*)[KVF_MEDIUM_MAX + 1])names, want);
-		int ng = kvf_score_query(s, (const char(*)[KVF_MEDIUM_MAX + 1])names, bs, ch, n, got, 64);
-		assert_int_equal(ng, (int)nw);
-		score_ref_assert_equal(got, want, nw);
+		sr_score_random_chain(s, &m, hashes, &seed);
 	}
 	assert_int_equal(kvf_score_refused(s), 0);
 	assert_int_equal(kvf_score_no_column(s), 0);
@@ -493,18 +509,12 @@ static void score_table_as_index_matches_a_reference(void **st)
 	(void)st;
 	struct kvf_score *s = kvf_score_new(0x3, 0x7, 40, true); /* 64 slots */
 	assert_non_null(s);
-	static char names[64][KVF_MEDIUM_MAX + 1];
-	uint32_t bs[64];
-	for (int md = 0; md < 64; md++) {
-		snprintf(names[md], sizeof names[md], "m%02d", md);
-		bs[md] = 16;
-	}
+	sr_names_init();
 	static struct si_model x;
 	memset(&x, 0, sizeof x);
 	for (int h = 0; h < SR_HASHES; h++)
 		x.hashes[h] = 0x9e3779b97f4a7c15ull * (uint64_t)(h + 1);
 	uint64_t seed = 91;
-	kva_fleet_match got[64], want[64];
 	for (int round = 0; round < 20000; round++) {
 		uint32_t h = kva_test_rand(&seed) % SR_HASHES, p = kva_test_rand(&seed) % SR_NPUBS;
 		uint32_t md = kva_test_rand(&seed) % 3, g = kva_test_rand(&seed) % 3;
@@ -529,16 +539,7 @@ static void score_table_as_index_matches_a_reference(void **st)
 		if (kva_test_rand(&seed) % 4)
 			continue;
 		si_check(s, &x);
-		uint32_t chain[8], n = 1 + kva_test_rand(&seed) % 8;
-		uint64_t ch[8];
-		for (uint32_t i = 0; i < n; i++) {
-			chain[i] = kva_test_rand(&seed) % SR_HASHES;
-			ch[i] = x.hashes[chain[i]];
-		}
-		uint32_t nw = sr_reference(&x.m, chain, n, (const char(*)[KVF_MEDIUM_MAX + 1])names, want);
-		int ng = kvf_score_query(s, (const char(*)[KVF_MEDIUM_MAX + 1])names, bs, ch, n, got, 64);
-		assert_int_equal(ng, (int)nw);
-		score_ref_assert_equal(got, want, nw);
+		sr_score_random_chain(s, &x.m, x.hashes, &seed);
 	}
 	assert_true(x.evicted > 1000); /* the cap was met all along */
 	assert_int_equal(kvf_score_refused(s), 0);
