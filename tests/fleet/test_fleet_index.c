@@ -786,10 +786,11 @@ static void *cr_read(void *arg)
 	return NULL;
 }
 
-static void score_columns_change_owners_under_a_reader(void **st)
+/* max_blocks sizes the table (300: 512 slots); cap: it is also the entry
+ * cap (the table as the fleet's index), so CLOCK evicts under the reader. */
+static void cr_run(uint64_t max_blocks, bool cap)
 {
-	(void)st;
-	struct kvf_score *s = kvf_score_new(1, 1, 300, false);
+	struct kvf_score *s = kvf_score_new(1, 1, max_blocks, cap);
 	assert_non_null(s);
 	kvf_score_set_sweep_slots(s, 3);
 	static bool held[CR_PUBS][CR_CHAIN];
@@ -827,10 +828,33 @@ static void score_columns_change_owners_under_a_reader(void **st)
 	for (uint32_t p = 0; p < CR_PUBS; p++)
 		cr_check(s, p, &wrong, &matches);
 	assert_int_equal(wrong, 0);
-	print_message("columns under a reader: %llu scores, %llu matches, %llu adds not copied\n",
+	struct kvf_score_counts c;
+	kvf_score_counts(s, &c);
+	if (cap) {
+		assert_true(c.live <= max_blocks);
+		assert_true(c.evicted > 0);
+	}
+	print_message("columns under a reader: %llu scores, %llu matches, %llu adds not copied, "
+	              "%llu evicted\n",
 	              (unsigned long long)rd.calls, (unsigned long long)rd.matches,
-	              (unsigned long long)kvf_score_no_column(s));
+	              (unsigned long long)c.uncopied, (unsigned long long)c.evicted);
 	kvf_score_free(s);
+}
+
+static void score_columns_change_owners_under_a_reader(void **st)
+{
+	(void)st;
+	cr_run(300, false);
+}
+
+/* The same with the table as the index under an entry cap of 8 (of the 24
+ * blocks the publishers may hold; a 16-slot table): CLOCK clears reference
+ * bits and takes slots out while the reader scores, and still no match
+ * names a publisher other than the chain's owner. */
+static void score_evictions_under_a_reader(void **st)
+{
+	(void)st;
+	cr_run(8, true);
 }
 
 /* Keys aimed at one home (found with the home function a test may call):
@@ -1027,6 +1051,7 @@ int main(void)
 		cmocka_unit_test(score_sweep_catches_an_entry_wrapped_behind_it),
 		cmocka_unit_test(score_copy_bounds_a_publishers_dead_columns),
 		cmocka_unit_test(score_columns_change_owners_under_a_reader),
+		cmocka_unit_test(score_evictions_under_a_reader),
 		cmocka_unit_test(siphash_of_many_matches_one_at_a_time),
 		cmocka_unit_test(score_table_as_index_matches_a_reference),
 		cmocka_unit_test(score_table_names_watched_removals),
