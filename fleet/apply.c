@@ -160,10 +160,10 @@ static void fetch(kva_fleet *f, const uint64_t *hashes, uint32_t n, uint32_t k, 
 
 /* The events' hashes into the index (without cfg.score), their probes
  * overlapping. */
-static void index_put(kva_fleet *f, const uint64_t *hashes, uint32_t n, uint32_t loc, bool wiped)
+static void index_put(kva_fleet *f, const uint64_t *hashes, uint32_t n, uint32_t loc)
 {
 	size_t home[KVF_INDEX_FETCH];
-	for (uint32_t k = 0; k < n && !wiped; k++) {
+	for (uint32_t k = 0; k < n; k++) {
 		if (k % KVF_INDEX_FETCH == 0)
 			fetch(f, hashes, n, k, loc, home);
 		kvf_index_put_from(&f->index, home[k % KVF_INDEX_FETCH], hashes[k], loc, NULL, NULL);
@@ -171,11 +171,11 @@ static void index_put(kva_fleet *f, const uint64_t *hashes, uint32_t n, uint32_t
 }
 
 /* ... and out of it; true if a watched entry went. */
-static bool index_del(kva_fleet *f, const uint64_t *hashes, uint32_t n, uint32_t loc, bool wiped)
+static bool index_del(kva_fleet *f, const uint64_t *hashes, uint32_t n, uint32_t loc)
 {
 	bool watched = false;
 	size_t home[KVF_INDEX_FETCH];
-	for (uint32_t k = 0; k < n && !wiped; k++) {
+	for (uint32_t k = 0; k < n; k++) {
 		if (k % KVF_INDEX_FETCH == 0)
 			fetch(f, hashes, n, k, loc, home);
 		/* flags + 1, 0 if absent */
@@ -240,6 +240,7 @@ static void apply_decoded(kva_fleet *f, struct publisher *pub)
 			continue;
 		}
 		uint32_t loc = KVF_LOC(pub->id, medium, ev->group_idx);
+		uint32_t n = wiped ? 0 : ev->nhashes; /* counted, not applied */
 		if (ev->type == KVF_EV_STORED) {
 			uint32_t want = configured_block_size(f, medium, ev->group_idx);
 			if (want && ev->block_size && ev->block_size != want) {
@@ -258,16 +259,16 @@ static void apply_decoded(kva_fleet *f, struct publisher *pub)
 			}
 			pub->media |= 1ull << medium;
 			if (f->score) /* held and applied at the batch's end */
-				for (uint32_t k = 0; k < ev->nhashes && !wiped; k++)
+				for (uint32_t k = 0; k < n; k++)
 					kvf_score_add(f->score, hashes[k], loc);
 			else
-				index_put(f, hashes, ev->nhashes, loc, wiped);
+				index_put(f, hashes, n, loc);
 			stored += ev->nhashes;
 		} else {
 			if (f->score)
-				for (uint32_t k = 0; k < ev->nhashes && !wiped; k++)
+				for (uint32_t k = 0; k < n; k++)
 					kvf_score_del(f->score, hashes[k], loc);
-			else if (index_del(f, hashes, ev->nhashes, loc, wiped))
+			else if (index_del(f, hashes, n, loc))
 				kvf_watches_check(f, KVF_LOC_PUB_MEDIUM(loc), -1);
 			removed += ev->nhashes;
 		}
