@@ -657,6 +657,11 @@ size_t kvf_score_home(const struct kvf_score *s, uint64_t hash) { return home(s,
 size_t kvf_score_bytes(const struct kvf_score *s) { return (s->mask + 1) * sizeof(struct slot); }
 uint64_t kvf_score_refused(const struct kvf_score *s) { return s->refused; }
 void kvf_score_set_sweep_slots(struct kvf_score *s, size_t n) { s->sweep_slots = n ? n : 1; }
+void kvf_score_set_key(struct kvf_score *s, uint64_t k0, uint64_t k1)
+{
+	if (!s->count && !s->npending) /* homes of entries already in would move */
+		s->key = (struct kvf_key){k0, k1};
+}
 void kvf_score_set_probe_max(struct kvf_score *s, size_t probe_max)
 {
 	s->probe_max = probe_max < DIST_MAX ? probe_max : DIST_MAX;

@@ -56,6 +56,9 @@ uint64_t kvf_score_refused(const struct kvf_score *s);
 void kvf_score_set_probe_max(struct kvf_score *s, size_t probe_max);
 /* For tests: the slots each flush sweeps (a pass then spans many flushes). */
 void kvf_score_set_sweep_slots(struct kvf_score *s, size_t n);
+/* For fuzzers: a fixed key instead of the random one, so that an input
+ * replays the same table; an empty table only (otherwise ignored). */
+void kvf_score_set_key(struct kvf_score *s, uint64_t k0, uint64_t k1);
 /* Every entry of publisher pub, out of answers at once; returns how many
  * were live. O(1) (and a flush):
  * its column is dead, and the flushes that follow sweep it from the table,
