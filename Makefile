@@ -112,7 +112,7 @@ fuzz-build:
 	  -DKVADMIT_BUILD_FUZZ=ON -DKVADMIT_FAULT_INJECTION=ON -DKVADMIT_WITH_CUDA=OFF \
 	  -DKVADMIT_WITH_JEMALLOC=OFF -DKVADMIT_BUILD_TESTS=OFF -DKVADMIT_BUILD_BENCH=OFF $(CMAKE_COMMON)
 	cmake --build $(B)/fuzz -j$(JOBS) --target fuzz_engine fuzz_differential fuzz_lockfree fuzz_config fuzz_fleet_wire \
-	  fuzz_fleet_seq
+	  fuzz_fleet_seq fuzz_fleet_index
 
 fuzz: fuzz-build
 	tests/fuzz/run.sh $(B)/fuzz $(FUZZ_SECONDS)

@@ -40,7 +40,7 @@ show_artifacts() {
 	done
 }
 
-for t in fuzz_engine fuzz_differential fuzz_lockfree fuzz_config fuzz_fleet_wire fuzz_fleet_seq; do
+for t in fuzz_engine fuzz_differential fuzz_lockfree fuzz_config fuzz_fleet_wire fuzz_fleet_seq fuzz_fleet_index; do
 	bin=$build/tests/fuzz/$t
 	work=$build/fuzz-work/$t
 	mkdir -p "$work/corpus" "$work/artifacts"

@@ -772,6 +772,62 @@ def fleet_seq_seeds():
     return seeds
 
 
+class Index(Enc):
+    """fuzz_fleet_index's input: a config byte, then operations of five
+    bytes (what, block, publisher, medium, group) and their arguments."""
+    ADD, DEL, DROP, WATCH, QUOTA, BATCH_END, TIME, QUERY = 0, 3, 4, 5, 6, 7, 8, 9
+
+    def __init__(self, cap, probe=0, aimed=False):
+        super().__init__()  # cap: 1 + 3k, k < 16
+        self.u8((cap - 1) // 3 | (probe & 7) << 4 | (0x80 if aimed else 0))
+
+    def op(self, what, block=0, pub=0, medium=0, group=0, *args):
+        for v in (what, block, pub, medium, group) + args:
+            self.u8(v)
+        return self
+
+    def query(self, blocks):
+        self.op(self.QUERY)
+        self.u8(len(blocks) - 1)
+        for b in blocks:
+            self.u8(b)
+        return self
+
+
+def fleet_index_seeds():
+    I = Index
+    seeds = {}
+    c = Index(7, probe=6)
+    for b in range(16):  # over twice the cap: CLOCK evicts
+        c.op(I.ADD, b, b % 3, 0, 0)
+    c.query([0, 1, 2, 3]).op(I.DEL, 15, 0, 0, 0).query([15])
+    seeds["past-the-cap"] = c
+    c = Index(40, probe=2, aimed=True)  # 16 blocks, one home: the probe bound (4)
+    for b in range(16):
+        c.op(I.ADD, b, 1, 1, 0)
+    c.query(list(range(8)))
+    seeds["aimed-homes"] = c
+    c = Index(46, probe=7)
+    for r in range(10):  # a publisher that clears in every batch: columns run out
+        c.op(I.ADD, r, 2, 0, 0).op(I.ADD, r, 3, 0, 1).op(I.DROP, 0, 2)
+    c.op(I.TIME).op(I.ADD, 1, 2, 0, 0).query([1])
+    seeds["drops-and-graces"] = c
+    c = Index(10, probe=7)
+    c.op(I.ADD, 4, 0, 2, 0).op(I.ADD, 4, 1, 2, 0).op(I.ADD, 5, 0, 2, 2)
+    c.op(I.WATCH, 4, 0, 2, 0).op(I.DEL, 4, 1, 2, 0).op(I.BATCH_END)
+    c.op(I.DEL, 4, 0, 2, 0).op(I.BATCH_END).query([4, 5])
+    seeds["watched-removals"] = c
+    c = Index(13, probe=7)
+    c.op(I.QUOTA, 0, 0, 0, 0, 6)  # a share of 6 each
+    for b in range(5):
+        c.op(I.ADD, b, 0, 0, 0)
+    for b in range(16):  # the flood evicts its own entries, not publisher 0's
+        c.op(I.ADD, b, 5, 1, 0)
+    c.query([0, 1, 2, 3, 4])
+    seeds["shares"] = c
+    return seeds
+
+
 def main():
     cfg_seeds, cfg_regress = config_seeds()
     for target, seeds, prefix in (("fuzz_engine", engine_seeds(), "seed-"),
@@ -779,7 +835,8 @@ def main():
                                   ("fuzz_lockfree", lockfree_seeds(), "seed-"),
                                   ("fuzz_config", cfg_seeds, "seed-"),
                                   ("fuzz_config", cfg_regress, "regress-"),
-                                  ("fuzz_fleet_seq", fleet_seq_seeds(), "seed-")):
+                                  ("fuzz_fleet_seq", fleet_seq_seeds(), "seed-"),
+                                  ("fuzz_fleet_index", fleet_index_seeds(), "seed-")):
         d = os.path.join(HERE, "corpus", target)
         os.makedirs(d, exist_ok=True)
         for name, enc in seeds.items():
