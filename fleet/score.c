@@ -390,9 +390,6 @@ static size_t find(const struct kvf_score *s, size_t i, uint64_t hash, uint32_t 
 	}
 }
 
-static void live_step(struct kvf_score *s, uint32_t col, int d);
-static bool evict_one(struct kvf_score *s);
-
 /* Adds publisher bit `bit` to (hash, tag), whose probe starts at home i. */
 static void add_at(struct kvf_score *s, size_t home_i, uint64_t hash, uint32_t tag, unsigned bit)
 {
