@@ -375,6 +375,12 @@ static bool evict_one(struct kvf_score *s)
 static bool sweep_at(struct kvf_score *s, size_t i);
 static void sweep(struct kvf_score *s, size_t budget);
 
+/* Slot i holds the entry (hash, tag) (any of its bits). */
+static inline bool is_entry(const struct kvf_score *s, size_t i, uint64_t hash, uint32_t tag)
+{
+	return mask_at(s, i) && hash_at(s, i) == hash && META_TAG(meta_at(s, i)) == tag;
+}
+
 /* Where (hash, tag) is, or where it would go: the first slot from its home
  * that holds it, is empty, or holds an entry whose home lies past hash's
  * (Robin Hood: a run's entries lie in the order of their homes). *d: that
@@ -399,7 +405,7 @@ static void add_at(struct kvf_score *s, size_t home_i, uint64_t hash, uint32_t t
 		sweep(s, s->sweep_slots);
 	size_t d, i = find(s, home_i, hash, tag, &d);
 	uint64_t m = mask_at(s, i);
-	bool there = m && hash_at(s, i) == hash && META_TAG(meta_at(s, i)) == tag;
+	bool there = is_entry(s, i, hash, tag);
 	if (there && (m >> bit & 1)) { /* stored again: referenced */
 		uint32_t meta = meta_at(s, i);
 		if (!(meta & META_REF))
@@ -415,7 +421,7 @@ static void add_at(struct kvf_score *s, size_t home_i, uint64_t hash, uint32_t t
 		}
 		i = find(s, home_i, hash, tag, &d);
 		m = mask_at(s, i);
-		there = m && hash_at(s, i) == hash && META_TAG(meta_at(s, i)) == tag;
+		there = is_entry(s, i, hash, tag);
 	}
 	uint32_t col = TAG_WORD(tag) << 6 | bit;
 	if (there) {
@@ -505,7 +511,7 @@ static void del_from(struct kvf_score *s, size_t i, uint64_t hash, uint32_t tag,
 	size_t d;
 	i = find(s, i, hash, tag, &d);
 	uint64_t m = mask_at(s, i);
-	if (!m || hash_at(s, i) != hash || META_TAG(meta_at(s, i)) != tag || !(m >> bit & 1))
+	if (!is_entry(s, i, hash, tag) || !(m >> bit & 1))
 		return;
 	uint32_t col = TAG_WORD(tag) << 6 | bit;
 	live_step(s, col, -1);
@@ -723,7 +729,7 @@ bool kvf_score_holds(struct kvf_score *s, uint64_t hash, uint32_t loc, bool watc
 	size_t d, i = find(s, home(s, hash), hash, tag, &d);
 	uint64_t m = mask_at(s, i);
 	uint32_t meta = meta_at(s, i);
-	if (!m || hash_at(s, i) != hash || META_TAG(meta) != tag || !(m >> (col & 63) & 1))
+	if (!is_entry(s, i, hash, tag) || !(m >> (col & 63) & 1))
 		return false;
 	if (watch && (meta & (META_REF | META_WATCHED)) != (META_REF | META_WATCHED))
 		slot_write(&s->slots[i], hash, meta | META_REF | META_WATCHED, m);
