@@ -190,7 +190,7 @@ static bool index_del(kva_fleet *f, const uint64_t *hashes, uint32_t n, uint32_t
 static void score_flush(kva_fleet *f, struct publisher *pub)
 {
 	kvf_score_flush(f->score);
-	uint32_t pairs[64];
+	uint32_t pairs[KVF_SCORE_WATCHED_PAIRS];
 	bool overflow;
 	uint32_t n = kvf_score_watched_take(f->score, pairs, &overflow);
 	for (uint32_t k = 0; k < n; k++)

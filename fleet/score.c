@@ -88,7 +88,6 @@
 #define META_REF (1u << 29)
 #define META_WATCHED (1u << 30)
 #define META_FLAGS(m) ((m) & (META_REF | META_WATCHED))
-#define WATCHED_PAIRS 64 /* watched removals a flush records */
 
 _Static_assert(KVA_FLEET_MAX_PUBLISHERS <= 64 * 64, "a word index fits 6 bits");
 
@@ -168,10 +167,10 @@ struct kvf_score {
 	uint64_t over[COLUMNS / 64]; /* their columns */
 	uint64_t pub_live[KVA_FLEET_MAX_PUBLISHERS];
 	/* (publisher, medium) pairs that lost a watched entry since the last
-	 * kvf_score_watched_take; overflow: more than WATCHED_PAIRS did */
+	 * kvf_score_watched_take; overflow: more than KVF_SCORE_WATCHED_PAIRS did */
 	uint32_t nwatched;
 	bool watched_overflow;
-	uint32_t watched[WATCHED_PAIRS];
+	uint32_t watched[KVF_SCORE_WATCHED_PAIRS];
 	/* published with release stores (I/O thread), read with acquire loads
 	 * (kvf_score_query) inside a read-side section */
 	struct ident *_Atomic ident[KVA_FLEET_MAX_PUBLISHERS];
@@ -326,7 +325,7 @@ static void watched_note(struct kvf_score *s, uint32_t col, uint32_t medium)
 	for (uint32_t k = 0; k < s->nwatched; k++)
 		if (s->watched[k] == pair)
 			return;
-	if (s->nwatched < WATCHED_PAIRS)
+	if (s->nwatched < KVF_SCORE_WATCHED_PAIRS)
 		s->watched[s->nwatched++] = pair;
 	else
 		s->watched_overflow = true;
@@ -658,7 +657,6 @@ void kvf_score_del(struct kvf_score *s, uint64_t hash, uint32_t loc) { push(s, h
 
 size_t kvf_score_home(const struct kvf_score *s, uint64_t hash) { return home(s, hash); }
 size_t kvf_score_bytes(const struct kvf_score *s) { return (s->mask + 1) * sizeof(struct slot); }
-uint64_t kvf_score_refused(const struct kvf_score *s) { return s->refused; }
 void kvf_score_set_sweep_slots(struct kvf_score *s, size_t n) { s->sweep_slots = n ? n : 1; }
 void kvf_score_set_key(struct kvf_score *s, uint64_t k0, uint64_t k1)
 {
@@ -670,8 +668,6 @@ void kvf_score_set_probe_max(struct kvf_score *s, size_t probe_max)
 	s->probe_max = probe_max < DIST_MAX ? probe_max : DIST_MAX;
 }
 
-uint64_t kvf_score_swept(const struct kvf_score *s) { return s->swept_slots; }
-uint64_t kvf_score_no_column(const struct kvf_score *s) { return s->no_column; }
 size_t kvf_score_count(const struct kvf_score *s) { return s->count; }
 
 uint64_t kvf_score_drop_publisher(struct kvf_score *s, uint32_t pub)

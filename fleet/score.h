@@ -48,11 +48,10 @@ void kvf_score_del(struct kvf_score *s, uint64_t hash, uint32_t loc);
 void kvf_score_flush(struct kvf_score *s);
 /* Homes are SipHash under a random key, as the index's; an add that would
  * sit more than probe_max (KVF_PROBE_MAX) slots past its home is refused
- * and counted. For tests: the home of a hash, the count refused, a lower
+ * and counted (kvf_score_counts). For tests: the home of a hash, a lower
  * cap. */
 size_t kvf_score_home(const struct kvf_score *s, uint64_t hash);
 size_t kvf_score_bytes(const struct kvf_score *s); /* the table's */
-uint64_t kvf_score_refused(const struct kvf_score *s);
 void kvf_score_set_probe_max(struct kvf_score *s, size_t probe_max);
 /* For tests: the slots each flush sweeps (a pass then spans many flushes). */
 void kvf_score_set_sweep_slots(struct kvf_score *s, size_t n);
@@ -63,7 +62,7 @@ void kvf_score_set_key(struct kvf_score *s, uint64_t k0, uint64_t k1);
  * were live. O(1) (and a flush):
  * its column is dead, and the flushes that follow sweep it from the table,
  * SWEEP_SLOTS slots each; pub's next add takes a free column (none: the
- * add is not copied, counted in kvf_score_no_column). */
+ * add is left out, counted in kvf_score_counts' uncopied). */
 uint64_t kvf_score_drop_publisher(struct kvf_score *s, uint32_t pub);
 /* The index's part (I/O thread). Each publisher's share of the entry cap
  * (0: none): while one holds its share or more, the cap evicts only such
@@ -74,24 +73,22 @@ void kvf_score_set_quota(struct kvf_score *s, uint64_t quota);
  * of any of them is then looked at, which only costs a check). */
 bool kvf_score_holds(struct kvf_score *s, uint64_t hash, uint32_t loc, bool watch);
 /* The (publisher << 8 | medium) pairs that lost a watched entry since the
- * last call (at most 64; *overflow: more did, all of that batch's
- * publisher's pairs are to be looked at). */
+ * last call (at most KVF_SCORE_WATCHED_PAIRS; *overflow: more did, all of
+ * that batch's publisher's pairs are to be looked at). */
+#define KVF_SCORE_WATCHED_PAIRS 64
 uint32_t kvf_score_watched_take(struct kvf_score *s, uint32_t *pairs, bool *overflow);
+/* The table's counts (I/O thread; the fleet's stats, and tests). */
 struct kvf_score_counts {
 	uint64_t live;     /* entries: (block, location) bits not dead */
 	uint64_t cap;      /* the entry cap (0: none) */
 	uint64_t evicted;  /* entries the cap took out */
 	uint64_t refused;  /* adds past probe_max, or no entry to evict */
-	uint64_t uncopied; /* adds without a column (kvf_score_no_column) */
+	uint64_t uncopied; /* adds without a column (kva_fleet_stats.score_uncopied) */
 	uint64_t swept;    /* slots the sweep looked at */
 };
 void kvf_score_counts(const struct kvf_score *s, struct kvf_score_counts *c);
 uint64_t kvf_score_pub_live(const struct kvf_score *s, uint32_t pub);
-/* Adds not copied for want of a column (kva_fleet_stats.score_uncopied);
- * for tests: slots the sweep has looked at, entries in the table (dead ones
- * not yet swept included). */
-uint64_t kvf_score_swept(const struct kvf_score *s);
-uint64_t kvf_score_no_column(const struct kvf_score *s);
+/* For tests: slots in use (dead entries not yet swept included). */
 size_t kvf_score_count(const struct kvf_score *s);
 /* The publisher's identity, when it changed (cheap when it did not). */
 void kvf_score_topic(struct kvf_score *s, uint32_t pub, const void *topic, size_t len);

@@ -196,10 +196,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			break;
 		case 7: { /* the batch ends: watched removals are named */
 			kvf_score_flush(s);
-			uint32_t pairs[64];
+			uint32_t pairs[KVF_SCORE_WATCHED_PAIRS];
 			bool overflow;
 			uint32_t n = kvf_score_watched_take(s, pairs, &overflow);
-			FZ_CHECK(n <= 64);
+			FZ_CHECK(n <= KVF_SCORE_WATCHED_PAIRS);
 			for (uint32_t k = 0; k < n; k++) {
 				bool known = false;
 				for (int q = 0; q < NP; q++)
