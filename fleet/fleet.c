@@ -339,10 +339,7 @@ static kva_fleet *create_signals_blocked(const kva_fleet_config *cfg, int *err)
 		goto fail;
 	}
 	/* one index: the routers' table when there is one (holders.h) */
-	rc = cfg->score ? 0
-	                : kvf_index_init(&f->index, cfg->max_blocks > SIZE_MAX / 64
-	                                                ? SIZE_MAX / 64
-	                                                : (size_t)cfg->max_blocks);
+	rc = cfg->score ? 0 : kvf_index_init(&f->index, (size_t)kvf_holders_cap(f));
 	if (rc)
 		goto fail;
 	kvf_batch_init(&f->batch, 0, 0);
